@@ -1,0 +1,148 @@
+// kiln: the Kiln command-line client.
+
+#include <google/protobuf/util/json_util.h>
+
+#include <cstdio>
+#include <fstream>
+#include <sstream>
+#include <string>
+
+#include "CLI/CLI.hpp"
+#include "absl/strings/match.h"
+#include "absl/time/time.h"
+#include "client/channel.h"
+#include "client/health.h"
+#include "proto/fx/capture_import.h"
+
+namespace {
+
+constexpr int kExitFailure = 1;
+constexpr int kExitBadUsage = 2;
+
+int Fail(const std::string& message) {
+  std::fprintf(stderr, "kiln: %s\n", message.c_str());
+  return kExitFailure;
+}
+
+bool ReadWholeFile(const std::string& path, std::string* out) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) return false;
+  std::stringstream ss;
+  ss << in.rdbuf();
+  *out = ss.str();
+  return true;
+}
+
+bool WriteWholeFile(const std::string& path, const std::string& bytes) {
+  std::ofstream out(path, std::ios::binary | std::ios::trunc);
+  out.write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
+  return static_cast<bool>(out);
+}
+
+struct GlobalOptions {
+  kiln::client::ChannelOptions channel;
+  std::string token_file;
+};
+
+absl::Status LoadToken(GlobalOptions& global) {
+  if (global.token_file.empty()) return absl::OkStatus();
+  std::string token;
+  if (!ReadWholeFile(global.token_file, &token)) {
+    return absl::InvalidArgumentError("cannot read --token-file " + global.token_file);
+  }
+  while (!token.empty() && (token.back() == '\n' || token.back() == '\r')) token.pop_back();
+  global.channel.token = token;
+  return absl::OkStatus();
+}
+
+int RunHealth(GlobalOptions& global, double timeout_seconds) {
+  if (absl::Status s = LoadToken(global); !s.ok()) return Fail(std::string(s.message()));
+  absl::StatusOr<kiln::client::ServingStatus> status =
+      kiln::client::CheckHealth(global.channel, "", absl::Seconds(timeout_seconds));
+  if (!status.ok()) {
+    return Fail("cannot reach " + global.channel.address + ": " +
+                std::string(status.status().message()));
+  }
+  std::printf("%s\n", kiln::client::ServingStatusName(*status));
+  return *status == kiln::client::ServingStatus::kServing ? 0 : kExitFailure;
+}
+
+int RunImportFx(const std::string& input, const std::string& output, std::string format) {
+  std::string text;
+  if (!ReadWholeFile(input, &text)) return Fail("cannot read " + input);
+  absl::StatusOr<kiln::v1::Graph> graph = kiln::fx::ImportCapture(text);
+  if (!graph.ok()) return Fail(input + ": " + std::string(graph.status().message()));
+  if (format.empty()) format = absl::EndsWith(output, ".json") ? "json" : "binary";
+  std::string bytes;
+  if (format == "json") {
+    google::protobuf::util::JsonPrintOptions options;
+    options.add_whitespace = true;
+    options.preserve_proto_field_names = true;
+    auto status = google::protobuf::util::MessageToJsonString(*graph, &bytes, options);
+    if (!status.ok()) return Fail("cannot print JSON: " + std::string(status.message()));
+  } else {
+    google::protobuf::io::StringOutputStream stream(&bytes);
+    google::protobuf::io::CodedOutputStream coded(&stream);
+    coded.SetSerializationDeterministic(true);
+    if (!graph->SerializeToCodedStream(&coded)) return Fail("cannot serialize the graph");
+  }
+  if (output == "-") {
+    std::fwrite(bytes.data(), 1, bytes.size(), stdout);
+  } else if (!WriteWholeFile(output, bytes)) {
+    return Fail("cannot write " + output);
+  }
+  std::fprintf(stderr, "kiln: %s: %d inputs, %d nodes, %d symbols -> %s (%s)\n", input.c_str(),
+               graph->inputs_size(), graph->nodes_size(), graph->symbols_size(), output.c_str(),
+               format.c_str());
+  return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  CLI::App app{"kiln: client for the Kiln compile server"};
+  app.require_subcommand(1);
+  // Global options may follow the subcommand: `kiln health --server ADDR`.
+  app.fallthrough();
+  GlobalOptions global;
+  global.channel.address = "127.0.0.1:50051";
+  app.add_option("--server", global.channel.address, "kilnd address HOST:PORT")
+      ->envname("KILN_SERVER")
+      ->capture_default_str();
+  app.add_option("--token-file", global.token_file, "file holding a bearer token")
+      ->envname("KILN_TOKEN_FILE");
+  app.add_option("--ca-cert", global.channel.ca_cert_file, "PEM CA certificate: use TLS")
+      ->envname("KILN_CA_CERT");
+  app.add_option("--cert", global.channel.client_cert_file, "PEM client certificate (mTLS)")
+      ->envname("KILN_CLIENT_CERT");
+  app.add_option("--key", global.channel.client_key_file, "PEM client key (mTLS)")
+      ->envname("KILN_CLIENT_KEY");
+
+  double health_timeout = 5;
+  CLI::App* health = app.add_subcommand("health", "print the server's serving status");
+  health->add_option("--timeout", health_timeout, "seconds to wait")->capture_default_str();
+
+  CLI::App* graph = app.add_subcommand("graph", "work with graph files");
+  graph->require_subcommand(1);
+  graph->fallthrough();
+  std::string fx_input, fx_output, fx_format;
+  CLI::App* import_fx =
+      graph->add_subcommand("import-fx", "convert an FX capture JSON file into kiln.v1.Graph");
+  import_fx->add_option("FILE", fx_input, "capture JSON file")->required();
+  import_fx->add_option("-o,--output", fx_output, "output file ('-' for stdout)")->required();
+  import_fx->add_option("--format", fx_format, "binary or json (default: from the extension)")
+      ->check(CLI::IsMember({"binary", "json"}));
+
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::CallForHelp& e) {
+    return app.exit(e);
+  } catch (const CLI::ParseError& e) {
+    std::fprintf(stderr, "kiln: %s\nRun 'kiln --help' for the commands.\n", e.what());
+    return kExitBadUsage;
+  }
+
+  if (health->parsed()) return RunHealth(global, health_timeout);
+  if (import_fx->parsed()) return RunImportFx(fx_input, fx_output, fx_format);
+  return kExitBadUsage;
+}

@@ -1,0 +1,41 @@
+# Every dependency comes from Debian's packages (deploy/bootstrap.sh installs them).
+find_package(Threads REQUIRED)
+find_package(Protobuf REQUIRED)
+find_package(gRPC CONFIG REQUIRED)
+find_package(absl CONFIG REQUIRED)
+find_package(RocksDB CONFIG REQUIRED)
+find_package(nlohmann_json CONFIG REQUIRED)
+find_package(CLI11 CONFIG REQUIRED)
+find_package(OpenSSL REQUIRED)
+find_package(spdlog CONFIG REQUIRED)
+find_package(LLVM 16 CONFIG REQUIRED PATHS /usr/lib/llvm-16/lib/cmake/llvm NO_DEFAULT_PATH)
+
+find_program(KILN_PROTOC protoc REQUIRED)
+find_program(KILN_GRPC_CPP_PLUGIN grpc_cpp_plugin REQUIRED)
+find_program(KILN_GRPC_PYTHON_PLUGIN grpc_python_plugin)
+
+find_path(KILN_HTTPLIB_INCLUDE httplib.h REQUIRED)
+# Debian builds cpp-httplib as a shared library (with OpenSSL and zlib support).
+find_library(KILN_HTTPLIB_LIBRARY cpp-httplib REQUIRED)
+
+# The CUDA toolkit (not a Debian package) supplies nvJitLink and libdevice for sm_90.
+set(KILN_CUDA_HOME "$ENV{CUDA_HOME}")
+if(NOT KILN_CUDA_HOME)
+  set(KILN_CUDA_HOME /usr/local/cuda)
+endif()
+find_path(KILN_NVJITLINK_INCLUDE nvJitLink.h HINTS ${KILN_CUDA_HOME}/include NO_DEFAULT_PATH)
+find_library(KILN_NVJITLINK_LIBRARY nvJitLink HINTS ${KILN_CUDA_HOME}/lib64 NO_DEFAULT_PATH)
+if(KILN_NVJITLINK_INCLUDE AND KILN_NVJITLINK_LIBRARY)
+  set(KILN_HAVE_CUDA ON)
+  message(STATUS "Kiln: nvJitLink at ${KILN_NVJITLINK_LIBRARY}")
+else()
+  set(KILN_HAVE_CUDA OFF)
+  message(WARNING "Kiln: nvJitLink not found under ${KILN_CUDA_HOME}; the sm_90 target is disabled")
+endif()
+
+if(KILN_BUILD_TESTS)
+  find_package(GTest CONFIG REQUIRED)
+endif()
+if(KILN_BUILD_BENCHMARKS)
+  find_package(benchmark CONFIG REQUIRED)
+endif()

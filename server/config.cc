@@ -1,0 +1,89 @@
+#include "server/config.h"
+
+#include "absl/strings/string_view.h"
+
+#include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+
+namespace kiln::server {
+namespace {
+
+// Splits "host:port" / "[v6]:port"; false when malformed.
+bool SplitHostPort(absl::string_view address, absl::string_view* host, absl::string_view* port) {
+  if (absl::StartsWith(address, "[")) {
+    size_t close = address.find(']');
+    if (close == absl::string_view::npos || close + 1 >= address.size() ||
+        address[close + 1] != ':') {
+      return false;
+    }
+    *host = address.substr(1, close - 1);
+    *port = address.substr(close + 2);
+    return true;
+  }
+  size_t colon = address.rfind(':');
+  if (colon == absl::string_view::npos) return false;
+  *host = address.substr(0, colon);
+  *port = address.substr(colon + 1);
+  return true;
+}
+
+absl::Status ValidateHostPort(absl::string_view flag, const std::string& address) {
+  absl::string_view host, port;
+  int port_number = -1;
+  if (!SplitHostPort(address, &host, &port) || host.empty() ||
+      !absl::SimpleAtoi(port, &port_number) || port_number < 0 || port_number > 65535) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--", flag, ": expected HOST:PORT (e.g. 127.0.0.1:50051), got \"",
+                     address, "\""));
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+bool IsLoopbackAddress(const std::string& address) {
+  if (absl::StartsWith(address, "unix:")) return true;
+  absl::string_view host, port;
+  if (!SplitHostPort(address, &host, &port)) return false;
+  return host == "localhost" || host == "::1" || absl::StartsWith(host, "127.");
+}
+
+absl::Status ValidateConfig(const ServerConfig& config) {
+  if (!absl::StartsWith(config.listen, "unix:")) {
+    if (absl::Status s = ValidateHostPort("listen", config.listen); !s.ok()) return s;
+  }
+  if (!config.metrics_listen.empty()) {
+    if (absl::Status s = ValidateHostPort("metrics-listen", config.metrics_listen); !s.ok()) {
+      return s;
+    }
+  }
+  if (!config.insecure) {
+    for (auto [flag, address] : {std::pair{"listen", &config.listen},
+                                 std::pair{"metrics-listen", &config.metrics_listen}}) {
+      if (!address->empty() && !IsLoopbackAddress(*address)) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("--", flag, " ", *address,
+                         " is not a loopback address; without TLS kilnd listens only on "
+                         "loopback (pass --insecure to serve plaintext on it anyway)"));
+      }
+    }
+  }
+  if (config.data_dir.empty()) return absl::InvalidArgumentError("--data-dir must not be empty");
+  if (!(config.drain_seconds >= 0)) {
+    return absl::InvalidArgumentError("--drain-seconds must be a non-negative number");
+  }
+  if (config.max_message_bytes < 1024 || config.max_message_bytes > (int64_t{2} << 30) - 1) {
+    return absl::InvalidArgumentError("--max-message-bytes must be between 1024 and 2 GiB - 1");
+  }
+  static constexpr absl::string_view kLevels[] = {"debug", "info", "warning", "error"};
+  bool known = false;
+  for (absl::string_view l : kLevels) known |= (l == config.log_level);
+  if (!known) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--log-level: expected debug, info, warning or error, got \"", config.log_level, "\""));
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace kiln::server

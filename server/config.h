@@ -1,0 +1,29 @@
+#pragma once
+
+// kilnd's configuration, from flags and KILN_* environment variables (flags win).
+
+#include <cstdint>
+#include <string>
+
+#include "absl/status/status.h"
+
+namespace kiln::server {
+
+struct ServerConfig {
+  std::string listen = "127.0.0.1:50051";          // gRPC address; port 0 picks a free port
+  std::string metrics_listen = "127.0.0.1:9464";   // HTTP for /metrics; empty disables it
+  std::string data_dir = "kiln-data";              // store and lock file
+  bool insecure = false;      // allow a non-loopback listen address without TLS
+  double drain_seconds = 10;  // grace period on SIGTERM before in-flight work is cancelled
+  int64_t max_message_bytes = 64 << 20;            // largest gRPC message accepted
+  std::string log_level = "info";                  // debug, info, warning, error
+};
+
+// Checks values that flag parsing cannot: address forms, loopback without TLS, ranges.
+// INVALID_ARGUMENT naming the flag.
+absl::Status ValidateConfig(const ServerConfig& config);
+
+// Whether `address` ("host:port", "[v6]:port", "unix:path") binds only to loopback.
+bool IsLoopbackAddress(const std::string& address);
+
+}  // namespace kiln::server

@@ -1,0 +1,36 @@
+#pragma once
+
+// KilnServer is one running kilnd: it owns the data directory, the gRPC server (health,
+// reflection and Kiln's services) and the HTTP endpoint. Start returns once both listen.
+// Drain flips health to NOT_SERVING, lets in-flight calls finish until the grace period
+// ends, then shuts everything down; Wait blocks until then. Thread-safe.
+
+#include <memory>
+#include <string>
+
+#include "absl/status/statusor.h"
+#include "absl/time/time.h"
+#include "server/config.h"
+
+namespace kiln::server {
+
+class KilnServer {
+ public:
+  static absl::StatusOr<std::unique_ptr<KilnServer>> Start(const ServerConfig& config);
+  ~KilnServer();
+
+  int grpc_port() const;
+  int http_port() const;  // 0 when the HTTP endpoint is disabled
+
+  // Stops taking new work and shuts down after at most `grace`.
+  void Drain(absl::Duration grace);
+  // Blocks until the gRPC server has shut down.
+  void Wait();
+
+ private:
+  struct State;
+  explicit KilnServer(std::unique_ptr<State> state);
+  std::unique_ptr<State> state_;
+};
+
+}  // namespace kiln::server

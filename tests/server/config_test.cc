@@ -1,0 +1,36 @@
+#include "server/config.h"
+
+#include <gtest/gtest.h>
+
+namespace kiln::server {
+namespace {
+
+TEST(ConfigTest, LoopbackAddresses) {
+  EXPECT_TRUE(IsLoopbackAddress("127.0.0.1:1"));
+  EXPECT_TRUE(IsLoopbackAddress("127.4.5.6:1"));
+  EXPECT_TRUE(IsLoopbackAddress("localhost:80"));
+  EXPECT_TRUE(IsLoopbackAddress("[::1]:80"));
+  EXPECT_TRUE(IsLoopbackAddress("unix:/tmp/kiln.sock"));
+  EXPECT_FALSE(IsLoopbackAddress("0.0.0.0:80"));
+  EXPECT_FALSE(IsLoopbackAddress("[::]:80"));
+  EXPECT_FALSE(IsLoopbackAddress("10.0.0.1:80"));
+}
+
+TEST(ConfigTest, DefaultsAreValid) { EXPECT_TRUE(ValidateConfig(ServerConfig{}).ok()); }
+
+TEST(ConfigTest, ErrorsNameTheFlag) {
+  ServerConfig c;
+  c.listen = "example";
+  EXPECT_NE(ValidateConfig(c).message().find("--listen"), std::string::npos);
+  c = ServerConfig{};
+  c.metrics_listen = "1.2.3.4:9";
+  EXPECT_NE(ValidateConfig(c).message().find("--metrics-listen"), std::string::npos);
+  c.insecure = true;
+  EXPECT_TRUE(ValidateConfig(c).ok());
+  c = ServerConfig{};
+  c.max_message_bytes = 1;
+  EXPECT_NE(ValidateConfig(c).message().find("--max-message-bytes"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace kiln::server

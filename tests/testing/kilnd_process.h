@@ -1,0 +1,34 @@
+#pragma once
+
+// A kilnd child process on ephemeral loopback ports, for integration tests.
+
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "tests/testing/subprocess.h"
+
+namespace kiln::testing {
+
+class KilndProcess {
+ public:
+  // Starts kilnd with `--listen 127.0.0.1:0 --metrics-listen 127.0.0.1:0 --data-dir DIR`
+  // plus `extra_flags`, and waits for its "serving" log line.
+  static absl::StatusOr<KilndProcess> Start(const std::string& data_dir,
+                                            const std::vector<std::string>& extra_flags = {});
+
+  int grpc_port() const { return grpc_port_; }
+  int http_port() const { return http_port_; }
+  std::string address() const { return "127.0.0.1:" + std::to_string(grpc_port_); }
+  Subprocess& process() { return process_; }
+
+ private:
+  KilndProcess(Subprocess p, int grpc, int http)
+      : process_(std::move(p)), grpc_port_(grpc), http_port_(http) {}
+  Subprocess process_;
+  int grpc_port_;
+  int http_port_;
+};
+
+}  // namespace kiln::testing

@@ -1,0 +1,56 @@
+#include "tests/testing/test_env.h"
+
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+
+#include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
+
+namespace kiln::testing {
+
+namespace fs = std::filesystem;
+
+std::string GraphsDir() {
+  if (const char* env = std::getenv("KILN_GRAPHS_DIR"); env != nullptr && *env != '\0') return env;
+  return KILN_GRAPHS_DIR;
+}
+
+std::vector<std::string> GraphFiles() {
+  std::vector<std::string> files;
+  for (const auto& entry : fs::directory_iterator(GraphsDir())) {
+    if (entry.path().extension() == ".json") files.push_back(entry.path().string());
+  }
+  std::sort(files.begin(), files.end());
+  return files;
+}
+
+std::string BinaryDir() {
+  if (const char* env = std::getenv("KILN_BINARY_DIR"); env != nullptr && *env != '\0') return env;
+  return KILN_BINARY_DIR;
+}
+
+std::string KilndPath() { return BinaryDir() + "/server/kilnd"; }
+std::string KilnCliPath() { return BinaryDir() + "/client/kiln"; }
+
+absl::StatusOr<std::string> ReadFile(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) return absl::NotFoundError(absl::StrCat("cannot read ", path));
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+TempDir::TempDir() {
+  std::string pattern = (fs::temp_directory_path() / "kiln-test-XXXXXX").string();
+  if (mkdtemp(pattern.data()) == nullptr) std::abort();
+  path_ = pattern;
+}
+
+TempDir::~TempDir() {
+  std::error_code ec;
+  fs::remove_all(path_, ec);
+}
+
+}  // namespace kiln::testing

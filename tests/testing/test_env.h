@@ -1,0 +1,40 @@
+#pragma once
+
+// Where tests find their data and the binaries under test.
+
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+
+namespace kiln::testing {
+
+// The folder of shared real graphs (env KILN_GRAPHS_DIR overrides the configured path).
+std::string GraphsDir();
+
+// Paths of every *.json graph in GraphsDir(), sorted.
+std::vector<std::string> GraphFiles();
+
+// The build tree's root (env KILN_BINARY_DIR overrides).
+std::string BinaryDir();
+
+// `BinaryDir()/server/kilnd`, `BinaryDir()/client/kiln`.
+std::string KilndPath();
+std::string KilnCliPath();
+
+absl::StatusOr<std::string> ReadFile(const std::string& path);
+
+// A fresh directory under $TMPDIR, removed by the destructor.
+class TempDir {
+ public:
+  TempDir();
+  ~TempDir();
+  TempDir(const TempDir&) = delete;
+  TempDir& operator=(const TempDir&) = delete;
+  const std::string& path() const { return path_; }
+
+ private:
+  std::string path_;
+};
+
+}  // namespace kiln::testing
