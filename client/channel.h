@@ -13,11 +13,11 @@
 namespace kiln::client {
 
 struct ChannelOptions {
-  std::string address;            // "host:port"
-  std::string ca_cert_file;       // PEM roots; set to use TLS
-  std::string client_cert_file;   // PEM, for mutual TLS
-  std::string client_key_file;    // PEM, for mutual TLS
-  std::string token;              // bearer token for every call (see PrepareContext)
+  std::string address;           // "host:port"
+  std::string ca_cert_file;      // PEM roots; set to use TLS
+  std::string client_cert_file;  // PEM, for mutual TLS
+  std::string client_key_file;   // PEM, for mutual TLS
+  std::string token;             // bearer token for every call (see PrepareContext)
   int max_message_bytes = 64 << 20;
 };
 

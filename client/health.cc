@@ -1,7 +1,7 @@
 #include "client/health.h"
 
-#include "proto/grpc_status.h"
 #include "grpc/health/v1/health.grpc.pb.h"
+#include "proto/grpc_status.h"
 
 namespace kiln::client {
 
@@ -19,8 +19,8 @@ const char* ServingStatusName(ServingStatus status) {
   return "UNKNOWN";
 }
 
-absl::StatusOr<ServingStatus> CheckHealth(const ChannelOptions& options,
-                                          const std::string& service, absl::Duration timeout) {
+absl::StatusOr<ServingStatus> CheckHealth(const ChannelOptions& options, const std::string& service,
+                                          absl::Duration timeout) {
   absl::StatusOr<std::shared_ptr<grpc::Channel>> channel = CreateChannel(options);
   if (!channel.ok()) return channel.status();
   auto stub = grpc::health::v1::Health::NewStub(*channel);

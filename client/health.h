@@ -17,7 +17,7 @@ const char* ServingStatusName(ServingStatus status);
 
 // The status of `service` (empty: the whole server). UNAVAILABLE when the server cannot be
 // reached within `timeout`.
-absl::StatusOr<ServingStatus> CheckHealth(const ChannelOptions& options,
-                                          const std::string& service, absl::Duration timeout);
+absl::StatusOr<ServingStatus> CheckHealth(const ChannelOptions& options, const std::string& service,
+                                          absl::Duration timeout);
 
 }  // namespace kiln::client

@@ -4,8 +4,8 @@
 
 #include <cstdlib>
 
-#include "absl/strings/string_view.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/string_view.h"
 
 namespace kiln {
 namespace {

@@ -2,9 +2,9 @@
 
 #include <string>
 
-#include "absl/strings/string_view.h"
 #include "absl/strings/cord.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/string_view.h"
 
 namespace kiln {
 

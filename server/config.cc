@@ -33,9 +33,8 @@ absl::Status ValidateHostPort(absl::string_view flag, const std::string& address
   int port_number = -1;
   if (!SplitHostPort(address, &host, &port) || host.empty() ||
       !absl::SimpleAtoi(port, &port_number) || port_number < 0 || port_number > 65535) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("--", flag, ": expected HOST:PORT (e.g. 127.0.0.1:50051), got \"",
-                     address, "\""));
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--", flag, ": expected HOST:PORT (e.g. 127.0.0.1:50051), got \"", address, "\""));
   }
   return absl::OkStatus();
 }
@@ -58,14 +57,23 @@ absl::Status ValidateConfig(const ServerConfig& config) {
       return s;
     }
   }
+  if (config.tls_cert_file.empty() != config.tls_key_file.empty()) {
+    return absl::InvalidArgumentError("--tls-cert and --tls-key go together");
+  }
+  if (!config.tls_client_ca_file.empty() && !config.tls()) {
+    return absl::InvalidArgumentError("--tls-client-ca needs --tls-cert and --tls-key");
+  }
   if (!config.insecure) {
+    // With TLS the gRPC port may face the network; the HTTP endpoint has no TLS of its own.
     for (auto [flag, address] : {std::pair{"listen", &config.listen},
                                  std::pair{"metrics-listen", &config.metrics_listen}}) {
+      if (config.tls() && address == &config.listen) continue;
       if (!address->empty() && !IsLoopbackAddress(*address)) {
         return absl::InvalidArgumentError(
             absl::StrCat("--", flag, " ", *address,
                          " is not a loopback address; without TLS kilnd listens only on "
-                         "loopback (pass --insecure to serve plaintext on it anyway)"));
+                         "loopback (configure --tls-cert/--tls-key, or pass --insecure to serve "
+                         "plaintext on it anyway)"));
       }
     }
   }

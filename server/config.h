@@ -10,13 +10,21 @@
 namespace kiln::server {
 
 struct ServerConfig {
-  std::string listen = "127.0.0.1:50051";          // gRPC address; port 0 picks a free port
-  std::string metrics_listen = "127.0.0.1:9464";   // HTTP for /metrics; empty disables it
-  std::string data_dir = "kiln-data";              // store and lock file
-  bool insecure = false;      // allow a non-loopback listen address without TLS
+  std::string listen = "127.0.0.1:50051";         // gRPC address; port 0 picks a free port
+  std::string metrics_listen = "127.0.0.1:9464";  // HTTP for /metrics; empty disables it
+  std::string data_dir = "kiln-data";             // store and lock file
+  bool insecure = false;                          // allow a non-loopback listen address without TLS
   double drain_seconds = 10;  // grace period on SIGTERM before in-flight work is cancelled
-  int64_t max_message_bytes = 64 << 20;            // largest gRPC message accepted
-  std::string log_level = "info";                  // debug, info, warning, error
+  int64_t max_message_bytes = 64 << 20;  // largest gRPC message accepted
+  std::string log_level = "info";        // debug, info, warning, error
+  // TLS: a PEM certificate chain and key make the gRPC port (and HTTP stays loopback-only
+  // unless --insecure) speak TLS; a client CA additionally requires and verifies client
+  // certificates (mutual TLS).
+  std::string tls_cert_file;
+  std::string tls_key_file;
+  std::string tls_client_ca_file;
+  std::string token_file;  // bearer tokens with roles; empty: no token checks
+  bool tls() const { return !tls_cert_file.empty(); }
 };
 
 // Checks values that flag parsing cannot: address forms, loopback without TLS, ranges.

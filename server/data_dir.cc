@@ -35,9 +35,9 @@ absl::StatusOr<std::unique_ptr<DataDir>> DataDir::Open(const std::string& path) 
     ::close(fd);
     if (err == EWOULDBLOCK) {
       std::string pid = n > 0 ? std::string(absl::StripAsciiWhitespace(owner)) : "unknown";
-      return absl::FailedPreconditionError(
-          absl::StrCat("data directory ", path, " is in use by another kilnd (pid ", pid,
-                       "); stop it or choose another --data-dir"));
+      return absl::FailedPreconditionError(absl::StrCat("data directory ", path,
+                                                        " is in use by another kilnd (pid ", pid,
+                                                        "); stop it or choose another --data-dir"));
     }
     return absl::FailedPreconditionError(
         absl::StrCat("cannot lock ", lock_path, ": ", std::strerror(err)));

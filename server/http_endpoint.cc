@@ -19,22 +19,21 @@ absl::StatusOr<std::unique_ptr<HttpEndpoint>> HttpEndpoint::Start(const std::str
   endpoint->port_ = port == 0 ? endpoint->server_->bind_to_any_port(host)
                               : (endpoint->server_->bind_to_port(host, port) ? port : -1);
   if (endpoint->port_ < 0) {
-    return absl::UnavailableError(absl::StrCat("cannot listen on ", address,
-                                               " for HTTP (address in use or not local)"));
+    return absl::UnavailableError(
+        absl::StrCat("cannot listen on ", address, " for HTTP (address in use or not local)"));
   }
-  endpoint->thread_ = std::thread([server = endpoint->server_.get()] {
-    server->listen_after_bind();
-  });
+  endpoint->thread_ =
+      std::thread([server = endpoint->server_.get()] { server->listen_after_bind(); });
   return endpoint;
 }
 
 void HttpEndpoint::Handle(const std::string& path, Handler handler) {
-  server_->Get(path, [handler = std::move(handler)](const httplib::Request&,
-                                                    httplib::Response& res) {
-    Response r = handler();
-    res.status = r.status;
-    res.set_content(r.body, r.content_type);
-  });
+  server_->Get(path,
+               [handler = std::move(handler)](const httplib::Request&, httplib::Response& res) {
+                 Response r = handler();
+                 res.status = r.status;
+                 res.set_content(r.body, r.content_type);
+               });
 }
 
 void HttpEndpoint::Stop() {

@@ -3,16 +3,21 @@
 #include <grpcpp/ext/proto_server_reflection_plugin.h>
 #include <grpcpp/grpcpp.h>
 #include <grpcpp/health_check_service_interface.h>
+#include <grpcpp/security/server_credentials.h>
 
-#include <atomic>
+#include <fstream>
 #include <mutex>
+#include <sstream>
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
+#include "server/auth.h"
 #include "server/data_dir.h"
 #include "server/http_endpoint.h"
 #include "server/json_log.h"
+#include "server/metrics.h"
+#include "server/rpc_metrics.h"
 #include "server/version.h"
 
 namespace kiln::server {
@@ -20,6 +25,9 @@ namespace kiln::server {
 struct KilnServer::State {
   ServerConfig config;
   std::unique_ptr<DataDir> data_dir;
+  MetricsRegistry metrics;
+  std::unique_ptr<RpcMetrics> rpc_metrics;
+  std::unique_ptr<Authorizer> authorizer;
   std::unique_ptr<grpc::Server> grpc_server;
   std::unique_ptr<HttpEndpoint> http;
   int grpc_port = 0;
@@ -29,15 +37,41 @@ struct KilnServer::State {
 
 namespace {
 
-std::string MetricsText(absl::Time started) {
-  std::string out;
-  absl::StrAppend(&out, "# HELP kiln_build_info Kiln version this server runs.\n",
-                  "# TYPE kiln_build_info gauge\n", "kiln_build_info{version=\"", kKilnVersion,
-                  "\"} 1\n");
-  absl::StrAppend(&out, "# HELP process_start_time_seconds Start time since the epoch.\n",
-                  "# TYPE process_start_time_seconds gauge\n", "process_start_time_seconds ",
-                  absl::ToUnixSeconds(started), "\n");
-  return out;
+absl::StatusOr<std::string> ReadPem(const std::string& path, const char* flag) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) return absl::InvalidArgumentError(absl::StrCat(flag, ": cannot read ", path));
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+absl::StatusOr<std::shared_ptr<grpc::ServerCredentials>> ServerCredentials(
+    const ServerConfig& config) {
+  if (!config.tls()) return grpc::InsecureServerCredentials();
+  absl::StatusOr<std::string> cert = ReadPem(config.tls_cert_file, "--tls-cert");
+  if (!cert.ok()) return cert.status();
+  absl::StatusOr<std::string> key = ReadPem(config.tls_key_file, "--tls-key");
+  if (!key.ok()) return key.status();
+  grpc::SslServerCredentialsOptions options(
+      config.tls_client_ca_file.empty()
+          ? GRPC_SSL_DONT_REQUEST_CLIENT_CERTIFICATE
+          : GRPC_SSL_REQUEST_AND_REQUIRE_CLIENT_CERTIFICATE_AND_VERIFY);
+  options.pem_key_cert_pairs.push_back({*key, *cert});
+  if (!config.tls_client_ca_file.empty()) {
+    absl::StatusOr<std::string> ca = ReadPem(config.tls_client_ca_file, "--tls-client-ca");
+    if (!ca.ok()) return ca.status();
+    options.pem_root_certs = *ca;
+  }
+  return grpc::SslServerCredentials(options);
+}
+
+void AddServerMetrics(MetricsRegistry& metrics, absl::Time started) {
+  metrics.AddGauge("kiln_build_info", "Kiln version this server runs; always 1.", {"version"})
+      .With({kKilnVersion})
+      .Set(1);
+  metrics.AddCallback("kiln_uptime_seconds", "Seconds since kilnd started.",
+                      [started] { return absl::ToDoubleSeconds(absl::Now() - started); });
+  metrics.AddProcessMetrics();
 }
 
 }  // namespace
@@ -58,12 +92,30 @@ absl::StatusOr<std::unique_ptr<KilnServer>> KilnServer::Start(const ServerConfig
   if (!dir.ok()) return dir.status();
   state->data_dir = *std::move(dir);
 
+  if (config.token_file.empty()) {
+    state->authorizer = std::make_unique<Authorizer>();
+  } else {
+    absl::StatusOr<std::unique_ptr<Authorizer>> authorizer =
+        Authorizer::FromFile(config.token_file);
+    if (!authorizer.ok()) return authorizer.status();
+    state->authorizer = *std::move(authorizer);
+  }
+  absl::StatusOr<std::shared_ptr<grpc::ServerCredentials>> credentials = ServerCredentials(config);
+  if (!credentials.ok()) return credentials.status();
+
+  AddServerMetrics(state->metrics, state->started);
+  state->rpc_metrics = std::make_unique<RpcMetrics>(state->metrics);
+
   grpc::EnableDefaultHealthCheckService(true);
   grpc::reflection::InitProtoReflectionServerBuilderPlugin();
   grpc::ServerBuilder builder;
-  builder.AddListeningPort(config.listen, grpc::InsecureServerCredentials(), &state->grpc_port);
+  builder.AddListeningPort(config.listen, *credentials, &state->grpc_port);
   builder.SetMaxReceiveMessageSize(static_cast<int>(config.max_message_bytes));
   builder.SetMaxSendMessageSize(static_cast<int>(config.max_message_bytes));
+  std::vector<std::unique_ptr<grpc::experimental::ServerInterceptorFactoryInterface>> interceptors;
+  interceptors.push_back(state->rpc_metrics->InterceptorFactory());
+  builder.experimental().SetInterceptorCreators(std::move(interceptors));
+
   state->grpc_server = builder.BuildAndStart();
   if (state->grpc_server == nullptr || state->grpc_port == 0) {
     return absl::UnavailableError(
@@ -78,16 +130,21 @@ absl::StatusOr<std::unique_ptr<KilnServer>> KilnServer::Start(const ServerConfig
       return http.status();
     }
     state->http = *std::move(http);
-    const absl::Time started = state->started;
-    state->http->Handle("/metrics", [started] {
+    const MetricsRegistry* metrics = &state->metrics;
+    state->http->Handle("/metrics", [metrics] {
       return HttpEndpoint::Response{200, "text/plain; version=0.0.4; charset=utf-8",
-                                    MetricsText(started)};
+                                    metrics->Render()};
     });
-    state->http->Handle("/healthz", [] { return HttpEndpoint::Response{200, "text/plain", "ok\n"}; });
+    state->http->Handle("/healthz", [] {
+      return HttpEndpoint::Response{200, "text/plain", "ok\n"};
+    });
   }
 
   LogInfo("serving", {{"grpc_port", state->grpc_port},
                       {"listen", config.listen},
+                      {"tls", config.tls()},
+                      {"mtls", !config.tls_client_ca_file.empty()},
+                      {"tokens", state->authorizer->enabled()},
                       {"http_port", state->http ? state->http->port() : 0},
                       {"data_dir", config.data_dir},
                       {"version", kKilnVersion}});

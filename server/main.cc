@@ -80,6 +80,17 @@ int main(int argc, char** argv) {
       ->envname("KILN_LOG_LEVEL")
       ->capture_default_str();
 
+  app.add_option("--tls-cert", config.tls_cert_file, "PEM certificate chain: serve gRPC over TLS")
+      ->envname("KILN_TLS_CERT");
+  app.add_option("--tls-key", config.tls_key_file, "PEM private key for --tls-cert")
+      ->envname("KILN_TLS_KEY");
+  app.add_option("--tls-client-ca", config.tls_client_ca_file,
+                 "PEM CA: require and verify client certificates (mutual TLS)")
+      ->envname("KILN_TLS_CLIENT_CA");
+  app.add_option("--token-file", config.token_file,
+                 "bearer tokens with roles, one `ROLE TOKEN [NAME]` per line")
+      ->envname("KILN_TOKEN_FILE");
+
   try {
     app.parse(argc, argv);
   } catch (const CLI::CallForHelp& e) {

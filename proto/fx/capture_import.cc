@@ -6,11 +6,11 @@
 #include <unordered_set>
 #include <vector>
 
-#include "absl/strings/string_view.h"
 #include "absl/status/status.h"
 #include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/string_view.h"
 #include "nlohmann/json.hpp"
 
 namespace kiln::fx {
@@ -143,8 +143,8 @@ class Importer {
     std::string where;
     if (!node.empty()) absl::StrAppend(&where, "node \"", node, "\"");
     if (!field.empty()) absl::StrAppend(&where, where.empty() ? "" : " ", field);
-    return absl::InvalidArgumentError(
-        where.empty() ? std::string(what) : absl::StrCat(where, ": ", what));
+    return absl::InvalidArgumentError(where.empty() ? std::string(what)
+                                                    : absl::StrCat(where, ": ", what));
   }
 
   static std::string NameOr(const Json& n, size_t i) {
@@ -157,9 +157,9 @@ class Importer {
 
   absl::Status ReadInfo(const Json& doc) {
     v1::GraphInfo* info = graph_.mutable_info();
-    for (auto [key, field] : {std::pair{"model", info->mutable_model()},
-                              std::pair{"kind", info->mutable_kind()},
-                              std::pair{"code", info->mutable_source()}}) {
+    for (auto [key, field] :
+         {std::pair{"model", info->mutable_model()}, std::pair{"kind", info->mutable_kind()},
+          std::pair{"code", info->mutable_source()}}) {
       auto it = doc.find(key);
       if (it == doc.end() || it->is_null()) continue;
       if (!it->is_string()) return Error("", key, "must be a string");
@@ -246,8 +246,8 @@ class Importer {
     if (meta != n.end() && meta->is_array()) {
       node->set_multi_output(true);
       for (size_t i = 0; i < meta->size(); ++i) {
-        if (absl::Status s = ReadValueMeta(name, absl::StrCat("meta[", i, "]"), (*meta)[i],
-                                           node->add_outputs());
+        if (absl::Status s =
+                ReadValueMeta(name, absl::StrCat("meta[", i, "]"), (*meta)[i], node->add_outputs());
             !s.ok()) {
           return s;
         }
@@ -311,19 +311,18 @@ class Importer {
     }
     if (stride->size() != shape->size()) {
       return Error(name, field + ".stride",
-                   absl::StrCat("has ", stride->size(), " entries but shape has ",
-                                shape->size()));
+                   absl::StrCat("has ", stride->size(), " entries but shape has ", shape->size()));
     }
     for (size_t i = 0; i < shape->size(); ++i) {
-      if (absl::Status s = ReadSymInt(name, absl::StrCat(field, ".shape[", i, "]"), (*shape)[i],
-                                      t->add_sizes());
+      if (absl::Status s =
+              ReadSymInt(name, absl::StrCat(field, ".shape[", i, "]"), (*shape)[i], t->add_sizes());
           !s.ok()) {
         return s;
       }
     }
     for (size_t i = 0; i < stride->size(); ++i) {
-      if (absl::Status s = ReadSymInt(name, absl::StrCat(field, ".stride[", i, "]"),
-                                      (*stride)[i], t->add_strides());
+      if (absl::Status s = ReadSymInt(name, absl::StrCat(field, ".stride[", i, "]"), (*stride)[i],
+                                      t->add_strides());
           !s.ok()) {
         return s;
       }
@@ -373,8 +372,9 @@ class Importer {
       NoteSymbols(out->expr());
       return absl::OkStatus();
     }
-    return Error(name, field, absl::StrCat("expected an integer or {\"sym\": EXPR}, got ",
-                                           v.dump().substr(0, 80)));
+    return Error(
+        name, field,
+        absl::StrCat("expected an integer or {\"sym\": EXPR}, got ", v.dump().substr(0, 80)));
   }
 
   absl::Status ReadSymScalar(const std::string& name, const std::string& field, const Json& v,
@@ -428,12 +428,12 @@ class Importer {
     }
   }
 
-  absl::Status ReadTaggedArgument(const std::string& name, const std::string& field,
-                                  const Json& v, v1::Argument* out) {
+  absl::Status ReadTaggedArgument(const std::string& name, const std::string& field, const Json& v,
+                                  v1::Argument* out) {
     if (v.size() != 1) {
-      return Error(name, field,
-                   absl::StrCat("expected {\"node\"|\"const\"|\"sym\": ...}, got ",
-                                v.dump().substr(0, 80)));
+      return Error(
+          name, field,
+          absl::StrCat("expected {\"node\"|\"const\"|\"sym\": ...}, got ", v.dump().substr(0, 80)));
     }
     const auto entry = v.begin();
     const std::string& tag = entry.key();
@@ -455,8 +455,8 @@ class Importer {
         out->set_dtype(d);
       } else if (int l = LookUp(std::begin(kLayoutNames), std::end(kLayoutNames), text)) {
         out->set_layout(static_cast<v1::Layout>(l));
-      } else if (int f = LookUp(std::begin(kMemoryFormatNames), std::end(kMemoryFormatNames),
-                                text)) {
+      } else if (int f =
+                     LookUp(std::begin(kMemoryFormatNames), std::end(kMemoryFormatNames), text)) {
         out->set_memory_format(static_cast<v1::MemoryFormat>(f));
       } else if (!ParseDevice(text, out->mutable_device())) {
         return Error(name, field,

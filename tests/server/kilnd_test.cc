@@ -53,8 +53,8 @@ TEST(KilndTest, CliHealthReportsServing) {
 }
 
 TEST(KilndTest, CliHealthFailsWhenNothingListens) {
-  absl::StatusOr<testing::RunResult> r = testing::Run(
-      {testing::KilnCliPath(), "health", "--server", "127.0.0.1:1", "--timeout", "1"});
+  absl::StatusOr<testing::RunResult> r =
+      testing::Run({testing::KilnCliPath(), "health", "--server", "127.0.0.1:1", "--timeout", "1"});
   ASSERT_TRUE(r.ok()) << r.status();
   EXPECT_EQ(r->exit_code, 1);
   EXPECT_NE(r->err.find("cannot reach 127.0.0.1:1"), std::string::npos) << r->err;
@@ -70,9 +70,9 @@ TEST(KilndTest, SecondServerOnSameDataDirIsRefused) {
       absl::Seconds(20));
   ASSERT_TRUE(second.ok()) << second.status();
   EXPECT_EQ(second->exit_code, 1);
-  EXPECT_NE(second->err.find("is in use by another kilnd (pid " +
-                             std::to_string(first->process().pid())),
-            std::string::npos)
+  EXPECT_NE(
+      second->err.find("is in use by another kilnd (pid " + std::to_string(first->process().pid())),
+      std::string::npos)
       << second->err;
   // The first server is unaffected.
   absl::StatusOr<client::ServingStatus> status =
@@ -83,11 +83,8 @@ TEST(KilndTest, SecondServerOnSameDataDirIsRefused) {
 
 TEST(KilndTest, BadFlagsExitWithUsageError) {
   const std::vector<std::vector<std::string>> cases = {
-      {"--no-such-flag"},
-      {"--listen", "nonsense"},
-      {"--listen", "10.1.2.3:5000"},
-      {"--drain-seconds", "soon"},
-      {"--log-level", "loud"},
+      {"--no-such-flag"},          {"--listen", "nonsense"}, {"--listen", "10.1.2.3:5000"},
+      {"--drain-seconds", "soon"}, {"--log-level", "loud"},
   };
   for (const auto& flags : cases) {
     std::vector<std::string> argv = {testing::KilndPath()};

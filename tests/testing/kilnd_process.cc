@@ -9,13 +9,13 @@ namespace kiln::testing {
 
 absl::StatusOr<KilndProcess> KilndProcess::Start(const std::string& data_dir,
                                                  const std::vector<std::string>& extra_flags) {
-  std::vector<std::string> argv = {KilndPath(),          "--listen",   "127.0.0.1:0",
-                                   "--metrics-listen",   "127.0.0.1:0", "--data-dir",
-                                   data_dir};
+  std::vector<std::string> argv = {KilndPath(),   "--listen",   "127.0.0.1:0", "--metrics-listen",
+                                   "127.0.0.1:0", "--data-dir", data_dir};
   argv.insert(argv.end(), extra_flags.begin(), extra_flags.end());
   absl::StatusOr<Subprocess> p = Subprocess::Start(argv);
   if (!p.ok()) return p.status();
-  std::optional<std::string> line = p->WaitForStderrLine("\"event\":\"serving\"", absl::Seconds(30));
+  std::optional<std::string> line =
+      p->WaitForStderrLine("\"event\":\"serving\"", absl::Seconds(30));
   if (!line.has_value()) {
     p->Wait(absl::Seconds(2));
     return absl::UnavailableError(absl::StrCat("kilnd did not start: ", p->Stderr()));

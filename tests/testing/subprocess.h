@@ -30,8 +30,7 @@ class Subprocess {
   std::optional<int> Wait(absl::Duration timeout);
 
   // Reads stderr until a line contains `needle`; returns that line (nullopt on timeout/EOF).
-  std::optional<std::string> WaitForStderrLine(const std::string& needle,
-                                               absl::Duration timeout);
+  std::optional<std::string> WaitForStderrLine(const std::string& needle, absl::Duration timeout);
 
   // Everything read from stderr so far, plus what is left once the child has exited.
   std::string Stderr();

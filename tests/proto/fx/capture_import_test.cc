@@ -45,7 +45,8 @@ void ExpectValueMeta(const Json& j, const v1::ValueMeta& m, const std::string& w
   ASSERT_EQ(static_cast<size_t>(t.sizes_size()), j["shape"].size()) << where;
   ASSERT_EQ(static_cast<size_t>(t.strides_size()), j["stride"].size()) << where;
   for (size_t i = 0; i < j["shape"].size(); ++i) {
-    ExpectSymInt(j["shape"][i], t.sizes(static_cast<int>(i)), absl::StrCat(where, ".shape[", i, "]"));
+    ExpectSymInt(j["shape"][i], t.sizes(static_cast<int>(i)),
+                 absl::StrCat(where, ".shape[", i, "]"));
     ExpectSymInt(j["stride"][i], t.strides(static_cast<int>(i)),
                  absl::StrCat(where, ".stride[", i, "]"));
   }

@@ -1,0 +1,110 @@
+// Tokens with roles, TLS and mutual TLS, with certificates made by the test.
+
+#include "server/auth.h"
+
+#include <gtest/gtest.h>
+
+#include "client/health.h"
+#include "tests/testing/certs.h"
+#include "tests/testing/kilnd_process.h"
+#include "tests/testing/test_env.h"
+
+namespace kiln {
+namespace {
+
+using ::kiln::testing::KilndProcess;
+using ::kiln::testing::TempDir;
+
+TEST(AuthorizerTest, ParsesTokenFile) {
+  auto a = server::Authorizer::FromText(
+      "# tokens\n"
+      "read    rrrrrrrrrrrrrrrrrrrr  dashboards\n"
+      "compile cccccccccccccccccccc\n"
+      "admin   aaaaaaaaaaaaaaaaaaaa oncall  # the on-call engineer\n");
+  ASSERT_TRUE(a.ok()) << a.status();
+  EXPECT_TRUE((*a)->enabled());
+}
+
+TEST(AuthorizerTest, BadLinesAreNamed) {
+  struct Case {
+    const char* text;
+    const char* expected;
+  };
+  const Case cases[] = {
+      {"reader rrrrrrrrrrrrrrrrrrrr\n", "line 1: expected `ROLE TOKEN [NAME]`"},
+      {"read short\n", "line 1: token shorter than 16 characters"},
+      {"\nread rrrrrrrrrrrrrrrrrrrr\nadmin rrrrrrrrrrrrrrrrrrrr\n", "line 3: duplicate token"},
+      {"# nothing\n", "the token file holds no tokens"},
+  };
+  for (const Case& c : cases) {
+    auto a = server::Authorizer::FromText(c.text);
+    ASSERT_FALSE(a.ok()) << c.text;
+    EXPECT_EQ(a.status().code(), absl::StatusCode::kInvalidArgument);
+    EXPECT_NE(a.status().message().find(c.expected), std::string::npos) << a.status();
+  }
+}
+
+class TlsTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    absl::StatusOr<testing::TestPki> pki = testing::MakeTestPki(dir_.path());
+    ASSERT_TRUE(pki.ok()) << pki.status();
+    pki_ = *pki;
+  }
+  client::ChannelOptions Tls(const KilndProcess& k) const {
+    client::ChannelOptions o;
+    o.address = k.address();
+    o.ca_cert_file = pki_.ca_cert;
+    return o;
+  }
+  absl::StatusOr<client::ServingStatus> Health(const client::ChannelOptions& o) {
+    return client::CheckHealth(o, "", absl::Seconds(3));
+  }
+
+  TempDir dir_;
+  testing::TestPki pki_;
+};
+
+TEST_F(TlsTest, ServerTls) {
+  absl::StatusOr<KilndProcess> kilnd = KilndProcess::Start(
+      dir_.path() + "/data", {"--tls-cert", pki_.server_cert, "--tls-key", pki_.server_key});
+  ASSERT_TRUE(kilnd.ok()) << kilnd.status();
+  auto ok = Health(Tls(*kilnd));
+  ASSERT_TRUE(ok.ok()) << ok.status();
+  EXPECT_EQ(*ok, client::ServingStatus::kServing);
+
+  client::ChannelOptions plaintext;
+  plaintext.address = kilnd->address();
+  EXPECT_FALSE(Health(plaintext).ok());
+
+  client::ChannelOptions wrong_ca = Tls(*kilnd);
+  wrong_ca.ca_cert_file = pki_.other_ca_cert;
+  EXPECT_FALSE(Health(wrong_ca).ok());
+}
+
+TEST_F(TlsTest, MutualTlsRequiresAClientCertificate) {
+  absl::StatusOr<KilndProcess> kilnd = KilndProcess::Start(
+      dir_.path() + "/data", {"--tls-cert", pki_.server_cert, "--tls-key", pki_.server_key,
+                              "--tls-client-ca", pki_.ca_cert});
+  ASSERT_TRUE(kilnd.ok()) << kilnd.status();
+  EXPECT_FALSE(Health(Tls(*kilnd)).ok()) << "a client without a certificate got through";
+
+  client::ChannelOptions mtls = Tls(*kilnd);
+  mtls.client_cert_file = pki_.client_cert;
+  mtls.client_key_file = pki_.client_key;
+  auto ok = Health(mtls);
+  ASSERT_TRUE(ok.ok()) << ok.status();
+  EXPECT_EQ(*ok, client::ServingStatus::kServing);
+}
+
+TEST_F(TlsTest, TlsAllowsNonLoopbackListenAndUnreadableKeyIsReported) {
+  absl::StatusOr<testing::RunResult> r = testing::Run(
+      {testing::KilndPath(), "--listen", "0.0.0.0:0", "--metrics-listen", "", "--data-dir",
+       dir_.path() + "/d2", "--tls-cert", pki_.server_cert, "--tls-key", dir_.path() + "/nope"});
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(r->exit_code, 1);
+  EXPECT_NE(r->err.find("--tls-key: cannot read"), std::string::npos) << r->err;
+}
+
+}  // namespace
+}  // namespace kiln
