@@ -122,7 +122,7 @@ MetricsRegistry::Entry& MetricsRegistry::Add(const std::string& name, const std:
   entry->name = name;
   entry->help = help;
   entry->type = type;
-  absl::MutexLock lock(&mu_);
+  MutexLock lock(&mu_);
   entries_.push_back(std::move(entry));
   return *entries_.back();
 }
@@ -198,7 +198,7 @@ void MetricsRegistry::AddProcessMetrics() {
 
 std::string MetricsRegistry::Render() const {
   std::string out;
-  absl::MutexLock lock(&mu_);
+  MutexLock lock(&mu_);
   for (const auto& e : entries_) {
     absl::StrAppend(&out, "# HELP ", e->name, " ", e->help, "\n# TYPE ", e->name, " ", e->type,
                     "\n");

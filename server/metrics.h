@@ -13,7 +13,7 @@
 #include <memory>
 #include <string>
 #include <vector>
-#include "absl/synchronization/mutex.h"
+#include "proto/sync.h"
 
 #include "absl/base/thread_annotations.h"
 #include "absl/strings/string_view.h"
@@ -76,7 +76,7 @@ class Family {
 
   // The child for `values` (created on first use). The reference stays valid.
   T& With(const LabelValues& values) {
-    absl::MutexLock lock(&mu_);
+    MutexLock lock(&mu_);
     auto& slot = children_[values];
     if (slot == nullptr) slot = make_();
     return *slot;
@@ -87,14 +87,14 @@ class Family {
   // Calls `fn(values, child)` for every child, in label order.
   template <typename Fn>
   void ForEach(Fn fn) const {
-    absl::MutexLock lock(&mu_);
+    MutexLock lock(&mu_);
     for (const auto& [values, child] : children_) fn(values, *child);
   }
 
  private:
   std::vector<std::string> label_names_;
   std::function<std::unique_ptr<T>()> make_;
-  mutable absl::Mutex mu_;
+  mutable Mutex mu_;
   std::map<LabelValues, std::unique_ptr<T>> children_ ABSL_GUARDED_BY(mu_);
 };
 
@@ -132,7 +132,7 @@ class MetricsRegistry {
   };
   Entry& Add(const std::string& name, const std::string& help, const std::string& type);
 
-  mutable absl::Mutex mu_;
+  mutable Mutex mu_;
   std::vector<std::unique_ptr<Entry>> entries_ ABSL_GUARDED_BY(mu_);
 };
 
