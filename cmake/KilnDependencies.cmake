@@ -15,8 +15,13 @@ find_program(KILN_GRPC_CPP_PLUGIN grpc_cpp_plugin REQUIRED)
 find_program(KILN_GRPC_PYTHON_PLUGIN grpc_python_plugin)
 
 find_path(KILN_HTTPLIB_INCLUDE httplib.h REQUIRED)
-# Debian builds cpp-httplib as a shared library (with OpenSSL and zlib support).
+# Debian builds cpp-httplib as a shared library; its header must see the same switches.
 find_library(KILN_HTTPLIB_LIBRARY cpp-httplib REQUIRED)
+add_library(kiln_httplib INTERFACE)
+target_include_directories(kiln_httplib SYSTEM INTERFACE ${KILN_HTTPLIB_INCLUDE})
+target_link_libraries(kiln_httplib INTERFACE ${KILN_HTTPLIB_LIBRARY})
+target_compile_definitions(kiln_httplib INTERFACE CPPHTTPLIB_OPENSSL_SUPPORT
+  CPPHTTPLIB_ZLIB_SUPPORT CPPHTTPLIB_BROTLI_SUPPORT)
 
 # The CUDA toolkit (not a Debian package) supplies nvJitLink and libdevice for sm_90.
 set(KILN_CUDA_HOME "$ENV{CUDA_HOME}")

@@ -77,6 +77,14 @@ absl::Status ValidateConfig(const ServerConfig& config) {
       }
     }
   }
+  if (!config.otlp_url.empty() && !absl::StartsWith(config.otlp_url, "http://") &&
+      !absl::StartsWith(config.otlp_url, "https://")) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--otlp-url: expected http://HOST:PORT/v1/traces, got \"", config.otlp_url, "\""));
+  }
+  if (config.trace_capacity < 0 || config.trace_capacity > 100000) {
+    return absl::InvalidArgumentError("--trace-capacity must be between 0 and 100000");
+  }
   if (config.data_dir.empty()) return absl::InvalidArgumentError("--data-dir must not be empty");
   if (!(config.drain_seconds >= 0)) {
     return absl::InvalidArgumentError("--drain-seconds must be a non-negative number");

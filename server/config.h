@@ -23,7 +23,9 @@ struct ServerConfig {
   std::string tls_cert_file;
   std::string tls_key_file;
   std::string tls_client_ca_file;
-  std::string token_file;  // bearer tokens with roles; empty: no token checks
+  std::string token_file;    // bearer tokens with roles; empty: no token checks
+  std::string otlp_url;      // "http://host:port/v1/traces": export traces as OTLP/JSON
+  int trace_capacity = 256;  // recent traces kept for /debug/traces
   bool tls() const { return !tls_cert_file.empty(); }
 };
 

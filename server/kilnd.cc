@@ -18,6 +18,7 @@
 #include "server/json_log.h"
 #include "server/metrics.h"
 #include "server/rpc_metrics.h"
+#include "server/trace.h"
 #include "server/version.h"
 
 namespace kiln::server {
@@ -28,6 +29,7 @@ struct KilnServer::State {
   MetricsRegistry metrics;
   std::unique_ptr<RpcMetrics> rpc_metrics;
   std::unique_ptr<Authorizer> authorizer;
+  std::unique_ptr<TraceStore> traces;
   std::unique_ptr<grpc::Server> grpc_server;
   std::unique_ptr<HttpEndpoint> http;
   int grpc_port = 0;
@@ -103,7 +105,18 @@ absl::StatusOr<std::unique_ptr<KilnServer>> KilnServer::Start(const ServerConfig
   absl::StatusOr<std::shared_ptr<grpc::ServerCredentials>> credentials = ServerCredentials(config);
   if (!credentials.ok()) return credentials.status();
 
+  state->traces =
+      std::make_unique<TraceStore>(static_cast<size_t>(config.trace_capacity), config.otlp_url);
   AddServerMetrics(state->metrics, state->started);
+  {
+    const TraceStore* traces = state->traces.get();
+    state->metrics.AddCallback(
+        "kiln_traces_exported_total", "Traces the OTLP collector accepted.",
+        [traces] { return static_cast<double>(traces->exported()); }, /*is_counter=*/true);
+    state->metrics.AddCallback(
+        "kiln_trace_export_failures_total", "Trace batches the OTLP collector did not accept.",
+        [traces] { return static_cast<double>(traces->export_failures()); }, /*is_counter=*/true);
+  }
   state->rpc_metrics = std::make_unique<RpcMetrics>(state->metrics);
 
   grpc::EnableDefaultHealthCheckService(true);
@@ -134,6 +147,10 @@ absl::StatusOr<std::unique_ptr<KilnServer>> KilnServer::Start(const ServerConfig
     state->http->Handle("/metrics", [metrics] {
       return HttpEndpoint::Response{200, "text/plain; version=0.0.4; charset=utf-8",
                                     metrics->Render()};
+    });
+    const TraceStore* traces = state->traces.get();
+    state->http->Handle("/debug/traces", [traces] {
+      return HttpEndpoint::Response{200, "application/json", traces->ChromeTraceJson().dump()};
     });
     state->http->Handle("/healthz", [] {
       return HttpEndpoint::Response{200, "text/plain", "ok\n"};

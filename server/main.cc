@@ -91,6 +91,13 @@ int main(int argc, char** argv) {
                  "bearer tokens with roles, one `ROLE TOKEN [NAME]` per line")
       ->envname("KILN_TOKEN_FILE");
 
+  app.add_option("--otlp-url", config.otlp_url,
+                 "export traces as OTLP/JSON to this collector URL (http://HOST:PORT/v1/traces)")
+      ->envname("KILN_OTLP_URL");
+  app.add_option("--trace-capacity", config.trace_capacity, "recent traces kept for /debug/traces")
+      ->envname("KILN_TRACE_CAPACITY")
+      ->capture_default_str();
+
   try {
     app.parse(argc, argv);
   } catch (const CLI::CallForHelp& e) {
