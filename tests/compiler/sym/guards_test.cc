@@ -173,7 +173,8 @@ TEST(SymGuardsTest, ParseErrorsNameTheField) {
   absl::StatusOr<CompiledGuards> bad_python = CompiledGuards::Compile(python);
   ASSERT_FALSE(bad_python.ok());
   EXPECT_THAT(bad_python.status().message(), HasSubstr("guards.python_expr"));
-  EXPECT_THAT(bad_python.status().message(), HasSubstr("position 10: no token starts with this character: '='"));
+  EXPECT_THAT(bad_python.status().message(),
+              HasSubstr("position 10: no token starts with this character: '='"));
 }
 
 TEST(SymGuardsTest, RangesWithFloatAndInfiniteBounds) {
