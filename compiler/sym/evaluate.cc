@@ -55,8 +55,6 @@ absl::Status DivisionByZero(absl::string_view op, const Num& a, const Num& b) {
                    FormatValue(b.is_int ? Value(b.i) : Value(b.f))));
 }
 
-enum class Order { kLess, kEqual, kGreater, kUnordered };
-
 // Python compares ints and floats exactly, not by rounding the int to a double.
 Order Compare(const Num& a, const Num& b) {
   if (a.is_int && b.is_int) {
@@ -498,6 +496,8 @@ const char* TypeName(const Value& v) {
 }
 
 }  // namespace
+
+Order CompareValues(const Value& a, const Value& b) { return Compare(ToNum(a), ToNum(b)); }
 
 absl::StatusOr<Value> Evaluate(const Expr& expr, const Bindings& bindings) {
   return Evaluator(expr, bindings).Run();

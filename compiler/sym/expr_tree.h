@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "absl/strings/string_view.h"
+#include "compiler/sym/expr.h"
 
 namespace kiln::sym {
 
@@ -90,6 +91,11 @@ struct FunctionInfo {
   int max_args;
 };
 const FunctionInfo& InfoOf(Function f);
+
+// How two values compare as Python compares numbers: ints and floats exactly, bools as 0
+// and 1; anything against nan is unordered.
+enum class Order { kLess, kEqual, kGreater, kUnordered };
+Order CompareValues(const Value& a, const Value& b);
 
 class Expr {
  public:

@@ -7,6 +7,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "compiler/sym/expr_tree.h"
 
 namespace kiln::sym {
 namespace {
@@ -128,35 +129,30 @@ GuardCheck CompiledGuards::Check(const Bindings& bindings) const {
 
 GuardCheck CheckSymbolRanges(const v1::Graph& graph, const Bindings& bindings) {
   GuardCheck result;
-  auto literal = [](const v1::Bound& b) -> absl::StatusOr<ExprPtr> {
-    return Parse(b.kind_case() == v1::Bound::kIntValue ? absl::StrCat(b.int_value())
-                                                       : FormatValue(Value(b.float_value())));
-  };
   for (int i = 0; i < graph.symbols_size(); ++i) {
     const v1::Symbol& s = graph.symbols(i);
     auto it = bindings.symbols.find(s.name());
     if (it == bindings.symbols.end()) continue;
-    // The check reuses the expression evaluator so that int/float comparisons are exact.
     for (const bool lower : {true, false}) {
       const v1::Bound& bound = lower ? s.lower() : s.upper();
-      if (bound.kind_case() != v1::Bound::kIntValue &&
-          bound.kind_case() != v1::Bound::kFloatValue) {
-        continue;
+      Value limit;
+      if (bound.kind_case() == v1::Bound::kIntValue) {
+        limit = Value(bound.int_value());
+      } else if (bound.kind_case() == v1::Bound::kFloatValue) {
+        limit = Value(bound.float_value());
+      } else {
+        continue;  // infinite or absent: no limit
       }
-      absl::StatusOr<ExprPtr> limit = literal(bound);
-      if (!limit.ok()) continue;
-      const std::string text = absl::StrCat(s.name(), lower ? " >= " : " <= ", Print(**limit));
-      absl::StatusOr<ExprPtr> check = Parse(text);
-      if (!check.ok()) continue;
-      absl::StatusOr<bool> holds = EvaluateBool(**check, bindings);
-      if (holds.ok() && *holds) continue;
+      const Order o = CompareValues(it->second, limit);
+      if (o == Order::kEqual || o == (lower ? Order::kGreater : Order::kLess)) continue;
       result.holds = false;
       result.field = absl::StrCat("symbols[", i, "].", lower ? "lower" : "upper");
-      result.guard = text;
-      result.message =
-          absl::StrCat("symbol ", s.name(), "=", FormatValue(it->second), " is ",
-                       lower ? "below its lower" : "above its upper", " bound ", Print(**limit));
-      if (!holds.ok()) result.error = holds.status();
+      result.guard = absl::StrCat(s.name(), lower ? " >= " : " <= ", FormatValue(limit));
+      result.message = absl::StrCat("symbol ", s.name(), "=", FormatValue(it->second), " is ",
+                                    o == Order::kUnordered ? "not comparable with its"
+                                    : lower                ? "below its lower"
+                                                           : "above its upper",
+                                    " bound ", FormatValue(limit));
       return result;
     }
   }
