@@ -1,0 +1,40 @@
+#pragma once
+
+// The compiler's entry point: a validated graph and its options in, a CompiledGraph out.
+// Phases run in order (decompose, lower, fuse, plan, codegen, cudagraph analysis) and each
+// is a function of the previous phase's output, so the same graph and options always give
+// the same bytes. Between phases the compile checks `cancel` and stops with CANCELLED.
+// Thread-safe: independent compiles may run concurrently.
+
+#include <atomic>
+#include <cstdint>
+#include <functional>
+#include <string>
+
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+#include "absl/time/time.h"
+#include "compiler/graph/graph.h"
+#include "kiln/v1/artifact.pb.h"
+#include "kiln/v1/compile.pb.h"
+
+namespace kiln::compiler {
+
+struct CompileContext {
+  // Raised by the caller when nobody wants the result any more.
+  const std::atomic<bool>* cancel = nullptr;
+  // Told about each phase as it finishes (name, start, end): for traces and metrics.
+  std::function<void(absl::string_view phase, absl::Time start, absl::Time end)> on_phase;
+};
+
+// Compiles `graph` for `options.target()` ("x86_64" or "cuda:sm_90"). `compile_key` is
+// recorded in the result. An op without a lowering becomes a fallback step, so every valid
+// graph compiles; errors are INVALID_ARGUMENT (bad options), FAILED_PRECONDITION
+// (require_cudagraph and the plan is not capturable, with the reasons), CANCELLED, or
+// INTERNAL naming the phase.
+absl::StatusOr<v1::CompiledGraph> Compile(const graph::Graph& graph,
+                                          const v1::CompileOptions& options,
+                                          const std::string& compile_key,
+                                          const CompileContext& context = {});
+
+}  // namespace kiln::compiler
