@@ -10,6 +10,7 @@
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
+#include "server/admin_service.h"
 #include "server/data_dir.h"
 #include "server/http_endpoint.h"
 #include "server/json_log.h"
@@ -20,6 +21,7 @@ namespace kiln::server {
 struct KilnServer::State {
   ServerConfig config;
   std::unique_ptr<DataDir> data_dir;
+  AdminService admin;  // kiln.v1.Admin: Explain; outlives grpc_server (declared first)
   std::unique_ptr<grpc::Server> grpc_server;
   std::unique_ptr<HttpEndpoint> http;
   int grpc_port = 0;
@@ -64,6 +66,8 @@ absl::StatusOr<std::unique_ptr<KilnServer>> KilnServer::Start(const ServerConfig
   builder.AddListeningPort(config.listen, grpc::InsecureServerCredentials(), &state->grpc_port);
   builder.SetMaxReceiveMessageSize(static_cast<int>(config.max_message_bytes));
   builder.SetMaxSendMessageSize(static_cast<int>(config.max_message_bytes));
+  // Kiln's services.
+  builder.RegisterService(&state->admin);
   state->grpc_server = builder.BuildAndStart();
   if (state->grpc_server == nullptr || state->grpc_port == 0) {
     return absl::UnavailableError(
@@ -83,7 +87,9 @@ absl::StatusOr<std::unique_ptr<KilnServer>> KilnServer::Start(const ServerConfig
       return HttpEndpoint::Response{200, "text/plain; version=0.0.4; charset=utf-8",
                                     MetricsText(started)};
     });
-    state->http->Handle("/healthz", [] { return HttpEndpoint::Response{200, "text/plain", "ok\n"}; });
+    state->http->Handle("/healthz", [] {
+      return HttpEndpoint::Response{200, "text/plain", "ok\n"};
+    });
   }
 
   LogInfo("serving", {{"grpc_port", state->grpc_port},
