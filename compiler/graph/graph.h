@@ -157,6 +157,7 @@ struct Arg {
   };
   Arg() {}
 };
+static_assert(sizeof(Arg) == 24, "arguments stay compact: the pool is scanned by every phase");
 
 enum class NodeKind : uint8_t { kInput, kCall };
 
