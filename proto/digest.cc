@@ -10,9 +10,19 @@
 namespace kiln {
 namespace {
 
+// Fetched once: EVP_sha256() makes OpenSSL 3 look the algorithm up on every use, which
+// costs more than hashing the few hundred bytes of a compile key's node encodings.
+const EVP_MD* Sha256Md() {
+  static const EVP_MD* md = [] {
+    const EVP_MD* fetched = EVP_MD_fetch(nullptr, "SHA256", nullptr);
+    return fetched != nullptr ? fetched : EVP_sha256();
+  }();
+  return md;
+}
+
 EVP_MD_CTX* NewSha256Context() {
   EVP_MD_CTX* ctx = EVP_MD_CTX_new();
-  if (ctx == nullptr || EVP_DigestInit_ex(ctx, EVP_sha256(), nullptr) != 1) std::abort();
+  if (ctx == nullptr || EVP_DigestInit_ex(ctx, Sha256Md(), nullptr) != 1) std::abort();
   return ctx;
 }
 
@@ -41,7 +51,7 @@ std::string Sha256Hasher::FinishHex() {
 Sha256Bytes Sha256(absl::string_view bytes) {
   Sha256Bytes out{};
   unsigned int len = 0;
-  EVP_Digest(bytes.data(), bytes.size(), out.data(), &len, EVP_sha256(), nullptr);
+  EVP_Digest(bytes.data(), bytes.size(), out.data(), &len, Sha256Md(), nullptr);
   return out;
 }
 

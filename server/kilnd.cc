@@ -12,6 +12,7 @@
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
+#include "server/admin_service.h"
 #include "server/auth.h"
 #include "server/data_dir.h"
 #include "server/http_endpoint.h"
@@ -26,6 +27,7 @@ namespace kiln::server {
 struct KilnServer::State {
   ServerConfig config;
   std::unique_ptr<DataDir> data_dir;
+  AdminService admin;  // kiln.v1.Admin: Explain; outlives grpc_server (declared first)
   MetricsRegistry metrics;
   std::unique_ptr<RpcMetrics> rpc_metrics;
   std::unique_ptr<Authorizer> authorizer;
@@ -129,6 +131,8 @@ absl::StatusOr<std::unique_ptr<KilnServer>> KilnServer::Start(const ServerConfig
   interceptors.push_back(state->rpc_metrics->InterceptorFactory());
   builder.experimental().SetInterceptorCreators(std::move(interceptors));
 
+  // Kiln's services.
+  builder.RegisterService(&state->admin);
   state->grpc_server = builder.BuildAndStart();
   if (state->grpc_server == nullptr || state->grpc_port == 0) {
     return absl::UnavailableError(

@@ -6,12 +6,17 @@
 #include <fstream>
 #include <sstream>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "CLI/CLI.hpp"
+#include "absl/strings/ascii.h"
 #include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
 #include "absl/time/time.h"
 #include "client/channel.h"
 #include "client/health.h"
+#include "kiln/v1/admin.grpc.pb.h"
 #include "proto/fx/capture_import.h"
 
 namespace {
@@ -97,6 +102,91 @@ int RunImportFx(const std::string& input, const std::string& output, std::string
   return 0;
 }
 
+struct ExplainOptions {
+  std::string a;
+  std::string b;
+  std::string target = "cuda:sm_90";
+  std::string precision = "strict";
+  bool require_cudagraph = false;
+  std::vector<std::string> backend_options;  // "NAME=VALUE"
+  double timeout_seconds = 60;
+};
+
+bool IsCompileKey(const std::string& text) {
+  if (text.size() != 64) return false;
+  for (char c : text) {
+    if (!absl::ascii_isdigit(static_cast<unsigned char>(c)) && (c < 'a' || c > 'f')) return false;
+  }
+  return true;
+}
+
+// A graph file: kiln.v1.Graph as binary or protobuf JSON, or an FX capture JSON file.
+absl::StatusOr<kiln::v1::Graph> LoadGraph(const std::string& path) {
+  std::string bytes;
+  if (!ReadWholeFile(path, &bytes)) return absl::NotFoundError("cannot read " + path);
+  const size_t first = bytes.find_first_not_of(" \t\r\n");
+  kiln::v1::Graph graph;
+  if (first != std::string::npos && bytes[first] == '{') {
+    auto status = google::protobuf::util::JsonStringToMessage(bytes, &graph);
+    if (status.ok()) return graph;
+    absl::StatusOr<kiln::v1::Graph> fx = kiln::fx::ImportCapture(bytes);
+    if (fx.ok()) return fx;
+    return absl::InvalidArgumentError(
+        absl::StrCat(path, ": neither a kiln.v1.Graph in JSON (", status.message().as_string(),
+                     ") nor an FX capture (", fx.status().message(), ")"));
+  }
+  if (!graph.ParseFromString(bytes)) {
+    return absl::InvalidArgumentError(path + ": not a binary kiln.v1.Graph");
+  }
+  return graph;
+}
+
+int RunExplain(GlobalOptions& global, const ExplainOptions& o) {
+  if (absl::Status s = LoadToken(global); !s.ok()) return Fail(std::string(s.message()));
+  kiln::v1::CompileOptions options;
+  options.set_target(o.target);
+  options.set_require_cudagraph(o.require_cudagraph);
+  kiln::v1::PrecisionPolicy precision;
+  if (!kiln::v1::PrecisionPolicy_Parse("PRECISION_POLICY_" + absl::AsciiStrToUpper(o.precision),
+                                       &precision)) {
+    return Fail("unknown --precision " + o.precision);
+  }
+  options.set_precision(precision);
+  for (const std::string& kv : o.backend_options) {
+    const size_t eq = kv.find('=');
+    if (eq == std::string::npos) return Fail("--backend-option needs NAME=VALUE, got " + kv);
+    (*options.mutable_backend_options())[kv.substr(0, eq)] = kv.substr(eq + 1);
+  }
+  kiln::v1::ExplainRequest request;
+  for (auto [source, arg] : {std::pair{request.mutable_a(), &o.a}, {request.mutable_b(), &o.b}}) {
+    std::ifstream probe(*arg);
+    if (!probe && IsCompileKey(*arg)) {
+      source->set_compile_key(*arg);
+      continue;
+    }
+    absl::StatusOr<kiln::v1::Graph> graph = LoadGraph(*arg);
+    if (!graph.ok()) return Fail(std::string(graph.status().message()));
+    *source->mutable_request()->mutable_graph() = *std::move(graph);
+    *source->mutable_request()->mutable_options() = options;
+  }
+  absl::StatusOr<std::shared_ptr<grpc::Channel>> channel =
+      kiln::client::CreateChannel(global.channel);
+  if (!channel.ok()) return Fail(std::string(channel.status().message()));
+  auto stub = kiln::v1::Admin::NewStub(*channel);
+  grpc::ClientContext context;
+  kiln::client::PrepareContext(global.channel, &context);
+  context.set_deadline(std::chrono::system_clock::now() +
+                       std::chrono::milliseconds(static_cast<int64_t>(o.timeout_seconds * 1000)));
+  kiln::v1::ExplainResponse response;
+  grpc::Status status = stub->Explain(&context, request, &response);
+  if (!status.ok()) {
+    return Fail("explain failed (" + std::to_string(status.error_code()) +
+                "): " + status.error_message());
+  }
+  std::printf("%s\n", response.description().c_str());
+  return 0;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -133,6 +223,25 @@ int main(int argc, char** argv) {
   import_fx->add_option("--format", fx_format, "binary or json (default: from the extension)")
       ->check(CLI::IsMember({"binary", "json"}));
 
+  ExplainOptions explain_options;
+  CLI::App* explain = app.add_subcommand(
+      "explain",
+      "derive the compile keys of two graphs (or name stored keys) and say how they "
+      "differ");
+  explain->add_option("A", explain_options.a, "graph file (binary, JSON or FX capture) or key")
+      ->required();
+  explain->add_option("B", explain_options.b, "graph file (binary, JSON or FX capture) or key")
+      ->required();
+  explain->add_option("--target", explain_options.target, "x86_64 or cuda:sm_90")
+      ->capture_default_str();
+  explain->add_option("--precision", explain_options.precision, "strict, allow_tf32, fast_math")
+      ->capture_default_str();
+  explain->add_flag("--require-cudagraph", explain_options.require_cudagraph,
+                    "compile with require_cudagraph");
+  explain->add_option("--backend-option", explain_options.backend_options, "NAME=VALUE");
+  explain->add_option("--timeout", explain_options.timeout_seconds, "seconds to wait")
+      ->capture_default_str();
+
   try {
     app.parse(argc, argv);
   } catch (const CLI::CallForHelp& e) {
@@ -144,5 +253,6 @@ int main(int argc, char** argv) {
 
   if (health->parsed()) return RunHealth(global, health_timeout);
   if (import_fx->parsed()) return RunImportFx(fx_input, fx_output, fx_format);
+  if (explain->parsed()) return RunExplain(global, explain_options);
   return kExitBadUsage;
 }

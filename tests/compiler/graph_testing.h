@@ -1,0 +1,29 @@
+#pragma once
+
+// Graphs for compiler tests: the shared real graphs as kiln.v1.Graph, and a small
+// hand-written graph to mutate.
+
+#include <string>
+#include <vector>
+
+#include "kiln/v1/graph.pb.h"
+
+namespace kiln::testing {
+
+struct NamedGraph {
+  std::string name;  // file name without directory, e.g. "nanogpt_fp32.bw.json"
+  v1::Graph graph;
+};
+
+// Every graph in GraphsDir(), converted with kiln::fx::ImportCapture (fails the test on
+// error).
+std::vector<NamedGraph> LoadSharedGraphs();
+
+// One shared graph by file name.
+v1::Graph LoadSharedGraph(const std::string& file_name);
+
+// x[4,8] f32 cuda:0 -> t = aten.t(x) -> mm = aten.mm(x, t) -> s = aten.sum.dim_IntList(mm,
+// [1], true); returns [mm, s].
+v1::Graph SmallGraph();
+
+}  // namespace kiln::testing
