@@ -57,6 +57,7 @@ struct Arg {
   Arg(v1::DType d) : v(d) {}
   Arg(v1::MemoryFormat m) : v(m) {}
   Arg(List l) : v(std::move(l)) {}
+  Arg(const Value& value);
   // A list of ints (sizes, dims).
   static Arg Ints(std::vector<int64_t> ints);
   static Arg Bools(std::vector<bool> bools);

@@ -64,6 +64,8 @@ Arg Arg::Tensors(std::vector<Tensor> tensors) {
   return Arg(std::move(l));
 }
 
+Arg::Arg(const Value& value) : Arg(FromValue(value)) {}
+
 Arg Arg::FromValue(const Value& value) {
   return std::visit([](const auto& x) { return Arg(x); }, value);
 }

@@ -202,8 +202,9 @@ void RegisterIndexingOps(OpRegistry& r) {
     std::vector<Tensor> ts = c.GetTensors(0, "tensors");
     Check(!ts.empty(), "stack expects a non-empty list");
     const int64_t dim = WrapDim(c.GetInt(1, "dim", 0), ts[0].dim() + 1);
+    const std::vector<int64_t> sizes = ts[0].sizes();
     for (Tensor& t : ts) {
-      Check(t.sizes() == ts[0].sizes(), "stack expects tensors of equal sizes");
+      Check(t.sizes() == sizes, "stack expects tensors of equal sizes");
       std::vector<int64_t> s = t.sizes();
       s.insert(s.begin() + dim, 1);
       t = ReshapeTensor(t, s);
