@@ -10,8 +10,6 @@
 namespace kiln::interp {
 namespace {
 
-constexpr double kNaN = std::numeric_limits<double>::quiet_NaN();
-
 // The input's elements grouped by output position: group g holds the storage indices of
 // the elements that reduce into output element g.
 struct Grouped {
@@ -340,7 +338,6 @@ void RegisterReductionOps(OpRegistry& r) {
     }
     return One(MakeTensor(self.sizes(), dtype, out));
   });
-  (void)kNaN;
 }
 
 }  // namespace kiln::interp
