@@ -18,6 +18,7 @@
 #include "client/health.h"
 #include "kiln/v1/admin.grpc.pb.h"
 #include "proto/fx/capture_import.h"
+#include "proto/graph_file.h"
 
 namespace {
 
@@ -120,27 +121,6 @@ bool IsCompileKey(const std::string& text) {
   return true;
 }
 
-// A graph file: kiln.v1.Graph as binary or protobuf JSON, or an FX capture JSON file.
-absl::StatusOr<kiln::v1::Graph> LoadGraph(const std::string& path) {
-  std::string bytes;
-  if (!ReadWholeFile(path, &bytes)) return absl::NotFoundError("cannot read " + path);
-  const size_t first = bytes.find_first_not_of(" \t\r\n");
-  kiln::v1::Graph graph;
-  if (first != std::string::npos && bytes[first] == '{') {
-    auto status = google::protobuf::util::JsonStringToMessage(bytes, &graph);
-    if (status.ok()) return graph;
-    absl::StatusOr<kiln::v1::Graph> fx = kiln::fx::ImportCapture(bytes);
-    if (fx.ok()) return fx;
-    return absl::InvalidArgumentError(
-        absl::StrCat(path, ": neither a kiln.v1.Graph in JSON (", status.message().as_string(),
-                     ") nor an FX capture (", fx.status().message(), ")"));
-  }
-  if (!graph.ParseFromString(bytes)) {
-    return absl::InvalidArgumentError(path + ": not a binary kiln.v1.Graph");
-  }
-  return graph;
-}
-
 int RunExplain(GlobalOptions& global, const ExplainOptions& o) {
   if (absl::Status s = LoadToken(global); !s.ok()) return Fail(std::string(s.message()));
   kiln::v1::CompileOptions options;
@@ -164,7 +144,7 @@ int RunExplain(GlobalOptions& global, const ExplainOptions& o) {
       source->set_compile_key(*arg);
       continue;
     }
-    absl::StatusOr<kiln::v1::Graph> graph = LoadGraph(*arg);
+    absl::StatusOr<kiln::v1::Graph> graph = kiln::ReadGraphFile(*arg);
     if (!graph.ok()) return Fail(std::string(graph.status().message()));
     *source->mutable_request()->mutable_graph() = *std::move(graph);
     *source->mutable_request()->mutable_options() = options;
