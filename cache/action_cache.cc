@@ -30,7 +30,8 @@ std::string Deterministic(const google::protobuf::Message& message) {
 // The index record of an action; false when there is none.
 bool ReadActionIndex(CacheDb* db, absl::string_view compile_key, IndexRecord* index) {
   std::string bytes;
-  return db->db()->Get(rocksdb::ReadOptions(), db->index(), ActionIndexKey(compile_key), &bytes)
+  return db->db()
+             ->Get(rocksdb::ReadOptions(), db->index(), ActionIndexKey(compile_key), &bytes)
              .ok() &&
          DecodeIndexRecord(bytes, index);
 }
@@ -42,12 +43,11 @@ std::string GuardsIdentity(const v1::Guards& guards) { return Deterministic(guar
 ActionCache::ActionCache(CacheDb* db, Store* store, std::function<void()> after_write)
     : db_(db), store_(store), after_write_(std::move(after_write)) {}
 
-absl::StatusOr<bool> ActionCache::ReadEntry(absl::string_view compile_key,
-                                            v1::ActionEntry* entry) {
+absl::StatusOr<bool> ActionCache::ReadEntry(absl::string_view compile_key, v1::ActionEntry* entry) {
   std::string bytes;
-  rocksdb::Status s = db_->db()->Get(rocksdb::ReadOptions(), db_->actions(),
-                                     rocksdb::Slice(compile_key.data(), compile_key.size()),
-                                     &bytes);
+  rocksdb::Status s =
+      db_->db()->Get(rocksdb::ReadOptions(), db_->actions(),
+                     rocksdb::Slice(compile_key.data(), compile_key.size()), &bytes);
   if (s.IsNotFound()) return false;
   if (!s.ok()) return FromRocks(s, "reading an action");
   if (!entry->ParseFromString(bytes)) {
@@ -124,9 +124,9 @@ void ActionCache::RecordMiss() { db_->counters().misses.fetch_add(1); }
 
 void ActionCache::RecordGuardMiss() { db_->counters().guard_misses.fetch_add(1); }
 
-absl::Status ActionCache::AdjustReferences(
-    const absl::flat_hash_map<std::string, int64_t>& deltas, rocksdb::WriteBatch* batch,
-    std::vector<std::string>* unreferenced) {
+absl::Status ActionCache::AdjustReferences(const absl::flat_hash_map<std::string, int64_t>& deltas,
+                                           rocksdb::WriteBatch* batch,
+                                           std::vector<std::string>* unreferenced) {
   for (const auto& [raw, delta] : deltas) {
     if (delta == 0) continue;
     std::string bytes;
@@ -172,9 +172,9 @@ absl::Status ActionCache::Put(absl::string_view compile_key, v1::ActionVariant v
       absl::StatusOr<int64_t> size = store_->StoredSize(raw);
       if (!size.ok()) return size.status();
       if (*size < 0 || (d->size_bytes() != 0 && d->size_bytes() != *size)) {
-        return absl::FailedPreconditionError(absl::StrCat(
-            "variant.artifacts[", i, "] ", d->hash(), "/", d->size_bytes(),
-            " is not in the store; put the blob first"));
+        return absl::FailedPreconditionError(
+            absl::StrCat("variant.artifacts[", i, "] ", d->hash(), "/", d->size_bytes(),
+                         " is not in the store; put the blob first"));
       }
       d->set_size_bytes(*size);
       total += *size;

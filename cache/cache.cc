@@ -1,8 +1,10 @@
 #include "cache/cache.h"
 
 #include <algorithm>
+#include <cstring>
 #include <utility>
 
+#include "absl/container/flat_hash_set.h"
 #include "absl/strings/str_cat.h"
 #include "cache/db.h"
 
@@ -50,9 +52,8 @@ absl::Status Cache::CountEntries() {
   for (it->SeekToFirst(); it->Valid(); it->Next()) {
     IndexRecord record;
     const rocksdb::Slice key = it->key();
-    if (key.size() != 33 || !DecodeIndexRecord(absl::string_view(it->value().data(),
-                                                                 it->value().size()),
-                                               &record)) {
+    if (key.size() != 33 ||
+        !DecodeIndexRecord(absl::string_view(it->value().data(), it->value().size()), &record)) {
       continue;
     }
     if (key[32] == static_cast<char>(EntryKind::kBlob)) {
@@ -92,35 +93,35 @@ void Cache::AfterWrite() {
 }
 
 absl::StatusOr<std::vector<Cache::Candidate>> Cache::Sample(int count) {
+  // Several short runs from random points: index keys are uniformly spread hashes, so each
+  // run is a random pick, and several runs keep one region from dominating a round.
+  constexpr int kRun = 8;
   std::vector<Candidate> out;
-  std::string start(32, '\0');
-  for (size_t i = 0; i < start.size(); i += 8) {
-    const uint64_t r = random_();
-    std::memcpy(start.data() + i, &r, 8);
-  }
+  absl::flat_hash_set<std::string> seen;
   std::unique_ptr<rocksdb::Iterator> it(
       db_->db()->NewIterator(rocksdb::ReadOptions(), db_->index()));
-  it->Seek(start);
-  bool wrapped = false;
-  std::string first;
-  while (static_cast<int>(out.size()) < count) {
-    if (!it->Valid()) {
-      if (!it->status().ok()) return FromRocks(it->status(), "sampling the index");
-      if (wrapped) break;
-      wrapped = true;
-      it->SeekToFirst();
-      continue;
+  for (int run = 0; run < (count + kRun - 1) / kRun; ++run) {
+    std::string start(32, '\0');
+    for (size_t i = 0; i < start.size(); i += 8) {
+      const uint64_t r = random_();
+      std::memcpy(start.data() + i, &r, 8);
     }
-    std::string key = it->key().ToString();
-    if (key == first) break;  // went all the way round: fewer entries than `count`
-    if (first.empty()) first = key;
-    Candidate c;
-    if (key.size() == 33 &&
-        DecodeIndexRecord(absl::string_view(it->value().data(), it->value().size()), &c.record)) {
-      c.index_key = std::move(key);
-      out.push_back(std::move(c));
+    it->Seek(start);
+    for (int n = 0; n < kRun; ++n, it->Next()) {
+      if (!it->Valid()) {
+        if (!it->status().ok()) return FromRocks(it->status(), "sampling the index");
+        it->SeekToFirst();
+        if (!it->Valid()) break;
+      }
+      std::string key = it->key().ToString();
+      if (!seen.insert(key).second) break;  // fewer entries than the sample wants
+      Candidate c;
+      if (key.size() == 33 &&
+          DecodeIndexRecord(absl::string_view(it->value().data(), it->value().size()), &c.record)) {
+        c.index_key = std::move(key);
+        out.push_back(std::move(c));
+      }
     }
-    it->Next();
   }
   return out;
 }

@@ -196,9 +196,9 @@ absl::StatusOr<std::unique_ptr<CacheDb>> CacheDb::Open(const CacheOptions& optio
   if (s.ok()) return db;
   if (!absl::IsDataLoss(s)) return s;
   if (options.refuse_corrupt_store) {
-    return absl::DataLossError(
-        absl::StrCat(s.message(), " (refusing to start: the store is corrupt and "
-                                  "refuse-corrupt-store is set; move it aside by hand)"));
+    return absl::DataLossError(absl::StrCat(s.message(),
+                                            " (refusing to start: the store is corrupt and "
+                                            "refuse-corrupt-store is set; move it aside by hand)"));
   }
   const std::string base =
       absl::StrCat(options.path, ".corrupt-",
@@ -208,8 +208,8 @@ absl::StatusOr<std::unique_ptr<CacheDb>> CacheDb::Open(const CacheOptions& optio
   for (int n = 1; std::filesystem::exists(aside, ec); ++n) aside = absl::StrCat(base, "-", n);
   std::filesystem::rename(options.path, aside, ec);
   if (ec) {
-    return absl::DataLossError(absl::StrCat(s.message(), "; moving it aside to ", aside,
-                                            " failed: ", ec.message()));
+    return absl::DataLossError(
+        absl::StrCat(s.message(), "; moving it aside to ", aside, " failed: ", ec.message()));
   }
   db->Log("store_moved_aside", absl::StrCat(options.path, " is corrupt (", s.message(),
                                             "); moved to ", aside, ", starting empty"));

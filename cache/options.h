@@ -41,7 +41,7 @@ struct CacheOptions {
   // Each eviction round samples this many entries and evicts the `evict_per_round` least
   // recently used among them (approximate LRU).
   int eviction_samples = 64;
-  int evict_per_round = 8;
+  int evict_per_round = 4;
 
   // A maintenance thread writes batched access times and evicts in the background. Without
   // it both happen inline, deterministically, in the calls that cross the budget.

@@ -116,10 +116,11 @@ void Store::DropCorrupt(absl::string_view raw_hash, absl::string_view why) {
   c.integrity_failures.fetch_add(1);
   c.blob_get_misses.fetch_add(1);
   absl::StatusOr<int64_t> freed = Delete(raw_hash);
-  db_->Log("blob_integrity_failure",
-           absl::StrCat("blob ", ToHex(raw_hash), ": ", why, "; dropped",
-                        freed.ok() ? "" : absl::StrCat(" (deleting failed: ",
-                                                        freed.status().message(), ")")));
+  db_->Log(
+      "blob_integrity_failure",
+      absl::StrCat(
+          "blob ", ToHex(raw_hash), ": ", why, "; dropped",
+          freed.ok() ? "" : absl::StrCat(" (deleting failed: ", freed.status().message(), ")")));
 }
 
 absl::StatusOr<int64_t> Store::Delete(absl::string_view raw_hash) {
@@ -162,8 +163,7 @@ absl::StatusOr<bool> Store::Contains(const v1::Digest& digest) {
   return *size >= 0 && (digest.size_bytes() == 0 || digest.size_bytes() == *size);
 }
 
-absl::StatusOr<std::vector<v1::Digest>> Store::FindMissing(
-    const std::vector<v1::Digest>& digests) {
+absl::StatusOr<std::vector<v1::Digest>> Store::FindMissing(const std::vector<v1::Digest>& digests) {
   for (size_t i = 0; i < digests.size(); ++i) {
     if (absl::Status s = ValidateDigest(digests[i], absl::StrCat("digests[", i, "]")); !s.ok()) {
       return s;
