@@ -33,9 +33,8 @@ absl::Status ValidateHostPort(absl::string_view flag, const std::string& address
   int port_number = -1;
   if (!SplitHostPort(address, &host, &port) || host.empty() ||
       !absl::SimpleAtoi(port, &port_number) || port_number < 0 || port_number > 65535) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("--", flag, ": expected HOST:PORT (e.g. 127.0.0.1:50051), got \"",
-                     address, "\""));
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--", flag, ": expected HOST:PORT (e.g. 127.0.0.1:50051), got \"", address, "\""));
   }
   return absl::OkStatus();
 }
@@ -75,6 +74,12 @@ absl::Status ValidateConfig(const ServerConfig& config) {
   }
   if (config.max_message_bytes < 1024 || config.max_message_bytes > (int64_t{2} << 30) - 1) {
     return absl::InvalidArgumentError("--max-message-bytes must be between 1024 and 2 GiB - 1");
+  }
+  if (config.cache_max_bytes < 0) {
+    return absl::InvalidArgumentError("--cache-max-bytes must not be negative (0: no limit)");
+  }
+  if (config.max_blob_bytes < 1 || config.max_blob_bytes > (int64_t{2} << 30) - 1) {
+    return absl::InvalidArgumentError("--max-blob-bytes must be between 1 and 2 GiB - 1");
   }
   static constexpr absl::string_view kLevels[] = {"debug", "info", "warning", "error"};
   bool known = false;

@@ -4,12 +4,14 @@
 #include <grpcpp/grpcpp.h>
 #include <grpcpp/health_check_service_interface.h>
 
+#include <algorithm>
 #include <atomic>
 #include <mutex>
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
+#include "server/cache_service.h"
 #include "server/data_dir.h"
 #include "server/http_endpoint.h"
 #include "server/json_log.h"
@@ -20,6 +22,9 @@ namespace kiln::server {
 struct KilnServer::State {
   ServerConfig config;
   std::unique_ptr<DataDir> data_dir;
+  // The cache outlives the gRPC server: its service runs until Shutdown returns.
+  std::unique_ptr<cache::Cache> cache;
+  std::unique_ptr<CacheService> cache_service;
   std::unique_ptr<grpc::Server> grpc_server;
   std::unique_ptr<HttpEndpoint> http;
   int grpc_port = 0;
@@ -58,12 +63,23 @@ absl::StatusOr<std::unique_ptr<KilnServer>> KilnServer::Start(const ServerConfig
   if (!dir.ok()) return dir.status();
   state->data_dir = *std::move(dir);
 
+  // --- cache: the store under <data_dir>/store and its service.
+  absl::StatusOr<std::unique_ptr<cache::Cache>> cache =
+      OpenServerCache(config, state->data_dir->Join("store"));
+  if (!cache.ok()) return cache.status();
+  state->cache = *std::move(cache);
+  state->cache_service = std::make_unique<CacheService>(
+      state->cache.get(), config.max_blob_bytes,
+      std::min<int64_t>(int64_t{4} << 20, config.max_message_bytes / 2));
+  // --- end cache
+
   grpc::EnableDefaultHealthCheckService(true);
   grpc::reflection::InitProtoReflectionServerBuilderPlugin();
   grpc::ServerBuilder builder;
   builder.AddListeningPort(config.listen, grpc::InsecureServerCredentials(), &state->grpc_port);
   builder.SetMaxReceiveMessageSize(static_cast<int>(config.max_message_bytes));
   builder.SetMaxSendMessageSize(static_cast<int>(config.max_message_bytes));
+  builder.RegisterService(state->cache_service.get());
   state->grpc_server = builder.BuildAndStart();
   if (state->grpc_server == nullptr || state->grpc_port == 0) {
     return absl::UnavailableError(
@@ -83,7 +99,9 @@ absl::StatusOr<std::unique_ptr<KilnServer>> KilnServer::Start(const ServerConfig
       return HttpEndpoint::Response{200, "text/plain; version=0.0.4; charset=utf-8",
                                     MetricsText(started)};
     });
-    state->http->Handle("/healthz", [] { return HttpEndpoint::Response{200, "text/plain", "ok\n"}; });
+    state->http->Handle("/healthz", [] {
+      return HttpEndpoint::Response{200, "text/plain", "ok\n"};
+    });
   }
 
   LogInfo("serving", {{"grpc_port", state->grpc_port},
@@ -106,6 +124,10 @@ void KilnServer::Drain(absl::Duration grace) {
     state_->grpc_server->Shutdown(std::chrono::system_clock::now() +
                                   absl::ToChronoNanoseconds(grace));
     if (state_->http) state_->http->Stop();
+    // Shutdown has returned: no call runs any more, so the store can be closed.
+    if (absl::Status s = state_->cache->Close(); !s.ok()) {
+      LogError("cache_close_failed", {{"error", s.ToString()}});
+    }
   });
 }
 

@@ -80,6 +80,24 @@ int main(int argc, char** argv) {
       ->envname("KILN_LOG_LEVEL")
       ->capture_default_str();
 
+  app.add_option("--cache-max-bytes", config.cache_max_bytes,
+                 "byte budget of the cache; eviction keeps it near this (0: no limit; 16GiB, "
+                 "512MB... accepted)")
+      ->envname("KILN_CACHE_MAX_BYTES")
+      ->transform(CLI::AsSizeValue(false))
+      ->capture_default_str();
+  app.add_option("--max-blob-bytes", config.max_blob_bytes,
+                 "largest blob the cache accepts (RESOURCE_EXHAUSTED beyond)")
+      ->envname("KILN_MAX_BLOB_BYTES")
+      ->transform(CLI::AsSizeValue(false))
+      ->capture_default_str();
+  app.add_flag("--refuse-corrupt-store", config.refuse_corrupt_store,
+               "exit if the store is corrupt instead of moving it aside and starting empty")
+      ->envname("KILN_REFUSE_CORRUPT_STORE");
+  app.add_flag("--cache-sync-writes", config.cache_sync_writes,
+               "fsync every cache write, so acknowledged writes survive a machine crash too")
+      ->envname("KILN_CACHE_SYNC_WRITES");
+
   try {
     app.parse(argc, argv);
   } catch (const CLI::CallForHelp& e) {
