@@ -120,6 +120,11 @@ void ActionCache::RecordHit(absl::string_view compile_key, const v1::Guards& gua
   Touch(compile_key, &guards);
 }
 
+void ActionCache::RecordHit(absl::string_view compile_key) {
+  db_->counters().hits.fetch_add(1);
+  Touch(compile_key, nullptr);
+}
+
 void ActionCache::RecordMiss() { db_->counters().misses.fetch_add(1); }
 
 void ActionCache::RecordGuardMiss() { db_->counters().guard_misses.fetch_add(1); }

@@ -58,6 +58,8 @@ class ActionCache {
   // What the caller decided after evaluating guards. A hit refreshes the variant's
   // last_used_unix_ms (written in batches by FlushAccessTimes).
   void RecordHit(absl::string_view compile_key, const v1::Guards& guards);
+  // A hit whose variant the cache does not learn (the caller chose it elsewhere).
+  void RecordHit(absl::string_view compile_key);
   void RecordMiss();
   void RecordGuardMiss();
 

@@ -33,8 +33,9 @@ absl::Status ValidateHostPort(absl::string_view flag, const std::string& address
   int port_number = -1;
   if (!SplitHostPort(address, &host, &port) || host.empty() ||
       !absl::SimpleAtoi(port, &port_number) || port_number < 0 || port_number > 65535) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "--", flag, ": expected HOST:PORT (e.g. 127.0.0.1:50051), got \"", address, "\""));
+    return absl::InvalidArgumentError(
+        absl::StrCat("--", flag, ": expected HOST:PORT (e.g. 127.0.0.1:50051), got \"",
+                     address, "\""));
   }
   return absl::OkStatus();
 }
