@@ -99,8 +99,7 @@ absl::StatusOr<std::unique_ptr<KilnServer>> KilnServer::Start(const ServerConfig
       return HttpEndpoint::Response{200, "text/plain; version=0.0.4; charset=utf-8",
                                     MetricsText(started)};
     });
-    state->http->Handle("/healthz", [] {
-      return HttpEndpoint::Response{200, "text/plain", "ok\n"};
+    state->http->Handle("/healthz", [] { return HttpEndpoint::Response{200, "text/plain", "ok\n"}; });
     });
   }
 
