@@ -100,7 +100,6 @@ absl::StatusOr<std::unique_ptr<KilnServer>> KilnServer::Start(const ServerConfig
                                     MetricsText(started)};
     });
     state->http->Handle("/healthz", [] { return HttpEndpoint::Response{200, "text/plain", "ok\n"}; });
-    });
   }
 
   LogInfo("serving", {{"grpc_port", state->grpc_port},
