@@ -67,15 +67,22 @@ absl::StatusOr<CacheClient::PutResult> CacheClient::Put(const v1::Digest& digest
   v1::PutRequest request;
   *request.mutable_digest() = digest;
   size_t offset = 0;
+  bool closed = false;
   do {
     const size_t n = std::min(kChunkBytes, bytes.size() - offset);
     request.set_data(bytes.data() + offset, n);
     offset += n;
-    // A failed write means the server has answered already; Finish says how.
-    if (!writer->Write(request)) break;
+    // The last chunk also closes the stream, in one write. A failed write means the server
+    // has answered already; Finish says how.
+    if (offset == bytes.size()) {
+      closed = true;
+      if (!writer->Write(request, grpc::WriteOptions().set_last_message())) break;
+    } else if (!writer->Write(request)) {
+      break;
+    }
     request.clear_digest();
   } while (offset < bytes.size());
-  writer->WritesDone();
+  if (!closed) writer->WritesDone();
   grpc::Status status = writer->Finish();
   if (!status.ok()) return FromGrpcStatus(status);
   return PutResult{response.digest(), response.already_present()};

@@ -56,16 +56,21 @@ grpc::Status CacheService::Get(grpc::ServerContext* context, const v1::GetReques
   v1::Digest* digest = response.mutable_digest();
   digest->set_hash(request->digest().hash());
   digest->set_size_bytes(size);
+  // The last message goes out with the status, in one write.
   if (size <= chunk_bytes_) {
     response.set_data(*std::move(bytes));
-    writer->Write(response);
+    writer->WriteLast(response, grpc::WriteOptions());
     return grpc::Status::OK;
   }
   for (int64_t offset = 0; offset < size; offset += chunk_bytes_) {
     if (context->IsCancelled()) return grpc::Status(grpc::StatusCode::CANCELLED, "cancelled");
     response.set_offset(offset);
     response.set_data(bytes->substr(offset, chunk_bytes_));
-    if (!writer->Write(response)) return grpc::Status(grpc::StatusCode::CANCELLED, "cancelled");
+    if (offset + chunk_bytes_ >= size) {
+      writer->WriteLast(response, grpc::WriteOptions());
+    } else if (!writer->Write(response)) {
+      return grpc::Status(grpc::StatusCode::CANCELLED, "cancelled");
+    }
     response.clear_digest();
   }
   return grpc::Status::OK;

@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <atomic>
 #include <mutex>
+#include <thread>
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
@@ -80,6 +81,10 @@ absl::StatusOr<std::unique_ptr<KilnServer>> KilnServer::Start(const ServerConfig
   builder.SetMaxReceiveMessageSize(static_cast<int>(config.max_message_bytes));
   builder.SetMaxSendMessageSize(static_cast<int>(config.max_message_bytes));
   builder.RegisterService(state->cache_service.get());
+  // Synchronous services (the cache's) run on threads that poll these queues; one queue per
+  // core lets every core take calls.
+  builder.SetSyncServerOption(grpc::ServerBuilder::NUM_CQS,
+                              static_cast<int>(std::max(1u, std::thread::hardware_concurrency())));
   state->grpc_server = builder.BuildAndStart();
   if (state->grpc_server == nullptr || state->grpc_port == 0) {
     return absl::UnavailableError(
