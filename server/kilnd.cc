@@ -85,6 +85,9 @@ absl::StatusOr<std::unique_ptr<KilnServer>> KilnServer::Start(const ServerConfig
   // core lets every core take calls.
   builder.SetSyncServerOption(grpc::ServerBuilder::NUM_CQS,
                               static_cast<int>(std::max(1u, std::thread::hardware_concurrency())));
+  // A stream window that takes a whole 4 MiB blob chunk: without it a large Put waits for
+  // window updates several times per message.
+  builder.AddChannelArgument(GRPC_ARG_HTTP2_STREAM_LOOKAHEAD_BYTES, 8 << 20);
   state->grpc_server = builder.BuildAndStart();
   if (state->grpc_server == nullptr || state->grpc_port == 0) {
     return absl::UnavailableError(

@@ -232,6 +232,26 @@ TEST_F(CacheServiceTest, CorruptStoreIsMovedAsideOrRefused) {
   EXPECT_EQ(aside, 1);
 }
 
+TEST_F(CacheServiceTest, CacheFlagsAndTheirEnvironmentVariables) {
+  for (const std::vector<std::string>& flags :
+       {std::vector<std::string>{"--max-blob-bytes", "0"},
+        std::vector<std::string>{"--cache-max-bytes", "lots"}}) {
+    std::vector<std::string> argv = {testing::KilndPath(), "--data-dir", data_dir()};
+    argv.insert(argv.end(), flags.begin(), flags.end());
+    absl::StatusOr<testing::RunResult> r = testing::Run(argv);
+    ASSERT_TRUE(r.ok()) << r.status();
+    EXPECT_EQ(r->exit_code, 2) << flags[0] << ": " << r->err;
+  }
+  setenv("KILN_CACHE_MAX_BYTES", "64MiB", 1);
+  setenv("KILN_MAX_BLOB_BYTES", "1KiB", 1);
+  Start();
+  unsetenv("KILN_CACHE_MAX_BYTES");
+  unsetenv("KILN_MAX_BLOB_BYTES");
+  EXPECT_EQ(Stats().budget_bytes(), 64 << 20);
+  EXPECT_TRUE(absl::IsResourceExhausted(client_->Put(Bytes(1025, 1)).status()));
+  EXPECT_TRUE(client_->Put(Bytes(1024, 1)).ok());
+}
+
 TEST_F(CacheServiceTest, CliPutGetAndStat) {
   Start();
   const std::string input = dir_.path() + "/in.bin", output = dir_.path() + "/out.bin";
