@@ -94,9 +94,9 @@ grpc::Status CacheService::Put(grpc::ServerContext* context,
                      max_blob_bytes_, " bytes (--max-blob-bytes)")));
   }
   std::string bytes = std::move(*request.mutable_data());
-  if (static_cast<int64_t>(bytes.size()) < digest.size_bytes()) {
-    bytes.reserve(static_cast<size_t>(digest.size_bytes()));
-  }
+  // Reserve what the digest declares, but not more than a few chunks up front: a declared
+  // size alone must not pin memory.
+  bytes.reserve(static_cast<size_t>(std::min(digest.size_bytes(), 4 * chunk_bytes_)));
   // Stop reading as soon as the sender exceeds what it declared: memory stays bounded by
   // the declared size, itself bounded by the maximum blob size.
   while (static_cast<int64_t>(bytes.size()) <= digest.size_bytes() && reader->Read(&request)) {
