@@ -70,7 +70,7 @@ absl::StatusOr<bool> ActionCache::IsComplete(const v1::ActionVariant& variant) {
 
 void ActionCache::Touch(absl::string_view compile_key, const v1::Guards* guards) {
   const int64_t now = db_->NowMs();
-  absl::MutexLock lock(&pending_mu_);
+  MutexLock lock(&pending_mu_);
   PendingUse& use = pending_[compile_key];
   if (now > use.atime_ms) use.atime_ms = now;
   if (guards != nullptr) use.guards.insert(GuardsIdentity(*guards));
@@ -166,7 +166,7 @@ absl::Status ActionCache::Put(absl::string_view compile_key, v1::ActionVariant v
   const int64_t now = db_->NowMs();
   const std::string identity = GuardsIdentity(variant.guards());
   {
-    absl::MutexLock lock(&mu_);
+    MutexLock lock(&mu_);
     // Completeness at write time: holding mu_ keeps eviction from taking an unreferenced
     // blob between this check and the reference counts below.
     absl::flat_hash_map<std::string, int64_t> deltas;
@@ -230,7 +230,7 @@ absl::Status ActionCache::Put(absl::string_view compile_key, v1::ActionVariant v
 }
 
 absl::StatusOr<v1::ActionEntry> ActionCache::RemoveDangling(absl::string_view compile_key) {
-  absl::MutexLock lock(&mu_);
+  MutexLock lock(&mu_);
   v1::ActionEntry entry;
   absl::StatusOr<bool> found = ReadEntry(compile_key, &entry);
   if (!found.ok()) return found.status();
@@ -287,11 +287,11 @@ absl::StatusOr<v1::ActionEntry> ActionCache::RemoveDangling(absl::string_view co
 absl::Status ActionCache::FlushAccessTimes() {
   absl::flat_hash_map<std::string, PendingUse> pending;
   {
-    absl::MutexLock lock(&pending_mu_);
+    MutexLock lock(&pending_mu_);
     pending.swap(pending_);
   }
   if (pending.empty()) return absl::OkStatus();
-  absl::MutexLock lock(&mu_);
+  MutexLock lock(&mu_);
   rocksdb::WriteBatch batch;
   int64_t size_change = 0;
   for (const auto& [compile_key, use] : pending) {
@@ -328,7 +328,7 @@ absl::StatusOr<int64_t> ActionCache::Evict(absl::string_view compile_key) {
   std::vector<std::string> unreferenced;
   int64_t freed = 0;
   {
-    absl::MutexLock lock(&mu_);
+    MutexLock lock(&mu_);
     v1::ActionEntry entry;
     absl::StatusOr<bool> found = ReadEntry(compile_key, &entry);
     if (!found.ok()) return found.status();
@@ -378,7 +378,7 @@ absl::StatusOr<int64_t> ActionCache::References(absl::string_view raw_hash) {
 }
 
 absl::StatusOr<int64_t> ActionCache::EvictBlobIfUnreferenced(absl::string_view raw_hash) {
-  absl::MutexLock lock(&mu_);
+  MutexLock lock(&mu_);
   absl::StatusOr<int64_t> refs = References(raw_hash);
   if (!refs.ok()) return refs.status();
   if (*refs > 0) return 0;

@@ -18,7 +18,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
-#include "absl/synchronization/mutex.h"
+#include "cache/mutex.h"
 #include "kiln/v1/cache.pb.h"
 
 namespace rocksdb {
@@ -96,8 +96,8 @@ class ActionCache {
   const std::function<void()> after_write_;
   // Serializes every change to action records and reference counts, and blob deletions
   // that depend on those counts.
-  absl::Mutex mu_;
-  absl::Mutex pending_mu_;
+  Mutex mu_;
+  Mutex pending_mu_;
   absl::flat_hash_map<std::string, PendingUse> pending_ ABSL_GUARDED_BY(pending_mu_);
 };
 

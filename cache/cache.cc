@@ -32,7 +32,7 @@ absl::StatusOr<std::unique_ptr<Cache>> Cache::Open(const CacheOptions& options) 
   std::unique_ptr<Cache> cache(new Cache(*std::move(db)));
   if (absl::Status s = cache->CountEntries(); !s.ok()) return s;
   {
-    absl::MutexLock lock(&cache->evict_mu_);
+    MutexLock lock(&cache->evict_mu_);
     cache->random_.seed(options.seed != 0 ? options.seed : std::random_device()());
   }
   if (options.background_maintenance) {
@@ -83,11 +83,12 @@ void Cache::AfterWrite() {
   // may not keep up with a fast write stream.
   const double urgent = 1 + (o.hard_limit_ratio - 1) / 2;
   if (o.background_maintenance && stored <= static_cast<int64_t>(o.budget_bytes * urgent)) {
-    absl::MutexLock lock(&thread_mu_);
+    MutexLock lock(&thread_mu_);
     wake_ = true;
+    wake_cv_.Signal();
     return;
   }
-  absl::MutexLock lock(&evict_mu_);
+  MutexLock lock(&evict_mu_);
   if (db_->counters().stored_bytes() <= o.budget_bytes) return;
   if (absl::Status s = EvictLocked(); !s.ok()) db_->Log("eviction_failed", s.ToString());
 }
@@ -172,7 +173,7 @@ absl::Status Cache::EvictLocked() {
 }
 
 absl::Status Cache::RunMaintenance() {
-  absl::MutexLock lock(&evict_mu_);
+  MutexLock lock(&evict_mu_);
   if (db_->options().budget_bytes > 0 &&
       db_->counters().stored_bytes() > db_->options().budget_bytes) {
     return EvictLocked();  // flushes the access times first
@@ -185,12 +186,7 @@ void Cache::MaintenanceLoop() {
   const absl::Duration interval = db_->options().maintenance_interval;
   thread_mu_.Lock();
   while (!stopping_) {
-    thread_mu_.AwaitWithTimeout(absl::Condition(
-                                    +[](Cache* c) ABSL_EXCLUSIVE_LOCKS_REQUIRED(c->thread_mu_) {
-                                      return c->wake_ || c->stopping_;
-                                    },
-                                    this),
-                                interval);
+    if (!wake_) wake_cv_.WaitWithTimeout(&thread_mu_, interval);
     if (stopping_) break;
     wake_ = false;
     thread_mu_.Unlock();
@@ -202,15 +198,16 @@ void Cache::MaintenanceLoop() {
 
 absl::Status Cache::Close() {
   {
-    absl::MutexLock lock(&thread_mu_);
+    MutexLock lock(&thread_mu_);
     if (closed_) return absl::OkStatus();
     closed_ = true;
     stopping_ = true;
+    wake_cv_.Signal();
   }
   if (maintenance_.joinable()) maintenance_.join();
   absl::Status result;
   {
-    absl::MutexLock lock(&evict_mu_);
+    MutexLock lock(&evict_mu_);
     result.Update(store_->FlushAccessTimes());
     result.Update(actions_->FlushAccessTimes());
   }

@@ -16,8 +16,8 @@
 #include "absl/base/thread_annotations.h"
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
-#include "absl/synchronization/mutex.h"
 #include "cache/action_cache.h"
+#include "cache/mutex.h"
 #include "cache/options.h"
 #include "cache/stats.h"
 #include "cache/store.h"
@@ -63,10 +63,11 @@ class Cache {
   std::unique_ptr<ActionCache> actions_;
 
   // One eviction at a time; writers that find the store far over budget wait here.
-  absl::Mutex evict_mu_;
+  Mutex evict_mu_;
   std::mt19937_64 random_ ABSL_GUARDED_BY(evict_mu_);
 
-  absl::Mutex thread_mu_;
+  Mutex thread_mu_;
+  CondVar wake_cv_;
   bool wake_ ABSL_GUARDED_BY(thread_mu_) = false;
   bool stopping_ ABSL_GUARDED_BY(thread_mu_) = false;
   bool closed_ ABSL_GUARDED_BY(thread_mu_) = false;

@@ -24,7 +24,7 @@ Store::Stripe& Store::StripeOf(absl::string_view raw_hash) {
 
 void Store::Touch(absl::string_view raw_hash, int64_t now_ms) {
   Stripe& stripe = StripeOf(raw_hash);
-  absl::MutexLock lock(&stripe.pending_mu);
+  MutexLock lock(&stripe.pending_mu);
   int64_t& t = stripe.pending[raw_hash];
   if (now_ms > t) t = now_ms;
 }
@@ -54,7 +54,7 @@ absl::StatusOr<bool> Store::Put(const v1::Digest& digest, absl::string_view byte
   const std::string index_key = IndexKey(raw, EntryKind::kBlob);
   {
     Stripe& stripe = StripeOf(raw);
-    absl::MutexLock lock(&stripe.mu);
+    MutexLock lock(&stripe.mu);
     std::string record;
     rocksdb::Status found =
         db_->db()->Get(rocksdb::ReadOptions(), db_->index(), index_key, &record);
@@ -126,7 +126,7 @@ void Store::DropCorrupt(absl::string_view raw_hash, absl::string_view why) {
 absl::StatusOr<int64_t> Store::Delete(absl::string_view raw_hash) {
   const std::string index_key = IndexKey(raw_hash, EntryKind::kBlob);
   Stripe& stripe = StripeOf(raw_hash);
-  absl::MutexLock lock(&stripe.mu);
+  MutexLock lock(&stripe.mu);
   std::string bytes;
   rocksdb::Status found = db_->db()->Get(rocksdb::ReadOptions(), db_->index(), index_key, &bytes);
   IndexRecord record;
@@ -180,10 +180,10 @@ absl::StatusOr<std::vector<v1::Digest>> Store::FindMissing(const std::vector<v1:
 
 absl::Status Store::FlushAccessTimes() {
   for (Stripe& stripe : stripes_) {
-    absl::MutexLock lock(&stripe.mu);
+    MutexLock lock(&stripe.mu);
     absl::flat_hash_map<std::string, int64_t> pending;
     {
-      absl::MutexLock pending_lock(&stripe.pending_mu);
+      MutexLock pending_lock(&stripe.pending_mu);
       pending.swap(stripe.pending);
     }
     if (pending.empty()) continue;

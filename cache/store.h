@@ -18,7 +18,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
-#include "absl/synchronization/mutex.h"
+#include "cache/mutex.h"
 #include "kiln/v1/artifact.pb.h"
 
 namespace kiln::cache {
@@ -63,8 +63,8 @@ class Store {
   // Writes and deletes of one blob are serialized by its stripe, so that the counters stay
   // exact when the same blob is written twice at once.
   struct Stripe {
-    absl::Mutex mu;
-    absl::Mutex pending_mu;
+    Mutex mu;
+    Mutex pending_mu;
     absl::flat_hash_map<std::string, int64_t> pending ABSL_GUARDED_BY(pending_mu);
   };
   static constexpr int kStripes = 64;
