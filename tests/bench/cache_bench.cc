@@ -27,6 +27,7 @@
 #include "absl/strings/str_format.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/clock.h"
+#include "cache/cache.h"
 #include "client/cache_client.h"
 #include "grpcpp/create_channel.h"
 #include "proto/digest.h"
@@ -362,6 +363,34 @@ int Main(int argc, char** argv) {
             "kilnd --cache-sync-writes (fsync per write: survives a machine crash) vs "
             "redis-server (no persistence): what durability costs",
             {{1 << 10, 2000}, {64 << 10, 1000}, {1 << 20, 200}});
+  // The store alone, in this process: what the transport adds is the difference.
+  std::printf(
+      "\nThe store in-process (no gRPC), same values, for comparison with the kilnd rows\n\n");
+  std::printf("| op  | size    | c  | store op/s | p50 ms | p99 ms |\n");
+  std::printf("|-----|---------|----|-----------|--------|--------|\n");
+  {
+    cache::CacheOptions o;
+    o.path = dir.path() + "/inprocess";
+    absl::StatusOr<std::unique_ptr<cache::Cache>> store = cache::Cache::Open(o);
+    if (!store.ok()) Die(store.status().ToString());
+    uint64_t seed = 7777;
+    for (const Size& size : kSizes) {
+      for (int clients : kClients) {
+        const int n = clients == 1 ? size.puts_per_run / 4 : size.puts_per_run;
+        const Values values = MakeValues(size.bytes, n, ++seed);
+        const Result put = Measure(clients, n, 0, [&](int c, int64_t i) {
+          return (*store)->store().Put(values.digests[i], values.bytes[i]).ok();
+        });
+        const Result get = Measure(clients, 0, seconds / 2, [&](int c, int64_t i) {
+          return (*store)->store().Get(values.digests[(i * 7919) % n]).ok();
+        });
+        for (auto [op, r] : {std::pair{"put", put}, std::pair{"get", get}}) {
+          std::printf("| %-3s | %7s | %2d | %9.0f | %6.3f | %6.3f |\n", op,
+                      SizeName(size.bytes).c_str(), clients, r.ops_per_second, r.p50_ms, r.p99_ms);
+        }
+      }
+    }
+  }
   redis_server->Signal(SIGTERM);
   redis_server->Wait(absl::Seconds(10));
   return 0;
