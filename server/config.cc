@@ -92,6 +92,12 @@ absl::Status ValidateConfig(const ServerConfig& config) {
   if (config.max_message_bytes < 1024 || config.max_message_bytes > (int64_t{2} << 30) - 1) {
     return absl::InvalidArgumentError("--max-message-bytes must be between 1024 and 2 GiB - 1");
   }
+  if (config.cache_max_bytes < 0) {
+    return absl::InvalidArgumentError("--cache-max-bytes must not be negative (0: no limit)");
+  }
+  if (config.max_blob_bytes < 1 || config.max_blob_bytes > (int64_t{2} << 30) - 1) {
+    return absl::InvalidArgumentError("--max-blob-bytes must be between 1 and 2 GiB - 1");
+  }
   static constexpr absl::string_view kLevels[] = {"debug", "info", "warning", "error"};
   bool known = false;
   for (absl::string_view l : kLevels) known |= (l == config.log_level);

@@ -5,15 +5,19 @@
 #include <grpcpp/health_check_service_interface.h>
 #include <grpcpp/security/server_credentials.h>
 
+#include <algorithm>
+#include <atomic>
 #include <fstream>
 #include <mutex>
 #include <sstream>
+#include <thread>
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "server/admin_service.h"
 #include "server/auth.h"
+#include "server/cache_service.h"
 #include "server/data_dir.h"
 #include "server/http_endpoint.h"
 #include "server/json_log.h"
@@ -27,6 +31,9 @@ namespace kiln::server {
 struct KilnServer::State {
   ServerConfig config;
   std::unique_ptr<DataDir> data_dir;
+  // The cache outlives the gRPC server: its service runs until Shutdown returns.
+  std::unique_ptr<cache::Cache> cache;
+  std::unique_ptr<CacheService> cache_service;
   AdminService admin;  // kiln.v1.Admin: Explain; outlives grpc_server (declared first)
   MetricsRegistry metrics;
   std::unique_ptr<RpcMetrics> rpc_metrics;
@@ -121,6 +128,16 @@ absl::StatusOr<std::unique_ptr<KilnServer>> KilnServer::Start(const ServerConfig
   }
   state->rpc_metrics = std::make_unique<RpcMetrics>(state->metrics);
 
+  // --- cache: the store under <data_dir>/store and its service.
+  absl::StatusOr<std::unique_ptr<cache::Cache>> cache =
+      OpenServerCache(config, state->data_dir->Join("store"));
+  if (!cache.ok()) return cache.status();
+  state->cache = *std::move(cache);
+  state->cache_service = std::make_unique<CacheService>(
+      state->cache.get(), config.max_blob_bytes,
+      std::min<int64_t>(int64_t{4} << 20, config.max_message_bytes / 2));
+  // --- end cache
+
   grpc::EnableDefaultHealthCheckService(true);
   grpc::reflection::InitProtoReflectionServerBuilderPlugin();
   grpc::ServerBuilder builder;
@@ -133,6 +150,14 @@ absl::StatusOr<std::unique_ptr<KilnServer>> KilnServer::Start(const ServerConfig
 
   // Kiln's services.
   builder.RegisterService(&state->admin);
+  builder.RegisterService(state->cache_service.get());
+  // Synchronous services (the cache's) run on threads that poll these queues; one queue per
+  // core lets every core take calls.
+  builder.SetSyncServerOption(grpc::ServerBuilder::NUM_CQS,
+                              static_cast<int>(std::max(1u, std::thread::hardware_concurrency())));
+  // A stream window that takes a whole 4 MiB blob chunk: without it a large Put waits for
+  // window updates several times per message.
+  builder.AddChannelArgument(GRPC_ARG_HTTP2_STREAM_LOOKAHEAD_BYTES, 8 << 20);
   state->grpc_server = builder.BuildAndStart();
   if (state->grpc_server == nullptr || state->grpc_port == 0) {
     return absl::UnavailableError(
@@ -184,6 +209,10 @@ void KilnServer::Drain(absl::Duration grace) {
     state_->grpc_server->Shutdown(std::chrono::system_clock::now() +
                                   absl::ToChronoNanoseconds(grace));
     if (state_->http) state_->http->Stop();
+    // Shutdown has returned: no call runs any more, so the store can be closed.
+    if (absl::Status s = state_->cache->Close(); !s.ok()) {
+      LogError("cache_close_failed", {{"error", s.ToString()}});
+    }
   });
 }
 

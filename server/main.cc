@@ -5,6 +5,7 @@
 #include <string>
 
 #include "CLI/CLI.hpp"
+#include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "server/config.h"
 #include "server/json_log.h"
@@ -52,6 +53,9 @@ int Serve(const kiln::server::ServerConfig& config) {
 }  // namespace
 
 int main(int argc, char** argv) {
+  // Debian's Abseil checks every Mutex acquisition for lock-order cycles through one global
+  // graph; the sanitizer builds and tests catch those, the server should not pay for it.
+  absl::SetMutexDeadlockDetectionMode(absl::OnDeadlockCycle::kIgnore);
   kiln::server::ServerConfig config;
   CLI::App app{"kilnd: the Kiln compile server"};
   app.set_version_flag("--version", kiln::kKilnVersion);
@@ -97,6 +101,24 @@ int main(int argc, char** argv) {
   app.add_option("--trace-capacity", config.trace_capacity, "recent traces kept for /debug/traces")
       ->envname("KILN_TRACE_CAPACITY")
       ->capture_default_str();
+
+  app.add_option("--cache-max-bytes", config.cache_max_bytes,
+                 "byte budget of the cache; eviction keeps it near this (0: no limit; 16GiB, "
+                 "512MB... accepted)")
+      ->envname("KILN_CACHE_MAX_BYTES")
+      ->transform(CLI::AsSizeValue(false))
+      ->capture_default_str();
+  app.add_option("--max-blob-bytes", config.max_blob_bytes,
+                 "largest blob the cache accepts (RESOURCE_EXHAUSTED beyond)")
+      ->envname("KILN_MAX_BLOB_BYTES")
+      ->transform(CLI::AsSizeValue(false))
+      ->capture_default_str();
+  app.add_flag("--refuse-corrupt-store", config.refuse_corrupt_store,
+               "exit if the store is corrupt instead of moving it aside and starting empty")
+      ->envname("KILN_REFUSE_CORRUPT_STORE");
+  app.add_flag("--cache-sync-writes", config.cache_sync_writes,
+               "fsync every cache write, so acknowledged writes survive a machine crash too")
+      ->envname("KILN_CACHE_SYNC_WRITES");
 
   try {
     app.parse(argc, argv);

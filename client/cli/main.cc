@@ -14,6 +14,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/time/time.h"
+#include "client/cache_client.h"
 #include "client/channel.h"
 #include "client/health.h"
 #include "kiln/v1/admin.grpc.pb.h"
@@ -167,6 +168,52 @@ int RunExplain(GlobalOptions& global, const ExplainOptions& o) {
   return 0;
 }
 
+absl::StatusOr<std::unique_ptr<kiln::client::CacheClient>> ConnectCache(GlobalOptions& global) {
+  if (absl::Status s = LoadToken(global); !s.ok()) return s;
+  return kiln::client::CacheClient::Create(global.channel);
+}
+
+int RunCachePut(GlobalOptions& global, const std::string& input) {
+  std::string bytes;
+  if (!ReadWholeFile(input, &bytes)) return Fail("cannot read " + input);
+  auto cache = ConnectCache(global);
+  if (!cache.ok()) return Fail(std::string(cache.status().message()));
+  absl::StatusOr<kiln::client::CacheClient::PutResult> put = (*cache)->Put(bytes);
+  if (!put.ok()) return Fail("put " + input + ": " + put.status().ToString());
+  std::printf("%s\n", kiln::client::FormatDigest(put->digest).c_str());
+  if (put->already_present) std::fprintf(stderr, "kiln: the server held it already\n");
+  return 0;
+}
+
+int RunCacheGet(GlobalOptions& global, const std::string& digest_text, const std::string& output) {
+  absl::StatusOr<kiln::v1::Digest> digest = kiln::client::ParseDigest(digest_text);
+  if (!digest.ok()) return Fail(std::string(digest.status().message()));
+  auto cache = ConnectCache(global);
+  if (!cache.ok()) return Fail(std::string(cache.status().message()));
+  absl::StatusOr<std::string> bytes = (*cache)->Get(*digest);
+  if (!bytes.ok()) return Fail("get " + digest_text + ": " + bytes.status().ToString());
+  if (output == "-") {
+    std::fwrite(bytes->data(), 1, bytes->size(), stdout);
+  } else if (!WriteWholeFile(output, *bytes)) {
+    return Fail("cannot write " + output);
+  }
+  return 0;
+}
+
+int RunCacheStat(GlobalOptions& global) {
+  auto cache = ConnectCache(global);
+  if (!cache.ok()) return Fail(std::string(cache.status().message()));
+  absl::StatusOr<kiln::v1::CacheStats> stats = (*cache)->Stat();
+  if (!stats.ok()) return Fail("stat: " + stats.status().ToString());
+  const google::protobuf::Descriptor* d = stats->GetDescriptor();
+  const google::protobuf::Reflection* r = stats->GetReflection();
+  for (int i = 0; i < d->field_count(); ++i) {
+    std::printf("%-20s %lld\n", d->field(i)->name().c_str(),
+                static_cast<long long>(r->GetInt64(*stats, d->field(i))));
+  }
+  return 0;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -222,6 +269,17 @@ int main(int argc, char** argv) {
   explain->add_option("--timeout", explain_options.timeout_seconds, "seconds to wait")
       ->capture_default_str();
 
+  CLI::App* cache = app.add_subcommand("cache", "read and write the server's cache");
+  cache->require_subcommand(1);
+  cache->fallthrough();
+  std::string put_input, get_digest, get_output;
+  CLI::App* cache_put = cache->add_subcommand("put", "store a file; prints its digest HASH/SIZE");
+  cache_put->add_option("FILE", put_input, "file to store")->required();
+  CLI::App* cache_get = cache->add_subcommand("get", "fetch a blob by digest");
+  cache_get->add_option("DIGEST", get_digest, "HASH or HASH/SIZE")->required();
+  cache_get->add_option("-o,--output", get_output, "output file ('-' for stdout)")->required();
+  CLI::App* cache_stat = cache->add_subcommand("stat", "print the cache's counts and sizes");
+
   try {
     app.parse(argc, argv);
   } catch (const CLI::CallForHelp& e) {
@@ -234,5 +292,8 @@ int main(int argc, char** argv) {
   if (health->parsed()) return RunHealth(global, health_timeout);
   if (import_fx->parsed()) return RunImportFx(fx_input, fx_output, fx_format);
   if (explain->parsed()) return RunExplain(global, explain_options);
+  if (cache_put->parsed()) return RunCachePut(global, put_input);
+  if (cache_get->parsed()) return RunCacheGet(global, get_digest, get_output);
+  if (cache_stat->parsed()) return RunCacheStat(global);
   return kExitBadUsage;
 }

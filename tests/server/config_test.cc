@@ -34,3 +34,23 @@ TEST(ConfigTest, ErrorsNameTheFlag) {
 
 }  // namespace
 }  // namespace kiln::server
+
+namespace kiln::server {
+namespace {
+
+TEST(ConfigTest, CacheLimitsAreChecked) {
+  ServerConfig c;
+  c.cache_max_bytes = -1;
+  EXPECT_NE(ValidateConfig(c).message().find("--cache-max-bytes"), std::string::npos);
+  c = ServerConfig{};
+  c.max_blob_bytes = 0;
+  EXPECT_NE(ValidateConfig(c).message().find("--max-blob-bytes"), std::string::npos);
+  c.max_blob_bytes = int64_t{4} << 30;
+  EXPECT_NE(ValidateConfig(c).message().find("--max-blob-bytes"), std::string::npos);
+  c = ServerConfig{};
+  c.cache_max_bytes = 0;
+  EXPECT_TRUE(ValidateConfig(c).ok());
+}
+
+}  // namespace
+}  // namespace kiln::server

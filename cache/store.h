@@ -1,0 +1,80 @@
+#pragma once
+
+// A Store maps SHA-256 digests to immutable blobs (the content-addressed store). Safe for
+// concurrent use. Put stores bytes only when they hash to the digest; Get hashes what it
+// read on every call and never returns bytes whose digest differs from the one asked for:
+// such a blob is deleted, counted as an integrity failure and reported as NOT_FOUND.
+// A digest names a blob by its hash; a size_bytes of 0 matches any length, any other value
+// must equal the blob's length.
+
+#include <array>
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/container/flat_hash_map.h"
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+#include "proto/sync.h"
+#include "kiln/v1/artifact.pb.h"
+
+namespace kiln::cache {
+
+class CacheDb;
+
+class Store {
+ public:
+  // `after_write` runs after every write that stored something new (the cache's budget).
+  Store(CacheDb* db, std::function<void()> after_write);
+  Store(const Store&) = delete;
+  Store& operator=(const Store&) = delete;
+
+  // Stores `bytes` under `digest`. Returns whether the blob was already present (then nothing
+  // is written). INVALID_ARGUMENT for a malformed digest, a size that disagrees with the
+  // bytes, or bytes that do not hash to the digest; RESOURCE_EXHAUSTED beyond the maximum
+  // blob size. Nothing is written on any error.
+  absl::StatusOr<bool> Put(const v1::Digest& digest, absl::string_view bytes);
+
+  // The verified bytes of a blob. NOT_FOUND when absent or dropped as corrupt;
+  // INVALID_ARGUMENT for a malformed digest.
+  absl::StatusOr<std::string> Get(const v1::Digest& digest);
+
+  // Whether the store holds the blob, without reading (or verifying) it.
+  absl::StatusOr<bool> Contains(const v1::Digest& digest);
+  // The length of the blob with this raw 32-byte hash, or -1 when absent.
+  absl::StatusOr<int64_t> StoredSize(absl::string_view raw_hash);
+
+  // The digests of `digests` the store lacks, in order. INVALID_ARGUMENT (naming the index)
+  // for a malformed one.
+  absl::StatusOr<std::vector<v1::Digest>> FindMissing(const std::vector<v1::Digest>& digests);
+
+  // Writes the access times gathered since the last call (Gets and repeated Puts record them
+  // in memory, for eviction).
+  absl::Status FlushAccessTimes();
+
+  // Removes a blob by raw hash; the bytes freed (0 when it was absent). For eviction and
+  // integrity failures; callers decide about references.
+  absl::StatusOr<int64_t> Delete(absl::string_view raw_hash);
+
+ private:
+  // Writes and deletes of one blob are serialized by its stripe, so that the counters stay
+  // exact when the same blob is written twice at once.
+  struct Stripe {
+    Mutex mu;
+    Mutex pending_mu;
+    absl::flat_hash_map<std::string, int64_t> pending ABSL_GUARDED_BY(pending_mu);
+  };
+  static constexpr int kStripes = 64;
+  Stripe& StripeOf(absl::string_view raw_hash);
+  void Touch(absl::string_view raw_hash, int64_t now_ms);
+  void DropCorrupt(absl::string_view raw_hash, absl::string_view why);
+
+  CacheDb* const db_;
+  const std::function<void()> after_write_;
+  std::array<Stripe, kStripes> stripes_;
+};
+
+}  // namespace kiln::cache

@@ -1,0 +1,164 @@
+#include "server/cache_service.h"
+
+#include <algorithm>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "proto/digest.h"
+#include "proto/grpc_status.h"
+#include "server/json_log.h"
+
+namespace kiln::server {
+namespace {
+
+// INVALID_ARGUMENT errors leave with the field at fault, as every Kiln error does.
+grpc::Status Reply(const absl::Status& status, absl::string_view field) {
+  if (absl::IsInvalidArgument(status) && !ErrorDetailOf(status).has_value()) {
+    return ToGrpcStatus(InvalidField("", field, status.message()));
+  }
+  return ToGrpcStatus(status);
+}
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<cache::Cache>> OpenServerCache(const ServerConfig& config,
+                                                              const std::string& path) {
+  cache::CacheOptions options;
+  options.path = path;
+  options.budget_bytes = config.cache_max_bytes;
+  options.max_blob_bytes = config.max_blob_bytes;
+  options.sync_writes = config.cache_sync_writes;
+  options.refuse_corrupt_store = config.refuse_corrupt_store;
+  options.log = [](absl::string_view event, absl::string_view detail) {
+    LogWarning(std::string(event), {{"detail", std::string(detail)}});
+  };
+  absl::StatusOr<std::unique_ptr<cache::Cache>> cache = cache::Cache::Open(options);
+  if (!cache.ok()) return cache.status();
+  const cache::CacheStatistics s = (*cache)->Statistics();
+  LogInfo("cache_opened", {{"path", path},
+                           {"blobs", s.blobs},
+                           {"blob_bytes", s.blob_bytes},
+                           {"actions", s.actions},
+                           {"budget_bytes", s.budget_bytes},
+                           {"moved_aside", s.stores_moved_aside}});
+  return cache;
+}
+
+CacheService::CacheService(cache::Cache* cache, int64_t max_blob_bytes, int64_t chunk_bytes)
+    : cache_(cache), max_blob_bytes_(max_blob_bytes), chunk_bytes_(chunk_bytes) {}
+
+grpc::Status CacheService::Get(grpc::ServerContext* context, const v1::GetRequest* request,
+                               grpc::ServerWriter<v1::GetResponse>* writer) {
+  absl::StatusOr<std::string> bytes = cache_->store().Get(request->digest());
+  if (!bytes.ok()) return Reply(bytes.status(), "digest");
+  const auto size = static_cast<int64_t>(bytes->size());
+  v1::GetResponse response;
+  v1::Digest* digest = response.mutable_digest();
+  digest->set_hash(request->digest().hash());
+  digest->set_size_bytes(size);
+  // The last message goes out with the status, in one write.
+  if (size <= chunk_bytes_) {
+    response.set_data(*std::move(bytes));
+    writer->WriteLast(response, grpc::WriteOptions());
+    return grpc::Status::OK;
+  }
+  for (int64_t offset = 0; offset < size; offset += chunk_bytes_) {
+    if (context->IsCancelled()) return grpc::Status(grpc::StatusCode::CANCELLED, "cancelled");
+    response.set_offset(offset);
+    response.set_data(bytes->substr(offset, chunk_bytes_));
+    if (offset + chunk_bytes_ >= size) {
+      writer->WriteLast(response, grpc::WriteOptions());
+    } else if (!writer->Write(response)) {
+      return grpc::Status(grpc::StatusCode::CANCELLED, "cancelled");
+    }
+    response.clear_digest();
+  }
+  return grpc::Status::OK;
+}
+
+grpc::Status CacheService::Put(grpc::ServerContext* context,
+                               grpc::ServerReader<v1::PutRequest>* reader,
+                               v1::PutResponse* response) {
+  v1::PutRequest request;
+  if (!reader->Read(&request)) {
+    return Reply(absl::InvalidArgumentError("the stream carried no message"), "digest");
+  }
+  if (!request.has_digest()) {
+    return Reply(absl::InvalidArgumentError("the first message must carry the digest"), "digest");
+  }
+  const v1::Digest digest = request.digest();
+  if (absl::Status s = ValidateDigest(digest); !s.ok()) return Reply(s, "digest");
+  if (digest.size_bytes() > max_blob_bytes_) {
+    return ToGrpcStatus(absl::ResourceExhaustedError(
+        absl::StrCat("blob of ", digest.size_bytes(), " bytes exceeds the maximum blob size of ",
+                     max_blob_bytes_, " bytes (--max-blob-bytes)")));
+  }
+  std::string bytes = std::move(*request.mutable_data());
+  // Reserve what the digest declares, but not more than a few chunks up front: a declared
+  // size alone must not pin memory.
+  bytes.reserve(static_cast<size_t>(std::min(digest.size_bytes(), 4 * chunk_bytes_)));
+  // Stop reading as soon as the sender exceeds what it declared: memory stays bounded by
+  // the declared size, itself bounded by the maximum blob size.
+  while (static_cast<int64_t>(bytes.size()) <= digest.size_bytes() && reader->Read(&request)) {
+    if (request.has_digest() && (request.digest().hash() != digest.hash() ||
+                                 request.digest().size_bytes() != digest.size_bytes())) {
+      return Reply(absl::InvalidArgumentError("a later message names a different digest"),
+                   "digest");
+    }
+    bytes.append(request.data());
+  }
+  if (context->IsCancelled()) return grpc::Status(grpc::StatusCode::CANCELLED, "cancelled");
+  if (static_cast<int64_t>(bytes.size()) != digest.size_bytes()) {
+    return Reply(
+        absl::InvalidArgumentError(absl::StrCat(
+            "digest.size_bytes is ", digest.size_bytes(), " but ",
+            static_cast<int64_t>(bytes.size()) > digest.size_bytes() ? "more"
+                                                                     : absl::StrCat(bytes.size()),
+            " bytes were sent")),
+        "data");
+  }
+  absl::StatusOr<bool> present = cache_->store().Put(digest, bytes);
+  if (!present.ok()) return Reply(present.status(), "data");
+  *response->mutable_digest() = digest;
+  response->set_already_present(*present);
+  return grpc::Status::OK;
+}
+
+grpc::Status CacheService::FindMissing(grpc::ServerContext* context,
+                                       const v1::FindMissingRequest* request,
+                                       v1::FindMissingResponse* response) {
+  std::vector<v1::Digest> digests(request->digests().begin(), request->digests().end());
+  absl::StatusOr<std::vector<v1::Digest>> missing = cache_->store().FindMissing(digests);
+  if (!missing.ok()) return Reply(missing.status(), "digests");
+  for (v1::Digest& d : *missing) *response->add_missing() = std::move(d);
+  return grpc::Status::OK;
+}
+
+grpc::Status CacheService::Stat(grpc::ServerContext* context, const v1::StatRequest* request,
+                                v1::CacheStats* response) {
+  *response = cache::ToProto(cache_->Statistics());
+  return grpc::Status::OK;
+}
+
+grpc::Status CacheService::GetAction(grpc::ServerContext* context,
+                                     const v1::GetActionRequest* request,
+                                     v1::ActionEntry* response) {
+  if (request->compile_key().empty()) {
+    return ToGrpcStatus(InvalidField("", "compile_key", "must not be empty"));
+  }
+  // The caller evaluates the guards; for the cache, a key with a complete variant is a hit.
+  absl::StatusOr<v1::ActionEntry> entry = cache_->actions().Get(request->compile_key());
+  if (absl::IsNotFound(entry.status())) cache_->actions().RecordMiss();
+  if (!entry.ok()) return Reply(entry.status(), "compile_key");
+  cache_->actions().RecordHit(request->compile_key());
+  *response = *std::move(entry);
+  return grpc::Status::OK;
+}
+
+grpc::Status CacheService::PutAction(grpc::ServerContext* context,
+                                     const v1::PutActionRequest* request,
+                                     v1::PutActionResponse* response) {
+  return Reply(cache_->actions().Put(request->compile_key(), request->variant()), "variant");
+}
+
+}  // namespace kiln::server

@@ -1,0 +1,48 @@
+#pragma once
+
+// kiln.v1.Cache over gRPC: blob Get/Put (in chunks above 4 MiB), FindMissing, Stat and the
+// action cache, with the status codes cache.proto documents. A synchronous service: every
+// call runs on a thread of gRPC's sync-server pool, which exists for blocking handlers and
+// grows with the load, so disk work never runs on gRPC's polling or callback threads.
+
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "absl/status/statusor.h"
+#include "cache/cache.h"
+#include "kiln/v1/cache.grpc.pb.h"
+#include "server/config.h"
+
+namespace kiln::server {
+
+// Opens the cache under `path` as `config` says, logging what the cache reports (a corrupt
+// store moved aside, integrity failures).
+absl::StatusOr<std::unique_ptr<cache::Cache>> OpenServerCache(const ServerConfig& config,
+                                                              const std::string& path);
+
+class CacheService final : public v1::Cache::Service {
+ public:
+  // `cache` must outlive the service. Blobs larger than `chunk_bytes` are streamed in chunks.
+  CacheService(cache::Cache* cache, int64_t max_blob_bytes, int64_t chunk_bytes);
+
+  grpc::Status Get(grpc::ServerContext* context, const v1::GetRequest* request,
+                   grpc::ServerWriter<v1::GetResponse>* writer) override;
+  grpc::Status Put(grpc::ServerContext* context, grpc::ServerReader<v1::PutRequest>* reader,
+                   v1::PutResponse* response) override;
+  grpc::Status FindMissing(grpc::ServerContext* context, const v1::FindMissingRequest* request,
+                           v1::FindMissingResponse* response) override;
+  grpc::Status Stat(grpc::ServerContext* context, const v1::StatRequest* request,
+                    v1::CacheStats* response) override;
+  grpc::Status GetAction(grpc::ServerContext* context, const v1::GetActionRequest* request,
+                         v1::ActionEntry* response) override;
+  grpc::Status PutAction(grpc::ServerContext* context, const v1::PutActionRequest* request,
+                         v1::PutActionResponse* response) override;
+
+ private:
+  cache::Cache* const cache_;
+  const int64_t max_blob_bytes_;
+  const int64_t chunk_bytes_;
+};
+
+}  // namespace kiln::server

@@ -1,0 +1,296 @@
+// The Cache service through a real kilnd over loopback: blobs small and chunked, bad input,
+// the action cache, restarts, corruption on disk and the CLI.
+
+#include <signal.h>
+
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <fstream>
+
+#include "absl/strings/str_cat.h"
+#include "cache/db.h"
+#include "client/cache_client.h"
+#include "proto/digest.h"
+#include "proto/grpc_status.h"
+#include "tests/testing/kilnd_process.h"
+#include "tests/testing/test_env.h"
+
+namespace kiln {
+namespace {
+
+using ::kiln::client::CacheClient;
+using ::kiln::testing::KilndProcess;
+using ::kiln::testing::TempDir;
+
+std::string Bytes(size_t n, int seed) {
+  std::string s(n, '\0');
+  uint32_t x = 2654435761u * static_cast<uint32_t>(seed + 1);
+  for (char& c : s) {
+    x = x * 1664525u + 1013904223u;
+    c = static_cast<char>(x >> 24);
+  }
+  return s;
+}
+
+class CacheServiceTest : public ::testing::Test {
+ protected:
+  void Start(const std::vector<std::string>& flags = {}) {
+    absl::StatusOr<KilndProcess> k = KilndProcess::Start(data_dir(), flags);
+    ASSERT_TRUE(k.ok()) << k.status();
+    kilnd_.emplace(*std::move(k));
+    client::ChannelOptions options;
+    options.address = kilnd_->address();
+    absl::StatusOr<std::unique_ptr<CacheClient>> c = CacheClient::Create(options);
+    ASSERT_TRUE(c.ok()) << c.status();
+    client_ = *std::move(c);
+  }
+
+  void Stop() {
+    client_.reset();
+    kilnd_->process().Signal(SIGTERM);
+    std::optional<int> code = kilnd_->process().Wait(absl::Seconds(30));
+    ASSERT_TRUE(code.has_value());
+    EXPECT_EQ(*code, 0) << kilnd_->process().Stderr();
+    kilnd_.reset();
+  }
+
+  std::string data_dir() const { return dir_.path() + "/data"; }
+  v1::CacheStats Stats() {
+    absl::StatusOr<v1::CacheStats> s = client_->Stat();
+    EXPECT_TRUE(s.ok()) << s.status();
+    return s.ok() ? *s : v1::CacheStats();
+  }
+
+  TempDir dir_;
+  std::optional<KilndProcess> kilnd_;
+  std::unique_ptr<CacheClient> client_;
+};
+
+TEST_F(CacheServiceTest, BlobsRoundTripInOneMessageAndInChunks) {
+  Start();
+  for (size_t size : {size_t{0}, size_t{1024}, size_t{4} << 20, (size_t{9} << 20) + 12345}) {
+    const std::string bytes = Bytes(size, static_cast<int>(size % 1000));
+    absl::StatusOr<CacheClient::PutResult> put = client_->Put(bytes);
+    ASSERT_TRUE(put.ok()) << size << ": " << put.status();
+    EXPECT_FALSE(put->already_present);
+    EXPECT_EQ(put->digest.size_bytes(), static_cast<int64_t>(size));
+    absl::StatusOr<std::string> got = client_->Get(put->digest);
+    ASSERT_TRUE(got.ok()) << size << ": " << got.status();
+    EXPECT_TRUE(*got == bytes) << size;
+    put = client_->Put(bytes);
+    ASSERT_TRUE(put.ok());
+    EXPECT_TRUE(put->already_present);
+  }
+  const v1::CacheStats s = Stats();
+  EXPECT_EQ(s.blobs(), 4);
+  EXPECT_EQ(s.blob_puts(), 4);
+  EXPECT_EQ(s.blob_gets(), 4);
+}
+
+TEST_F(CacheServiceTest, FindMissingAndNotFound) {
+  Start();
+  const std::string held = "held";
+  ASSERT_TRUE(client_->Put(held).ok());
+  absl::StatusOr<std::vector<v1::Digest>> missing =
+      client_->FindMissing({DigestOf("absent"), DigestOf(held)});
+  ASSERT_TRUE(missing.ok()) << missing.status();
+  ASSERT_EQ(missing->size(), 1u);
+  EXPECT_EQ((*missing)[0].hash(), DigestOf("absent").hash());
+  absl::Status s = client_->Get(DigestOf("absent")).status();
+  EXPECT_TRUE(absl::IsNotFound(s)) << s;
+  EXPECT_EQ(Stats().blob_get_misses(), 1);
+}
+
+TEST_F(CacheServiceTest, BadInputGetsTheRightCodeAndLosesNothing) {
+  Start({"--max-blob-bytes", "1MiB"});
+  const std::string kept = Bytes(5000, 1);
+  ASSERT_TRUE(client_->Put(kept).ok());
+
+  v1::Digest malformed;
+  malformed.set_hash("not-a-hash");
+  absl::Status s = client_->Get(malformed).status();
+  EXPECT_TRUE(absl::IsInvalidArgument(s)) << s;
+  std::optional<v1::ErrorDetail> detail = ErrorDetailOf(s);
+  ASSERT_TRUE(detail.has_value());
+  ASSERT_EQ(detail->violations_size(), 1);
+  EXPECT_EQ(detail->violations(0).field(), "digest");
+  EXPECT_TRUE(absl::IsInvalidArgument(client_->Put(malformed, "x").status()));
+  EXPECT_TRUE(absl::IsInvalidArgument(client_->FindMissing({DigestOf("a"), malformed}).status()));
+
+  // Bytes that do not hash to the digest, and sizes that disagree.
+  const std::string other = Bytes(5000, 2);
+  s = client_->Put(DigestOf(other), Bytes(5000, 3)).status();
+  EXPECT_TRUE(absl::IsInvalidArgument(s)) << s;
+  v1::Digest too_long = DigestOf(other);
+  too_long.set_size_bytes(4000);
+  EXPECT_TRUE(absl::IsInvalidArgument(client_->Put(too_long, other).status()));
+  too_long.set_size_bytes(6000);
+  EXPECT_TRUE(absl::IsInvalidArgument(client_->Put(too_long, other).status()));
+
+  // Beyond --max-blob-bytes, declared or sent.
+  const std::string big = Bytes((1 << 20) + 1, 4);
+  s = client_->Put(big).status();
+  EXPECT_TRUE(absl::IsResourceExhausted(s)) << s;
+  EXPECT_NE(s.message().find("--max-blob-bytes"), absl::string_view::npos) << s;
+
+  const v1::CacheStats stats = Stats();
+  EXPECT_EQ(stats.blobs(), 1);
+  EXPECT_EQ(stats.blob_bytes(), 5000);
+  EXPECT_TRUE(absl::IsNotFound(client_->Get(DigestOf(other)).status()));
+  absl::StatusOr<std::string> got = client_->Get(DigestOf(kept));
+  ASSERT_TRUE(got.ok()) << got.status();
+  EXPECT_EQ(*got, kept);
+}
+
+TEST_F(CacheServiceTest, ActionsNeedTheirBlobsAndCountHitsAndMisses) {
+  Start();
+  const std::string artifact = "compiled graph";
+  v1::ActionVariant variant;
+  variant.mutable_guards()->add_shape_env("Eq(s0, 128)");
+  *variant.add_artifacts() = DigestOf(artifact);
+  absl::Status s = client_->PutAction("key", variant);
+  EXPECT_TRUE(absl::IsFailedPrecondition(s)) << s;
+  EXPECT_TRUE(absl::IsNotFound(client_->GetAction("key").status()));
+  EXPECT_TRUE(absl::IsInvalidArgument(client_->GetAction("").status()));
+
+  ASSERT_TRUE(client_->Put(artifact).ok());
+  ASSERT_TRUE(client_->PutAction("key", variant).ok());
+  absl::StatusOr<v1::ActionEntry> entry = client_->GetAction("key");
+  ASSERT_TRUE(entry.ok()) << entry.status();
+  ASSERT_EQ(entry->variants_size(), 1);
+  EXPECT_EQ(entry->variants(0).guards().shape_env(0), "Eq(s0, 128)");
+  EXPECT_EQ(entry->variants(0).size_bytes(), static_cast<int64_t>(artifact.size()));
+  const v1::CacheStats stats = Stats();
+  EXPECT_EQ(stats.actions(), 1);
+  EXPECT_EQ(stats.variants(), 1);
+  EXPECT_EQ(stats.hits(), 1);
+  EXPECT_EQ(stats.misses(), 1);
+}
+
+TEST_F(CacheServiceTest, ContentsSurviveARestart) {
+  Start();
+  const std::string bytes = Bytes(200000, 5);
+  ASSERT_TRUE(client_->Put(bytes).ok());
+  Stop();
+  Start();
+  absl::StatusOr<std::string> got = client_->Get(DigestOf(bytes));
+  ASSERT_TRUE(got.ok()) << got.status();
+  EXPECT_EQ(*got, bytes);
+  EXPECT_EQ(Stats().blobs(), 1);
+}
+
+TEST_F(CacheServiceTest, CorruptBytesOnDiskAreNeverServed) {
+  Start();
+  const std::string bytes = Bytes(100000, 6);
+  ASSERT_TRUE(client_->Put(bytes).ok());
+  Stop();
+  {
+    cache::CacheOptions o;
+    o.path = data_dir() + "/store";
+    absl::StatusOr<std::unique_ptr<cache::CacheDb>> db = cache::CacheDb::Open(o);
+    ASSERT_TRUE(db.ok()) << db.status();
+    const std::string key = cache::RawHash(DigestOf(bytes).hash());
+    std::string value;
+    ASSERT_TRUE((*db)->db()->Get(rocksdb::ReadOptions(), (*db)->blobs(), key, &value).ok());
+    value[777] ^= 1;
+    ASSERT_TRUE((*db)->db()->Put(rocksdb::WriteOptions(), (*db)->blobs(), key, value).ok());
+  }
+  Start();
+  absl::Status s = client_->Get(DigestOf(bytes)).status();
+  EXPECT_TRUE(absl::IsNotFound(s)) << s;
+  const v1::CacheStats stats = Stats();
+  EXPECT_EQ(stats.integrity_failures(), 1);
+  EXPECT_EQ(stats.blobs(), 0);
+  Stop();
+}
+
+TEST_F(CacheServiceTest, CorruptStoreIsMovedAsideOrRefused) {
+  Start();
+  ASSERT_TRUE(client_->Put("something").ok());
+  Stop();
+  {
+    std::ofstream current(data_dir() + "/store/CURRENT", std::ios::trunc);
+    current << "garbage";
+  }
+  absl::StatusOr<testing::RunResult> refused =
+      testing::Run({testing::KilndPath(), "--listen", "127.0.0.1:0", "--metrics-listen", "",
+                    "--data-dir", data_dir(), "--refuse-corrupt-store"},
+                   absl::Seconds(30));
+  ASSERT_TRUE(refused.ok()) << refused.status();
+  EXPECT_EQ(refused->exit_code, 1) << refused->err;
+  EXPECT_NE(refused->err.find("corrupt"), std::string::npos) << refused->err;
+
+  Start();
+  EXPECT_EQ(Stats().blobs(), 0);
+  ASSERT_TRUE(client_->Put("something").ok());
+  Stop();
+  int aside = 0;
+  for (const auto& entry : std::filesystem::directory_iterator(data_dir())) {
+    aside += entry.path().filename().string().rfind("store.corrupt-", 0) == 0;
+  }
+  EXPECT_EQ(aside, 1);
+}
+
+TEST_F(CacheServiceTest, CacheFlagsAndTheirEnvironmentVariables) {
+  for (const std::vector<std::string>& flags :
+       {std::vector<std::string>{"--max-blob-bytes", "0"},
+        std::vector<std::string>{"--cache-max-bytes", "lots"}}) {
+    std::vector<std::string> argv = {testing::KilndPath(), "--data-dir", data_dir()};
+    argv.insert(argv.end(), flags.begin(), flags.end());
+    absl::StatusOr<testing::RunResult> r = testing::Run(argv);
+    ASSERT_TRUE(r.ok()) << r.status();
+    EXPECT_EQ(r->exit_code, 2) << flags[0] << ": " << r->err;
+  }
+  setenv("KILN_CACHE_MAX_BYTES", "64MiB", 1);
+  setenv("KILN_MAX_BLOB_BYTES", "1KiB", 1);
+  Start();
+  unsetenv("KILN_CACHE_MAX_BYTES");
+  unsetenv("KILN_MAX_BLOB_BYTES");
+  EXPECT_EQ(Stats().budget_bytes(), 64 << 20);
+  EXPECT_TRUE(absl::IsResourceExhausted(client_->Put(Bytes(1025, 1)).status()));
+  EXPECT_TRUE(client_->Put(Bytes(1024, 1)).ok());
+}
+
+TEST_F(CacheServiceTest, CliPutGetAndStat) {
+  Start();
+  const std::string input = dir_.path() + "/in.bin", output = dir_.path() + "/out.bin";
+  const std::string bytes = Bytes(6 << 20, 7);
+  {
+    std::ofstream f(input, std::ios::binary);
+    f.write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
+  }
+  absl::StatusOr<testing::RunResult> put =
+      testing::Run({testing::KilnCliPath(), "cache", "put", input, "--server", kilnd_->address()});
+  ASSERT_TRUE(put.ok()) << put.status();
+  ASSERT_EQ(put->exit_code, 0) << put->err;
+  EXPECT_EQ(put->out, client::FormatDigest(DigestOf(bytes)) + "\n");
+  const std::string digest = put->out.substr(0, put->out.size() - 1);
+
+  absl::StatusOr<testing::RunResult> get =
+      testing::Run({testing::KilnCliPath(), "cache", "get", digest, "-o", output, "--server",
+                    kilnd_->address()});
+  ASSERT_TRUE(get.ok()) << get.status();
+  ASSERT_EQ(get->exit_code, 0) << get->err;
+  absl::StatusOr<std::string> written = testing::ReadFile(output);
+  ASSERT_TRUE(written.ok());
+  EXPECT_TRUE(*written == bytes);
+
+  absl::StatusOr<testing::RunResult> missing =
+      testing::Run({testing::KilnCliPath(), "cache", "get", DigestOf("nope").hash(), "-o", output,
+                    "--server", kilnd_->address()});
+  ASSERT_TRUE(missing.ok());
+  EXPECT_EQ(missing->exit_code, 1);
+  EXPECT_NE(missing->err.find("NOT_FOUND"), std::string::npos) << missing->err;
+
+  absl::StatusOr<testing::RunResult> stat =
+      testing::Run({testing::KilnCliPath(), "cache", "stat", "--server", kilnd_->address()});
+  ASSERT_TRUE(stat.ok());
+  ASSERT_EQ(stat->exit_code, 0) << stat->err;
+  EXPECT_NE(stat->out.find("blobs                1\n"), std::string::npos) << stat->out;
+  EXPECT_NE(stat->out.find(absl::StrCat("blob_bytes           ", 6 << 20)), std::string::npos)
+      << stat->out;
+}
+
+}  // namespace
+}  // namespace kiln
