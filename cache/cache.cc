@@ -130,11 +130,26 @@ absl::StatusOr<std::vector<Cache::Candidate>> Cache::Sample(int count) {
 absl::Status Cache::EvictLocked() {
   const CacheOptions& o = db_->options();
   if (o.budget_bytes <= 0) return absl::OkStatus();
+  return EvictDownToLocked(static_cast<int64_t>(o.budget_bytes * o.low_watermark_ratio),
+                           static_cast<int64_t>(o.budget_bytes * o.hard_limit_ratio));
+}
+
+absl::StatusOr<int64_t> Cache::EvictDownTo(int64_t target_bytes) {
+  MutexLock lock(&evict_mu_);
+  const int64_t before = db_->counters().stored_bytes();
+  // An operator's request: fresh entries are not spared.
+  if (absl::Status s = EvictDownToLocked(std::max<int64_t>(0, target_bytes), /*hard=*/-1);
+      !s.ok()) {
+    return s;
+  }
+  return std::max<int64_t>(0, before - db_->counters().stored_bytes());
+}
+
+absl::Status Cache::EvictDownToLocked(int64_t low, int64_t hard) {
+  const CacheOptions& o = db_->options();
   if (absl::Status s = store_->FlushAccessTimes(); !s.ok()) return s;
   if (absl::Status s = actions_->FlushAccessTimes(); !s.ok()) return s;
   Counters& counters = db_->counters();
-  const auto low = static_cast<int64_t>(o.budget_bytes * o.low_watermark_ratio);
-  const auto hard = static_cast<int64_t>(o.budget_bytes * o.hard_limit_ratio);
   const int64_t min_age_ms = absl::ToInt64Milliseconds(o.min_age);
   int fruitless = 0;
   while (counters.stored_bytes() > low && fruitless < 4) {

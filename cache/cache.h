@@ -17,10 +17,10 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "cache/action_cache.h"
-#include "proto/sync.h"
 #include "cache/options.h"
 #include "cache/stats.h"
 #include "cache/store.h"
+#include "proto/sync.h"
 
 namespace kiln::cache {
 
@@ -45,6 +45,10 @@ class Cache {
   // The maintenance thread calls it periodically; tests without one call it directly.
   absl::Status RunMaintenance() ABSL_LOCKS_EXCLUDED(evict_mu_);
 
+  // Evicts least recently used entries, fresh ones included, until the stored bytes are at
+  // most `target_bytes` (or nothing evictable is left). Returns the bytes freed.
+  absl::StatusOr<int64_t> EvictDownTo(int64_t target_bytes) ABSL_LOCKS_EXCLUDED(evict_mu_);
+
   // Stops maintenance, writes what is pending, flushes and closes the database. Idempotent;
   // no other call may be in flight or follow.
   absl::Status Close();
@@ -55,6 +59,10 @@ class Cache {
   absl::Status CountEntries();
   void AfterWrite();
   absl::Status EvictLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(evict_mu_);
+  // Evicts least recently used entries until the stored bytes are at most `low`; entries
+  // younger than the minimum age are spared while the store is within `hard` bytes.
+  absl::Status EvictDownToLocked(int64_t low, int64_t hard)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(evict_mu_);
   absl::StatusOr<std::vector<Candidate>> Sample(int count) ABSL_EXCLUSIVE_LOCKS_REQUIRED(evict_mu_);
   void MaintenanceLoop();
 

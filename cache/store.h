@@ -18,8 +18,8 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
-#include "proto/sync.h"
 #include "kiln/v1/artifact.pb.h"
+#include "proto/sync.h"
 
 namespace kiln::cache {
 

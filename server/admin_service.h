@@ -7,18 +7,27 @@
 // service is wired in. Thread-safe.
 
 #include <deque>
+#include <functional>
 #include <string>
 
 #include "absl/base/thread_annotations.h"
 #include "absl/container/flat_hash_map.h"
-#include "proto/sync.h"
+#include "cache/cache.h"
 #include "kiln/v1/admin.grpc.pb.h"
 #include "kiln/v1/key.pb.h"
+#include "proto/sync.h"
+#include "server/auth.h"
 
 namespace kiln::server {
 
 class AdminService final : public v1::Admin::Service {
  public:
+  // Fills the parts of ServerStats only the server knows (uptime, compiles, ...).
+  using StatsFn = std::function<void(v1::ServerStats*)>;
+
+  // `cache` and `authorizer` must outlive the service. Every RPC needs the admin role.
+  AdminService(cache::Cache* cache, const Authorizer* authorizer, StatsFn stats);
+
   // How many key records Explain remembers for lookups by key.
   static constexpr size_t kRememberedKeys = 4096;
 
@@ -31,6 +40,12 @@ class AdminService final : public v1::Admin::Service {
 
  private:
   void Remember(const v1::KeyRecord& record) ABSL_LOCKS_EXCLUDED(mu_);
+  // The record of a key: remembered here, or stored with the key's first variant.
+  absl::StatusOr<v1::KeyRecord> RecordOf(const std::string& compile_key);
+
+  cache::Cache* const cache_;
+  const Authorizer* const authorizer_;
+  const StatsFn stats_;
 
   Mutex mu_;
   absl::flat_hash_map<std::string, v1::KeyRecord> records_ ABSL_GUARDED_BY(mu_);

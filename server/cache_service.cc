@@ -44,11 +44,18 @@ absl::StatusOr<std::unique_ptr<cache::Cache>> OpenServerCache(const ServerConfig
   return cache;
 }
 
-CacheService::CacheService(cache::Cache* cache, int64_t max_blob_bytes, int64_t chunk_bytes)
-    : cache_(cache), max_blob_bytes_(max_blob_bytes), chunk_bytes_(chunk_bytes) {}
+CacheService::CacheService(cache::Cache* cache, const Authorizer* authorizer,
+                           int64_t max_blob_bytes, int64_t chunk_bytes)
+    : cache_(cache),
+      authorizer_(authorizer),
+      max_blob_bytes_(max_blob_bytes),
+      chunk_bytes_(chunk_bytes) {}
 
 grpc::Status CacheService::Get(grpc::ServerContext* context, const v1::GetRequest* request,
                                grpc::ServerWriter<v1::GetResponse>* writer) {
+  if (auto who = authorizer_->Check(*context, Role::kRead); !who.ok()) {
+    return ToGrpcStatus(who.status());
+  }
   absl::StatusOr<std::string> bytes = cache_->store().Get(request->digest());
   if (!bytes.ok()) return Reply(bytes.status(), "digest");
   const auto size = static_cast<int64_t>(bytes->size());
@@ -79,6 +86,9 @@ grpc::Status CacheService::Get(grpc::ServerContext* context, const v1::GetReques
 grpc::Status CacheService::Put(grpc::ServerContext* context,
                                grpc::ServerReader<v1::PutRequest>* reader,
                                v1::PutResponse* response) {
+  if (auto who = authorizer_->Check(*context, Role::kCompile); !who.ok()) {
+    return ToGrpcStatus(who.status());
+  }
   v1::PutRequest request;
   if (!reader->Read(&request)) {
     return Reply(absl::InvalidArgumentError("the stream carried no message"), "digest");
@@ -127,6 +137,9 @@ grpc::Status CacheService::Put(grpc::ServerContext* context,
 grpc::Status CacheService::FindMissing(grpc::ServerContext* context,
                                        const v1::FindMissingRequest* request,
                                        v1::FindMissingResponse* response) {
+  if (auto who = authorizer_->Check(*context, Role::kRead); !who.ok()) {
+    return ToGrpcStatus(who.status());
+  }
   std::vector<v1::Digest> digests(request->digests().begin(), request->digests().end());
   absl::StatusOr<std::vector<v1::Digest>> missing = cache_->store().FindMissing(digests);
   if (!missing.ok()) return Reply(missing.status(), "digests");
@@ -136,6 +149,9 @@ grpc::Status CacheService::FindMissing(grpc::ServerContext* context,
 
 grpc::Status CacheService::Stat(grpc::ServerContext* context, const v1::StatRequest* request,
                                 v1::CacheStats* response) {
+  if (auto who = authorizer_->Check(*context, Role::kRead); !who.ok()) {
+    return ToGrpcStatus(who.status());
+  }
   *response = cache::ToProto(cache_->Statistics());
   return grpc::Status::OK;
 }
@@ -143,6 +159,9 @@ grpc::Status CacheService::Stat(grpc::ServerContext* context, const v1::StatRequ
 grpc::Status CacheService::GetAction(grpc::ServerContext* context,
                                      const v1::GetActionRequest* request,
                                      v1::ActionEntry* response) {
+  if (auto who = authorizer_->Check(*context, Role::kRead); !who.ok()) {
+    return ToGrpcStatus(who.status());
+  }
   if (request->compile_key().empty()) {
     return ToGrpcStatus(InvalidField("", "compile_key", "must not be empty"));
   }
@@ -158,6 +177,9 @@ grpc::Status CacheService::GetAction(grpc::ServerContext* context,
 grpc::Status CacheService::PutAction(grpc::ServerContext* context,
                                      const v1::PutActionRequest* request,
                                      v1::PutActionResponse* response) {
+  if (auto who = authorizer_->Check(*context, Role::kCompile); !who.ok()) {
+    return ToGrpcStatus(who.status());
+  }
   return Reply(cache_->actions().Put(request->compile_key(), request->variant()), "variant");
 }
 

@@ -12,6 +12,7 @@
 #include "absl/status/statusor.h"
 #include "cache/cache.h"
 #include "kiln/v1/cache.grpc.pb.h"
+#include "server/auth.h"
 #include "server/config.h"
 
 namespace kiln::server {
@@ -24,7 +25,9 @@ absl::StatusOr<std::unique_ptr<cache::Cache>> OpenServerCache(const ServerConfig
 class CacheService final : public v1::Cache::Service {
  public:
   // `cache` must outlive the service. Blobs larger than `chunk_bytes` are streamed in chunks.
-  CacheService(cache::Cache* cache, int64_t max_blob_bytes, int64_t chunk_bytes);
+  // Reads need the `read` role, writes `compile` (see auth.h).
+  CacheService(cache::Cache* cache, const Authorizer* authorizer, int64_t max_blob_bytes,
+               int64_t chunk_bytes);
 
   grpc::Status Get(grpc::ServerContext* context, const v1::GetRequest* request,
                    grpc::ServerWriter<v1::GetResponse>* writer) override;
@@ -41,6 +44,7 @@ class CacheService final : public v1::Cache::Service {
 
  private:
   cache::Cache* const cache_;
+  const Authorizer* const authorizer_;
   const int64_t max_blob_bytes_;
   const int64_t chunk_bytes_;
 };

@@ -15,6 +15,7 @@
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
+#include "compiler/canon/toolchain.h"
 #include "server/admin_service.h"
 #include "server/auth.h"
 #include "server/cache_service.h"
@@ -34,7 +35,7 @@ struct KilnServer::State {
   // The cache outlives the gRPC server: its service runs until Shutdown returns.
   std::unique_ptr<cache::Cache> cache;
   std::unique_ptr<CacheService> cache_service;
-  AdminService admin;  // kiln.v1.Admin: Explain; outlives grpc_server (declared first)
+  std::unique_ptr<AdminService> admin;
   MetricsRegistry metrics;
   std::unique_ptr<RpcMetrics> rpc_metrics;
   std::unique_ptr<Authorizer> authorizer;
@@ -83,6 +84,47 @@ void AddServerMetrics(MetricsRegistry& metrics, absl::Time started) {
   metrics.AddCallback("kiln_uptime_seconds", "Seconds since kilnd started.",
                       [started] { return absl::ToDoubleSeconds(absl::Now() - started); });
   metrics.AddProcessMetrics();
+}
+
+// Cache counters, read from the cache at scrape time.
+void AddCacheMetrics(MetricsRegistry& metrics, cache::Cache* cache) {
+  struct Read {
+    const char* name;
+    const char* help;
+    int64_t (*get)(const cache::CacheStatistics&);
+    bool counter;
+  };
+  static constexpr Read kReads[] = {
+      {"kiln_cache_hits_total", "Action-cache lookups answered with a variant.",
+       [](const cache::CacheStatistics& s) { return s.hits; }, true},
+      {"kiln_cache_misses_total", "Action-cache lookups for unknown keys.",
+       [](const cache::CacheStatistics& s) { return s.misses; }, true},
+      {"kiln_cache_guard_misses_total", "Lookups whose key was known but no guards held.",
+       [](const cache::CacheStatistics& s) { return s.guard_misses; }, true},
+      {"kiln_cache_stored_bytes", "Bytes the cache holds (blobs and action records).",
+       [](const cache::CacheStatistics& s) { return s.stored_bytes(); }, false},
+      {"kiln_cache_budget_bytes", "The cache's byte budget (0: none).",
+       [](const cache::CacheStatistics& s) { return s.budget_bytes; }, false},
+      {"kiln_cache_blobs", "Blobs stored.", [](const cache::CacheStatistics& s) { return s.blobs; },
+       false},
+      {"kiln_cache_entries", "Compile keys in the action cache.",
+       [](const cache::CacheStatistics& s) { return s.actions; }, false},
+      {"kiln_cache_variants", "Guarded variants across all keys.",
+       [](const cache::CacheStatistics& s) { return s.variants; }, false},
+      {"kiln_cache_integrity_failures_total", "Blobs whose bytes no longer matched their digest.",
+       [](const cache::CacheStatistics& s) { return s.integrity_failures; }, true},
+      {"kiln_cache_evictions_total", "Action entries evicted.",
+       [](const cache::CacheStatistics& s) { return s.evictions; }, true},
+      {"kiln_cache_evicted_bytes_total", "Bytes freed by eviction.",
+       [](const cache::CacheStatistics& s) { return s.evicted_bytes; }, true},
+      {"kiln_cache_stores_moved_aside_total", "Corrupt stores moved aside at start.",
+       [](const cache::CacheStatistics& s) { return s.stores_moved_aside; }, true},
+  };
+  for (const Read& r : kReads) {
+    metrics.AddCallback(
+        r.name, r.help,
+        [cache, get = r.get] { return static_cast<double>(get(cache->Statistics())); }, r.counter);
+  }
 }
 
 }  // namespace
@@ -134,9 +176,18 @@ absl::StatusOr<std::unique_ptr<KilnServer>> KilnServer::Start(const ServerConfig
   if (!cache.ok()) return cache.status();
   state->cache = *std::move(cache);
   state->cache_service = std::make_unique<CacheService>(
-      state->cache.get(), config.max_blob_bytes,
+      state->cache.get(), state->authorizer.get(), config.max_blob_bytes,
       std::min<int64_t>(int64_t{4} << 20, config.max_message_bytes / 2));
+  AddCacheMetrics(state->metrics, state->cache.get());
   // --- end cache
+  state->admin = std::make_unique<AdminService>(
+      state->cache.get(), state->authorizer.get(), [s = state.get()](v1::ServerStats* stats) {
+        stats->set_version(kKilnVersion);
+        const canon::Toolchain& t = canon::CurrentToolchain();
+        stats->set_toolchain(absl::StrCat("kiln ", t.kiln_version, ", llvm ", t.llvm_version,
+                                          ", cuda ", t.cuda_version));
+        stats->set_uptime_seconds(absl::ToInt64Seconds(absl::Now() - s->started));
+      });
 
   grpc::EnableDefaultHealthCheckService(true);
   grpc::reflection::InitProtoReflectionServerBuilderPlugin();
@@ -149,7 +200,7 @@ absl::StatusOr<std::unique_ptr<KilnServer>> KilnServer::Start(const ServerConfig
   builder.experimental().SetInterceptorCreators(std::move(interceptors));
 
   // Kiln's services.
-  builder.RegisterService(&state->admin);
+  builder.RegisterService(state->admin.get());
   builder.RegisterService(state->cache_service.get());
   // Synchronous services (the cache's) run on threads that poll these queues; one queue per
   // core lets every core take calls.

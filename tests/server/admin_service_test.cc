@@ -143,11 +143,30 @@ TEST_F(AdminServiceTest, InvalidGraphIsInvalidArgumentNamingSideNodeAndField) {
   EXPECT_EQ(status.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
 }
 
-TEST_F(AdminServiceTest, StatsAndEvictAreNotWiredYet) {
+TEST_F(AdminServiceTest, StatsAndEviction) {
   grpc::ClientContext context;
   v1::ServerStats stats;
-  EXPECT_EQ(stub_->GetServerStats(&context, v1::ServerStatsRequest(), &stats).error_code(),
-            grpc::StatusCode::UNIMPLEMENTED);
+  ASSERT_TRUE(stub_->GetServerStats(&context, v1::ServerStatsRequest(), &stats).ok());
+  EXPECT_FALSE(stats.version().empty());
+  EXPECT_THAT(stats.toolchain(), HasSubstr("llvm 16"));
+  EXPECT_EQ(stats.cache().blobs(), 0);
+
+  grpc::ClientContext evict_context;
+  v1::EvictRequest evict;
+  evict.set_compile_key(std::string(64, 'a'));
+  v1::EvictResponse evicted;
+  EXPECT_EQ(stub_->Evict(&evict_context, evict, &evicted).error_code(),
+            grpc::StatusCode::NOT_FOUND);
+
+  grpc::ClientContext bad_context;
+  evict.set_compile_key("not-a-key");
+  EXPECT_EQ(stub_->Evict(&bad_context, evict, &evicted).error_code(),
+            grpc::StatusCode::INVALID_ARGUMENT);
+
+  grpc::ClientContext target_context;
+  evict.set_target_bytes(0);
+  ASSERT_TRUE(stub_->Evict(&target_context, evict, &evicted).ok());
+  EXPECT_EQ(evicted.evicted_entries(), 0);
 }
 
 TEST_F(AdminServiceTest, CliExplainsTwoGraphFiles) {

@@ -4,7 +4,14 @@
 
 #include <gtest/gtest.h>
 
+#include <grpcpp/grpcpp.h>
+
+#include <fstream>
+#include <optional>
+
 #include "client/health.h"
+#include "kiln/v1/admin.grpc.pb.h"
+#include "kiln/v1/cache.grpc.pb.h"
 #include "tests/testing/certs.h"
 #include "tests/testing/kilnd_process.h"
 #include "tests/testing/test_env.h"
@@ -104,6 +111,74 @@ TEST_F(TlsTest, TlsAllowsNonLoopbackListenAndUnreadableKeyIsReported) {
   ASSERT_TRUE(r.ok()) << r.status();
   EXPECT_EQ(r->exit_code, 1);
   EXPECT_NE(r->err.find("--tls-key: cannot read"), std::string::npos) << r->err;
+}
+
+}  // namespace
+}  // namespace kiln
+
+namespace kiln {
+namespace {
+
+// Roles across the services: read < compile < admin.
+class RolesTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    const std::string tokens = dir_.path() + "/tokens";
+    std::ofstream(tokens) << "read    reader-token-0123456789  dashboards\n"
+                             "compile compile-token-0123456789 trainer\n"
+                             "admin   admin-token-01234567890  oncall\n";
+    absl::StatusOr<KilndProcess> k =
+        KilndProcess::Start(dir_.path() + "/data", {"--token-file", tokens});
+    ASSERT_TRUE(k.ok()) << k.status();
+    kilnd_.emplace(*std::move(k));
+  }
+  grpc::StatusCode Stat(const std::string& token) {
+    auto channel = grpc::CreateChannel(kilnd_->address(), grpc::InsecureChannelCredentials());
+    auto stub = v1::Cache::NewStub(channel);
+    grpc::ClientContext context;
+    if (!token.empty()) context.AddMetadata("authorization", "Bearer " + token);
+    v1::CacheStats stats;
+    return stub->Stat(&context, v1::StatRequest(), &stats).error_code();
+  }
+  grpc::StatusCode PutAction(const std::string& token) {
+    auto channel = grpc::CreateChannel(kilnd_->address(), grpc::InsecureChannelCredentials());
+    auto stub = v1::Cache::NewStub(channel);
+    grpc::ClientContext context;
+    context.AddMetadata("authorization", "Bearer " + token);
+    v1::PutActionRequest request;
+    request.set_compile_key(std::string(64, 'b'));
+    v1::PutActionResponse response;
+    return stub->PutAction(&context, request, &response).error_code();
+  }
+  grpc::StatusCode ServerStats(const std::string& token) {
+    auto channel = grpc::CreateChannel(kilnd_->address(), grpc::InsecureChannelCredentials());
+    auto stub = v1::Admin::NewStub(channel);
+    grpc::ClientContext context;
+    context.AddMetadata("authorization", "Bearer " + token);
+    v1::ServerStats stats;
+    return stub->GetServerStats(&context, v1::ServerStatsRequest(), &stats).error_code();
+  }
+  TempDir dir_;
+  std::optional<KilndProcess> kilnd_;
+};
+
+TEST_F(RolesTest, MissingOrUnknownTokenIsUnauthenticated) {
+  EXPECT_EQ(Stat(""), grpc::StatusCode::UNAUTHENTICATED);
+  EXPECT_EQ(Stat("not-a-token-of-this-server"), grpc::StatusCode::UNAUTHENTICATED);
+}
+
+TEST_F(RolesTest, RolesGateEachCall) {
+  EXPECT_EQ(Stat("reader-token-0123456789"), grpc::StatusCode::OK);
+  // A write needs `compile`: the reader is refused before the request is even looked at.
+  EXPECT_EQ(PutAction("reader-token-0123456789"), grpc::StatusCode::PERMISSION_DENIED);
+  EXPECT_NE(PutAction("compile-token-0123456789"), grpc::StatusCode::PERMISSION_DENIED);
+  EXPECT_EQ(ServerStats("compile-token-0123456789"), grpc::StatusCode::PERMISSION_DENIED);
+  EXPECT_EQ(ServerStats("admin-token-01234567890"), grpc::StatusCode::OK);
+  // The health service stays open for load balancers.
+  client::ChannelOptions o;
+  o.address = kilnd_->address();
+  auto health = client::CheckHealth(o, "", absl::Seconds(3));
+  ASSERT_TRUE(health.ok()) << health.status();
 }
 
 }  // namespace
