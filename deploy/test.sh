@@ -9,18 +9,24 @@ cd "$root"
 bash deploy/bootstrap.sh
 
 jobs=$(nproc)
-export CCACHE_DIR=${CCACHE_DIR:-$HOME/.cache/kiln-ccache}
 export CCACHE_MAXSIZE=${CCACHE_MAXSIZE:-5G}
+# Paths relative to the checkout, so clones in other directories share cached objects.
+export CCACHE_BASEDIR=$root
 configs=${KILN_TEST_CONFIGS:-release asan tsan}
 
 status=0
 for config in $configs; do
   echo "=== kiln: $config build"
   cmake --preset "$config" >/dev/null
-  cmake --build --preset "$config" -j "$jobs"
-  echo "=== kiln: $config tests"
+  # ThreadSanitizer covers the concurrent parts (server and cache): only their tests are built.
+  targets=()
   filter=()
-  if [[ $config == tsan ]]; then filter=(-L 'server|cache'); fi
+  if [[ $config == tsan ]]; then
+    targets=(--target kilnd kiln kiln_tests_server kiln_tests_cache)
+    filter=(-L 'server|cache')
+  fi
+  cmake --build --preset "$config" -j "$jobs" "${targets[@]}"
+  echo "=== kiln: $config tests"
   if ! ctest --preset "$config" -j "$jobs" "${filter[@]}"; then status=1; fi
 done
 exit $status
