@@ -16,6 +16,7 @@
 #include "absl/time/time.h"
 #include "client/cache_client.h"
 #include "client/channel.h"
+#include "client/compile_client.h"
 #include "client/health.h"
 #include "kiln/v1/admin.grpc.pb.h"
 #include "proto/fx/capture_import.h"
@@ -122,22 +123,36 @@ bool IsCompileKey(const std::string& text) {
   return true;
 }
 
-int RunExplain(GlobalOptions& global, const ExplainOptions& o) {
-  if (absl::Status s = LoadToken(global); !s.ok()) return Fail(std::string(s.message()));
+// The compile options named by --target, --precision, --require-cudagraph and
+// --backend-option NAME=VALUE.
+absl::StatusOr<kiln::v1::CompileOptions> MakeCompileOptions(
+    const std::string& target, const std::string& precision_name, bool require_cudagraph,
+    const std::vector<std::string>& backend_options) {
   kiln::v1::CompileOptions options;
-  options.set_target(o.target);
-  options.set_require_cudagraph(o.require_cudagraph);
+  options.set_target(target);
+  options.set_require_cudagraph(require_cudagraph);
   kiln::v1::PrecisionPolicy precision;
-  if (!kiln::v1::PrecisionPolicy_Parse("PRECISION_POLICY_" + absl::AsciiStrToUpper(o.precision),
+  if (!kiln::v1::PrecisionPolicy_Parse("PRECISION_POLICY_" + absl::AsciiStrToUpper(precision_name),
                                        &precision)) {
-    return Fail("unknown --precision " + o.precision);
+    return absl::InvalidArgumentError("unknown --precision " + precision_name);
   }
   options.set_precision(precision);
-  for (const std::string& kv : o.backend_options) {
+  for (const std::string& kv : backend_options) {
     const size_t eq = kv.find('=');
-    if (eq == std::string::npos) return Fail("--backend-option needs NAME=VALUE, got " + kv);
+    if (eq == std::string::npos) {
+      return absl::InvalidArgumentError("--backend-option needs NAME=VALUE, got " + kv);
+    }
     (*options.mutable_backend_options())[kv.substr(0, eq)] = kv.substr(eq + 1);
   }
+  return options;
+}
+
+int RunExplain(GlobalOptions& global, const ExplainOptions& o) {
+  if (absl::Status s = LoadToken(global); !s.ok()) return Fail(std::string(s.message()));
+  absl::StatusOr<kiln::v1::CompileOptions> made =
+      MakeCompileOptions(o.target, o.precision, o.require_cudagraph, o.backend_options);
+  if (!made.ok()) return Fail(std::string(made.status().message()));
+  const kiln::v1::CompileOptions& options = *made;
   kiln::v1::ExplainRequest request;
   for (auto [source, arg] : {std::pair{request.mutable_a(), &o.a}, {request.mutable_b(), &o.b}}) {
     std::ifstream probe(*arg);
@@ -165,6 +180,63 @@ int RunExplain(GlobalOptions& global, const ExplainOptions& o) {
                 "): " + status.error_message());
   }
   std::printf("%s\n", response.description().c_str());
+  return 0;
+}
+
+struct CompileCommand {
+  std::string graph;
+  std::string output;
+  std::string target = "x86_64";
+  std::string precision = "strict";
+  bool require_cudagraph = false;
+  std::vector<std::string> backend_options;
+  std::string job_id;
+  int rank = 0;
+  int world_size = 1;
+  int64_t sequence = 0;
+  bool force = false;
+  double timeout_seconds = 600;
+};
+
+int RunCompile(GlobalOptions& global, const CompileCommand& c) {
+  if (absl::Status s = LoadToken(global); !s.ok()) return Fail(std::string(s.message()));
+  absl::StatusOr<kiln::v1::Graph> graph = kiln::ReadGraphFile(c.graph);
+  if (!graph.ok()) return Fail(std::string(graph.status().message()));
+  absl::StatusOr<kiln::v1::CompileOptions> options =
+      MakeCompileOptions(c.target, c.precision, c.require_cudagraph, c.backend_options);
+  if (!options.ok()) return Fail(std::string(options.status().message()));
+  kiln::v1::CompileRequest request;
+  *request.mutable_graph() = *std::move(graph);
+  *request.mutable_options() = *std::move(options);
+  request.mutable_job()->set_job_id(c.job_id);
+  request.mutable_job()->set_rank(c.rank);
+  request.mutable_job()->set_world_size(c.world_size);
+  request.mutable_job()->set_sequence(c.sequence);
+  request.set_force_compile(c.force);
+  auto client = kiln::client::CompileClient::Connect(global.channel);
+  if (!client.ok()) return Fail(std::string(client.status().message()));
+  const absl::Time start = absl::Now();
+  absl::StatusOr<kiln::v1::CompileResponse> response =
+      (*client)->Compile(request, absl::Seconds(c.timeout_seconds));
+  if (!response.ok()) return Fail("compile " + c.graph + ": " + response.status().ToString());
+  std::printf("%s key=%s artifact=%s/%lld decision=%s in %.1f ms\n",
+              kiln::client::OutcomeName(response->outcome()), response->compile_key().c_str(),
+              response->artifact_digest().hash().c_str(),
+              static_cast<long long>(response->artifact_digest().size_bytes()),
+              response->decision_digest().substr(0, 16).c_str(),
+              absl::ToDoubleMilliseconds(absl::Now() - start));
+  if (!response->failed_guard().empty()) std::printf("  %s\n", response->failed_guard().c_str());
+  for (const kiln::v1::PhaseTiming& t : response->timings()) {
+    std::printf("  %-12s %9.3f ms\n", t.phase().c_str(), t.micros() / 1000.0);
+  }
+  if (response->rendezvous().missing_ranks_size() > 0) {
+    std::printf("  missing ranks:");
+    for (int r : response->rendezvous().missing_ranks()) std::printf(" %d", r);
+    std::printf("\n");
+  }
+  if (!c.output.empty() && !WriteWholeFile(c.output, response->compiled_graph())) {
+    return Fail("cannot write " + c.output);
+  }
   return 0;
 }
 
@@ -280,6 +352,28 @@ int main(int argc, char** argv) {
   cache_get->add_option("-o,--output", get_output, "output file ('-' for stdout)")->required();
   CLI::App* cache_stat = cache->add_subcommand("stat", "print the cache's counts and sizes");
 
+  CompileCommand compile_command;
+  CLI::App* compile = app.add_subcommand("compile", "compile a graph file on the server");
+  compile->add_option("GRAPH", compile_command.graph, "graph file (binary, JSON or FX capture)")
+      ->required();
+  compile->add_option("-o,--output", compile_command.output, "write the CompiledGraph here");
+  compile->add_option("--target", compile_command.target, "x86_64 or cuda:sm_90")
+      ->capture_default_str();
+  compile->add_option("--precision", compile_command.precision, "strict, allow_tf32, fast_math")
+      ->capture_default_str();
+  compile->add_flag("--require-cudagraph", compile_command.require_cudagraph,
+                    "fail unless the plan can be captured in a CUDA graph");
+  compile->add_option("--backend-option", compile_command.backend_options, "NAME=VALUE");
+  compile->add_option("--job", compile_command.job_id, "job id (for multi-rank jobs)");
+  compile->add_option("--rank", compile_command.rank, "this process's rank")->capture_default_str();
+  compile->add_option("--world-size", compile_command.world_size, "ranks in the job")
+      ->capture_default_str();
+  compile->add_option("--sequence", compile_command.sequence, "compile sequence number on the rank")
+      ->capture_default_str();
+  compile->add_flag("--force", compile_command.force, "compile even if cached");
+  compile->add_option("--timeout", compile_command.timeout_seconds, "seconds to wait")
+      ->capture_default_str();
+
   try {
     app.parse(argc, argv);
   } catch (const CLI::CallForHelp& e) {
@@ -292,6 +386,7 @@ int main(int argc, char** argv) {
   if (health->parsed()) return RunHealth(global, health_timeout);
   if (import_fx->parsed()) return RunImportFx(fx_input, fx_output, fx_format);
   if (explain->parsed()) return RunExplain(global, explain_options);
+  if (compile->parsed()) return RunCompile(global, compile_command);
   if (cache_put->parsed()) return RunCachePut(global, put_input);
   if (cache_get->parsed()) return RunCacheGet(global, get_digest, get_output);
   if (cache_stat->parsed()) return RunCacheStat(global);

@@ -1,0 +1,27 @@
+#include "tests/testing/scrape.h"
+
+#include "absl/status/status.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
+#include "httplib.h"
+
+namespace kiln::testing {
+
+absl::StatusOr<double> ScrapeMetric(int http_port, const std::string& series) {
+  httplib::Client client("127.0.0.1", http_port);
+  auto result = client.Get("/metrics");
+  if (!result || result->status != 200) {
+    return absl::UnavailableError(absl::StrCat("cannot scrape 127.0.0.1:", http_port));
+  }
+  for (absl::string_view line : absl::StrSplit(result->body, '\n')) {
+    if (line.size() > series.size() + 1 && line.substr(0, series.size()) == series &&
+        line[series.size()] == ' ') {
+      double v = 0;
+      if (absl::SimpleAtod(line.substr(series.size() + 1), &v)) return v;
+    }
+  }
+  return 0.0;
+}
+
+}  // namespace kiln::testing
