@@ -10,7 +10,8 @@ absl::StatusOr<std::unique_ptr<CompileClient>> CompileClient::Connect(
     const ChannelOptions& options) {
   absl::StatusOr<std::shared_ptr<grpc::Channel>> channel = CreateChannel(options);
   if (!channel.ok()) return channel.status();
-  return std::unique_ptr<CompileClient>(new CompileClient(options, v1::Compiler::NewStub(*channel)));
+  return std::unique_ptr<CompileClient>(
+      new CompileClient(options, v1::Compiler::NewStub(*channel)));
 }
 
 absl::StatusOr<v1::CompileResponse> CompileClient::Compile(const v1::CompileRequest& request,

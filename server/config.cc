@@ -85,6 +85,16 @@ absl::Status ValidateConfig(const ServerConfig& config) {
   if (config.trace_capacity < 0 || config.trace_capacity > 100000) {
     return absl::InvalidArgumentError("--trace-capacity must be between 0 and 100000");
   }
+  if (config.compile_queue < 0) {
+    return absl::InvalidArgumentError("--compile-queue must not be negative");
+  }
+  if (!(config.rendezvous_timeout_seconds > 0)) {
+    return absl::InvalidArgumentError("--rendezvous-timeout must be a positive number of seconds");
+  }
+  if (config.rendezvous_policy != "fail" && config.rendezvous_policy != "proceed") {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--rendezvous-policy: expected fail or proceed, got \"", config.rendezvous_policy, "\""));
+  }
   if (config.data_dir.empty()) return absl::InvalidArgumentError("--data-dir must not be empty");
   if (!(config.drain_seconds >= 0)) {
     return absl::InvalidArgumentError("--drain-seconds must be a non-negative number");

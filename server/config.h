@@ -15,8 +15,8 @@ struct ServerConfig {
   std::string data_dir = "kiln-data";             // store and lock file
   bool insecure = false;                          // allow a non-loopback listen address without TLS
   double drain_seconds = 10;  // grace period on SIGTERM before in-flight work is cancelled
-  int64_t max_message_bytes = 64 << 20;            // largest gRPC message accepted
-  std::string log_level = "info";                  // debug, info, warning, error
+  int64_t max_message_bytes = 64 << 20;  // largest gRPC message accepted
+  std::string log_level = "info";        // debug, info, warning, error
 
   // The cache (content-addressed store and action cache under <data_dir>/store).
   int64_t cache_max_bytes = int64_t{16} << 30;  // eviction budget; 0: no limit
@@ -32,6 +32,16 @@ struct ServerConfig {
   std::string token_file;    // bearer tokens with roles; empty: no token checks
   std::string otlp_url;      // "http://host:port/v1/traces": export traces as OTLP/JSON
   int trace_capacity = 256;  // recent traces kept for /debug/traces
+  // Compiles: worker threads (<= 0: one per core), queued compiles before RESOURCE_EXHAUSTED,
+  // requests one client identity may have in flight (<= 0: no limit).
+  int compile_workers = 0;
+  int compile_queue = 64;
+  int max_in_flight_per_client = 0;
+  // Rank rendezvous: how long the first rank waits for the others, and what happens then:
+  // "fail" (every waiting rank gets DEADLINE_EXCEEDED naming the missing ranks) or
+  // "proceed" (present ranks go on; their answer lists the missing ones).
+  double rendezvous_timeout_seconds = 120;
+  std::string rendezvous_policy = "fail";
   bool tls() const { return !tls_cert_file.empty(); }
 };
 

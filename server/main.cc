@@ -120,6 +120,26 @@ int main(int argc, char** argv) {
                "fsync every cache write, so acknowledged writes survive a machine crash too")
       ->envname("KILN_CACHE_SYNC_WRITES");
 
+  app.add_option("--compile-workers", config.compile_workers, "compile threads (0: one per core)")
+      ->envname("KILN_COMPILE_WORKERS")
+      ->capture_default_str();
+  app.add_option("--compile-queue", config.compile_queue,
+                 "compiles that may wait for a worker before RESOURCE_EXHAUSTED")
+      ->envname("KILN_COMPILE_QUEUE")
+      ->capture_default_str();
+  app.add_option("--max-in-flight-per-client", config.max_in_flight_per_client,
+                 "requests one client identity may have in flight (0: no limit)")
+      ->envname("KILN_MAX_IN_FLIGHT_PER_CLIENT")
+      ->capture_default_str();
+  app.add_option("--rendezvous-timeout", config.rendezvous_timeout_seconds,
+                 "seconds the ranks of a job wait for each other")
+      ->envname("KILN_RENDEZVOUS_TIMEOUT")
+      ->capture_default_str();
+  app.add_option("--rendezvous-policy", config.rendezvous_policy,
+                 "when ranks are missing at the timeout: fail or proceed")
+      ->envname("KILN_RENDEZVOUS_POLICY")
+      ->capture_default_str();
+
   try {
     app.parse(argc, argv);
   } catch (const CLI::CallForHelp& e) {
