@@ -23,17 +23,7 @@ namespace {
 
 constexpr char kChildEnv[] = "KILN_CRASH_CHILD_DIR";
 
-std::string Bytes(size_t n, uint64_t seed) {
-  std::string s(n, '\0');
-  uint64_t x = seed * 0x9E3779B97F4A7C15ull + 1;
-  for (char& c : s) {
-    x ^= x << 13;
-    x ^= x >> 7;
-    x ^= x << 17;
-    c = static_cast<char>(x);
-  }
-  return s;
-}
+using ::kiln::testing::PseudoRandomBytes;
 
 // Sizes cycle through inline values, blob-file values and a large one now and then.
 size_t SizeOf(uint64_t i) {
@@ -56,7 +46,7 @@ TEST(CrashChild, WriteForever) {
   absl::StatusOr<std::unique_ptr<Cache>> cache = Cache::Open(o);
   ASSERT_TRUE(cache.ok()) << cache.status();
   for (uint64_t i = 0;; ++i) {
-    const std::string bytes = Bytes(SizeOf(i), i);
+    const std::string bytes = PseudoRandomBytes(SizeOf(i), i);
     const v1::Digest d = DigestOf(bytes);
     ASSERT_TRUE((*cache)->store().Put(d, bytes).ok());
     Report(absl::StrCat("blob ", i));
@@ -105,7 +95,7 @@ TEST(CrashTest, EveryAcknowledgedWriteSurvivesSigkill) {
     absl::StatusOr<std::unique_ptr<Cache>> cache = Cache::Open(o);
     ASSERT_TRUE(cache.ok()) << cache.status();
     for (uint64_t i : blobs) {
-      const std::string bytes = Bytes(SizeOf(i), i);
+      const std::string bytes = PseudoRandomBytes(SizeOf(i), i);
       absl::StatusOr<std::string> got = (*cache)->store().Get(DigestOf(bytes));
       ASSERT_TRUE(got.ok()) << "acknowledged blob " << i << ": " << got.status();
       ASSERT_EQ(*got, bytes);

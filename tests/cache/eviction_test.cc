@@ -16,15 +16,7 @@ namespace {
 
 using ::kiln::testing::TempDir;
 
-std::string Bytes(size_t n, int seed) {
-  std::string s(n, '\0');
-  uint32_t x = 2654435761u * static_cast<uint32_t>(seed + 1);
-  for (char& c : s) {
-    x = x * 1664525u + 1013904223u;
-    c = static_cast<char>(x >> 24);
-  }
-  return s;
-}
+using ::kiln::testing::PseudoRandomBytes;
 
 class EvictionTest : public ::testing::Test {
  protected:
@@ -59,7 +51,7 @@ TEST_F(EvictionTest, WriteStreamStaysWithinFivePercentOfTheBudget) {
   bool reached = false;
   for (int i = 0; i < 3000; ++i) {
     now_ms_ += 100;
-    Put(*cache, Bytes(1024 + (i * 7919) % 7168, i));
+    Put(*cache, PseudoRandomBytes(1024 + (i * 7919) % 7168, i));
     const int64_t stored = cache->Statistics().stored_bytes();
     ASSERT_LE(stored, budget * 105 / 100) << "after write " << i;
     reached = reached || stored >= budget * 97 / 100;
@@ -81,7 +73,7 @@ TEST_F(EvictionTest, RecentlyReadEntriesOutliveNeverReadOnes) {
   std::vector<v1::Digest> first;
   for (int i = 0; i < 195; ++i) {
     now_ms_ += 10;
-    first.push_back(Put(*cache, Bytes(1024, i)));
+    first.push_back(Put(*cache, PseudoRandomBytes(1024, i)));
   }
   // Read every fifth entry of the first generation.
   for (int i = 0; i < 195; i += 5) {
@@ -90,7 +82,7 @@ TEST_F(EvictionTest, RecentlyReadEntriesOutliveNeverReadOnes) {
   }
   for (int i = 0; i < 150; ++i) {
     now_ms_ += 10;
-    Put(*cache, Bytes(1024, 1000 + i));
+    Put(*cache, PseudoRandomBytes(1024, 1000 + i));
   }
   int read_alive = 0, read_total = 0, unread_alive = 0, unread_total = 0;
   for (int i = 0; i < 195; ++i) {
@@ -111,16 +103,16 @@ TEST_F(EvictionTest, RecentlyReadEntriesOutliveNeverReadOnes) {
 TEST_F(EvictionTest, FreshEntriesAreSparedUntilTheHardLimit) {
   const int64_t budget = 100 * 1000;
   auto cache = Open(budget, absl::Minutes(1));
-  for (int i = 0; i < 104; ++i) Put(*cache, Bytes(1000, i));
+  for (int i = 0; i < 104; ++i) Put(*cache, PseudoRandomBytes(1000, i));
   EXPECT_EQ(cache->Statistics().blobs, 104) << "all are younger than the minimum age";
   EXPECT_EQ(cache->Statistics().evicted_blobs, 0);
-  for (int i = 104; i < 110; ++i) Put(*cache, Bytes(1000, i));
+  for (int i = 104; i < 110; ++i) Put(*cache, PseudoRandomBytes(1000, i));
   EXPECT_LE(cache->Statistics().stored_bytes(), budget * 105 / 100);
   EXPECT_GT(cache->Statistics().evicted_blobs, 0);
   // Once old enough, eviction goes back down to the low watermark.
   now_ms_ += 120'000;
   ASSERT_TRUE(cache->RunMaintenance().ok());
-  Put(*cache, Bytes(1000, 999));
+  Put(*cache, PseudoRandomBytes(1000, 999));
   EXPECT_LE(cache->Statistics().stored_bytes(), budget);
 }
 
@@ -128,10 +120,10 @@ TEST_F(EvictionTest, ActionsLeaveWithTheirBlobsAndStayComplete) {
   const int64_t budget = 300 * 1024;
   auto cache = Open(budget, absl::Seconds(1));
   std::vector<std::string> keys;
-  const v1::Digest runtime = Put(*cache, Bytes(2048, -1));
+  const v1::Digest runtime = Put(*cache, PseudoRandomBytes(2048, -1));
   for (int i = 0; i < 400; ++i) {
     now_ms_ += 10;
-    const v1::Digest artifact = Put(*cache, Bytes(1024 + i % 512, i));
+    const v1::Digest artifact = Put(*cache, PseudoRandomBytes(1024 + i % 512, i));
     v1::ActionVariant v;
     *v.add_artifacts() = artifact;
     *v.add_artifacts() = runtime;
@@ -164,7 +156,7 @@ TEST(EvictionBackgroundTest, MaintenanceThreadBringsTheStoreBackUnderBudget) {
   absl::StatusOr<std::unique_ptr<Cache>> cache = Cache::Open(o);
   ASSERT_TRUE(cache.ok()) << cache.status();
   for (int i = 0; i < 1100; ++i) {
-    const std::string b = Bytes(1000, i);
+    const std::string b = PseudoRandomBytes(1000, i);
     ASSERT_TRUE((*cache)->store().Put(DigestOf(b), b).ok());
     // Writers only evict themselves past halfway to the hard limit.
     ASSERT_LE((*cache)->Statistics().stored_bytes(), o.budget_bytes * 105 / 100);

@@ -33,15 +33,7 @@ std::unique_ptr<Cache> OpenOrDie(const CacheOptions& options) {
   return cache.ok() ? *std::move(cache) : nullptr;
 }
 
-std::string Bytes(size_t n, int seed) {
-  std::string s(n, '\0');
-  uint32_t x = 2654435761u * static_cast<uint32_t>(seed + 1);
-  for (char& c : s) {
-    x = x * 1664525u + 1013904223u;
-    c = static_cast<char>(x >> 24);
-  }
-  return s;
-}
+using ::kiln::testing::PseudoRandomBytes;
 
 // Rewrites the stored value of `digest` with one byte flipped, straight into RocksDB.
 void FlipStoredByte(const std::string& path, const v1::Digest& digest, size_t at) {
@@ -59,7 +51,7 @@ TEST(StoreTest, PutThenGetRoundTripsSmallAndLargeBlobs) {
   TempDir dir;
   auto cache = OpenOrDie(Options(dir.path() + "/store"));
   for (size_t size : {size_t{0}, size_t{1}, size_t{1000}, size_t{5000}, size_t{3} << 20}) {
-    const std::string bytes = Bytes(size, static_cast<int>(size));
+    const std::string bytes = PseudoRandomBytes(size, static_cast<int>(size));
     const v1::Digest d = DigestOf(bytes);
     absl::StatusOr<bool> present = cache->store().Put(d, bytes);
     ASSERT_TRUE(present.ok()) << present.status();
@@ -97,7 +89,7 @@ TEST(StoreTest, BadInputGetsTheRightCodeAndWritesNothing) {
   CacheOptions o = Options(dir.path() + "/store");
   o.max_blob_bytes = 1 << 20;
   auto cache = OpenOrDie(o);
-  const std::string bytes = Bytes(100, 1);
+  const std::string bytes = PseudoRandomBytes(100, 1);
   v1::Digest good = DigestOf(bytes);
 
   v1::Digest malformed = good;
@@ -110,7 +102,7 @@ TEST(StoreTest, BadInputGetsTheRightCodeAndWritesNothing) {
   negative.set_size_bytes(-1);
   EXPECT_TRUE(absl::IsInvalidArgument(cache->store().Put(negative, bytes).status()));
 
-  v1::Digest other = DigestOf(Bytes(100, 2));
+  v1::Digest other = DigestOf(PseudoRandomBytes(100, 2));
   absl::Status mismatch = cache->store().Put(other, bytes).status();
   EXPECT_TRUE(absl::IsInvalidArgument(mismatch)) << mismatch;
   EXPECT_NE(mismatch.message().find("hash to"), absl::string_view::npos) << mismatch;
@@ -118,7 +110,7 @@ TEST(StoreTest, BadInputGetsTheRightCodeAndWritesNothing) {
   short_size.set_size_bytes(99);
   EXPECT_TRUE(absl::IsInvalidArgument(cache->store().Put(short_size, bytes).status()));
 
-  const std::string big = Bytes((1 << 20) + 1, 3);
+  const std::string big = PseudoRandomBytes((1 << 20) + 1, 3);
   EXPECT_TRUE(absl::IsResourceExhausted(cache->store().Put(DigestOf(big), big).status()));
 
   EXPECT_EQ(cache->Statistics().blobs, 0);
@@ -134,7 +126,7 @@ TEST(StoreTest, FindMissingListsAbsentDigestsInOrder) {
   auto cache = OpenOrDie(Options(dir.path() + "/store"));
   std::vector<v1::Digest> all;
   for (int i = 0; i < 6; ++i) {
-    const std::string b = Bytes(10 + i, i);
+    const std::string b = PseudoRandomBytes(10 + i, i);
     all.push_back(DigestOf(b));
     if (i % 2 == 0) ASSERT_TRUE(cache->store().Put(all.back(), b).ok());
   }
@@ -156,7 +148,7 @@ TEST(StoreTest, ContentsAndCountsSurviveReopening) {
   {
     auto cache = OpenOrDie(Options(path));
     for (int i = 0; i < 20; ++i) {
-      blobs.push_back(Bytes(i * 1000, i));
+      blobs.push_back(PseudoRandomBytes(i * 1000, i));
       ASSERT_TRUE(cache->store().Put(DigestOf(blobs.back()), blobs.back()).ok());
     }
   }
@@ -176,7 +168,8 @@ TEST(StoreTest, CorruptValuesAreDroppedCountedAndNeverServed) {
   TempDir dir;
   const std::string path = dir.path() + "/store";
   // One small value (kept in SST files) and one large (in a blob file).
-  const std::string small = Bytes(300, 7), large = Bytes(200000, 8), intact = Bytes(5000, 9);
+  const std::string small = PseudoRandomBytes(300, 7), large = PseudoRandomBytes(200000, 8),
+                    intact = PseudoRandomBytes(5000, 9);
   {
     auto cache = OpenOrDie(Options(path));
     for (const std::string* b : {&small, &large, &intact}) {
@@ -206,7 +199,7 @@ TEST(StoreTest, CorruptValuesAreDroppedCountedAndNeverServed) {
 TEST(StoreTest, CorruptionDetectedByRocksDbIsDroppedToo) {
   TempDir dir;
   const std::string path = dir.path() + "/store";
-  const std::string value = Bytes(100000, 4);
+  const std::string value = PseudoRandomBytes(100000, 4);
   {
     auto cache = OpenOrDie(Options(path));
     ASSERT_TRUE(cache->store().Put(DigestOf(value), value).ok());

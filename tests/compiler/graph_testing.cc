@@ -20,15 +20,6 @@ std::vector<NamedGraph> LoadSharedGraphs() {
   return out;
 }
 
-v1::Graph LoadSharedGraph(const std::string& file_name) {
-  absl::StatusOr<std::string> text = ReadFile(GraphsDir() + "/" + file_name);
-  EXPECT_TRUE(text.ok()) << text.status();
-  if (!text.ok()) return {};
-  absl::StatusOr<v1::Graph> graph = fx::ImportCapture(*text);
-  EXPECT_TRUE(graph.ok()) << file_name << ": " << graph.status();
-  return graph.ok() ? *std::move(graph) : v1::Graph();
-}
-
 v1::Graph SmallGraph() {
   constexpr char kText[] = R"pb(
     inputs {

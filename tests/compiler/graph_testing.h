@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "kiln/v1/graph.pb.h"
+#include "tests/testing/test_env.h"
 
 namespace kiln::testing {
 
@@ -19,8 +20,7 @@ struct NamedGraph {
 // error).
 std::vector<NamedGraph> LoadSharedGraphs();
 
-// One shared graph by file name.
-v1::Graph LoadSharedGraph(const std::string& file_name);
+using ::kiln::testing::LoadSharedGraph;
 
 // x[4,8] f32 cuda:0 -> t = aten.t(x) -> mm = aten.mm(x, t) -> s = aten.sum.dim_IntList(mm,
 // [1], true); returns [mm, s].

@@ -15,17 +15,11 @@
 namespace kiln {
 namespace {
 
+using ::kiln::testing::LoadSharedGraph;
+
 using ::kiln::testing::KilndProcess;
 using ::kiln::testing::TempDir;
 using ::testing::HasSubstr;
-
-v1::Graph Load(const std::string& name) {
-  absl::StatusOr<std::string> text = testing::ReadFile(testing::GraphsDir() + "/" + name);
-  EXPECT_TRUE(text.ok()) << text.status();
-  absl::StatusOr<v1::Graph> g = fx::ImportCapture(text.ok() ? *text : "");
-  EXPECT_TRUE(g.ok()) << g.status();
-  return g.ok() ? *g : v1::Graph();
-}
 
 class AdminServiceTest : public ::testing::Test {
  protected:
@@ -59,7 +53,7 @@ class AdminServiceTest : public ::testing::Test {
 };
 
 TEST_F(AdminServiceTest, ExplainsTheFirstDifferingNodeAndField) {
-  const v1::Graph a = Load("mlp_fp32.fw.json");
+  const v1::Graph a = LoadSharedGraph("mlp_fp32.fw.json");
   v1::Graph b = a;
   std::string dropout;
   for (v1::Node& n : *b.mutable_nodes()) {
@@ -91,7 +85,7 @@ TEST_F(AdminServiceTest, ExplainsTheFirstDifferingNodeAndField) {
 }
 
 TEST_F(AdminServiceTest, RemembersKeysItDerived) {
-  const v1::Graph a = Load("mlp_fp32.bw.json");
+  const v1::Graph a = LoadSharedGraph("mlp_fp32.bw.json");
   v1::Graph b = a;
   b.mutable_inputs(0)->mutable_meta()->mutable_tensor()->set_dtype(v1::DTYPE_FLOAT16);
   v1::ExplainRequest request;
@@ -123,10 +117,10 @@ TEST_F(AdminServiceTest, RemembersKeysItDerived) {
 }
 
 TEST_F(AdminServiceTest, InvalidGraphIsInvalidArgumentNamingSideNodeAndField) {
-  v1::Graph bad = Load("mlp_fp32.fw.json");
+  v1::Graph bad = LoadSharedGraph("mlp_fp32.fw.json");
   bad.mutable_nodes(0)->mutable_outputs(0)->mutable_tensor()->mutable_sizes(0)->set_value(-1);
   v1::ExplainRequest request;
-  *request.mutable_a() = Source(Load("mlp_fp32.fw.json"));
+  *request.mutable_a() = Source(LoadSharedGraph("mlp_fp32.fw.json"));
   *request.mutable_b() = Source(bad);
   v1::ExplainResponse response;
   grpc::Status status = Explain(request, &response);
@@ -138,7 +132,7 @@ TEST_F(AdminServiceTest, InvalidGraphIsInvalidArgumentNamingSideNodeAndField) {
   EXPECT_EQ(detail->violations(0).node(), bad.nodes(0).name());
   EXPECT_EQ(detail->violations(0).field(), "b.request.outputs[0].sizes[0]");
 
-  *request.mutable_b() = Source(Load("mlp_fp32.fw.json"), "riscv");
+  *request.mutable_b() = Source(LoadSharedGraph("mlp_fp32.fw.json"), "riscv");
   status = Explain(request, &response);
   EXPECT_EQ(status.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
 }

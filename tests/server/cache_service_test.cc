@@ -23,15 +23,7 @@ using ::kiln::client::CacheClient;
 using ::kiln::testing::KilndProcess;
 using ::kiln::testing::TempDir;
 
-std::string Bytes(size_t n, int seed) {
-  std::string s(n, '\0');
-  uint32_t x = 2654435761u * static_cast<uint32_t>(seed + 1);
-  for (char& c : s) {
-    x = x * 1664525u + 1013904223u;
-    c = static_cast<char>(x >> 24);
-  }
-  return s;
-}
+using ::kiln::testing::PseudoRandomBytes;
 
 class CacheServiceTest : public ::testing::Test {
  protected:
@@ -70,7 +62,7 @@ class CacheServiceTest : public ::testing::Test {
 TEST_F(CacheServiceTest, BlobsRoundTripInOneMessageAndInChunks) {
   Start();
   for (size_t size : {size_t{0}, size_t{1024}, size_t{4} << 20, (size_t{9} << 20) + 12345}) {
-    const std::string bytes = Bytes(size, static_cast<int>(size % 1000));
+    const std::string bytes = PseudoRandomBytes(size, static_cast<int>(size % 1000));
     absl::StatusOr<CacheClient::PutResult> put = client_->Put(bytes);
     ASSERT_TRUE(put.ok()) << size << ": " << put.status();
     EXPECT_FALSE(put->already_present);
@@ -104,7 +96,7 @@ TEST_F(CacheServiceTest, FindMissingAndNotFound) {
 
 TEST_F(CacheServiceTest, BadInputGetsTheRightCodeAndLosesNothing) {
   Start({"--max-blob-bytes", "1MiB"});
-  const std::string kept = Bytes(5000, 1);
+  const std::string kept = PseudoRandomBytes(5000, 1);
   ASSERT_TRUE(client_->Put(kept).ok());
 
   v1::Digest malformed;
@@ -119,8 +111,8 @@ TEST_F(CacheServiceTest, BadInputGetsTheRightCodeAndLosesNothing) {
   EXPECT_TRUE(absl::IsInvalidArgument(client_->FindMissing({DigestOf("a"), malformed}).status()));
 
   // Bytes that do not hash to the digest, and sizes that disagree.
-  const std::string other = Bytes(5000, 2);
-  s = client_->Put(DigestOf(other), Bytes(5000, 3)).status();
+  const std::string other = PseudoRandomBytes(5000, 2);
+  s = client_->Put(DigestOf(other), PseudoRandomBytes(5000, 3)).status();
   EXPECT_TRUE(absl::IsInvalidArgument(s)) << s;
   v1::Digest too_long = DigestOf(other);
   too_long.set_size_bytes(4000);
@@ -129,7 +121,7 @@ TEST_F(CacheServiceTest, BadInputGetsTheRightCodeAndLosesNothing) {
   EXPECT_TRUE(absl::IsInvalidArgument(client_->Put(too_long, other).status()));
 
   // Beyond --max-blob-bytes, declared or sent.
-  const std::string big = Bytes((1 << 20) + 1, 4);
+  const std::string big = PseudoRandomBytes((1 << 20) + 1, 4);
   s = client_->Put(big).status();
   EXPECT_TRUE(absl::IsResourceExhausted(s)) << s;
   EXPECT_NE(s.message().find("--max-blob-bytes"), absl::string_view::npos) << s;
@@ -170,7 +162,7 @@ TEST_F(CacheServiceTest, ActionsNeedTheirBlobsAndCountHitsAndMisses) {
 
 TEST_F(CacheServiceTest, ContentsSurviveARestart) {
   Start();
-  const std::string bytes = Bytes(200000, 5);
+  const std::string bytes = PseudoRandomBytes(200000, 5);
   ASSERT_TRUE(client_->Put(bytes).ok());
   Stop();
   Start();
@@ -182,7 +174,7 @@ TEST_F(CacheServiceTest, ContentsSurviveARestart) {
 
 TEST_F(CacheServiceTest, CorruptBytesOnDiskAreNeverServed) {
   Start();
-  const std::string bytes = Bytes(100000, 6);
+  const std::string bytes = PseudoRandomBytes(100000, 6);
   ASSERT_TRUE(client_->Put(bytes).ok());
   Stop();
   {
@@ -248,14 +240,14 @@ TEST_F(CacheServiceTest, CacheFlagsAndTheirEnvironmentVariables) {
   unsetenv("KILN_CACHE_MAX_BYTES");
   unsetenv("KILN_MAX_BLOB_BYTES");
   EXPECT_EQ(Stats().budget_bytes(), 64 << 20);
-  EXPECT_TRUE(absl::IsResourceExhausted(client_->Put(Bytes(1025, 1)).status()));
-  EXPECT_TRUE(client_->Put(Bytes(1024, 1)).ok());
+  EXPECT_TRUE(absl::IsResourceExhausted(client_->Put(PseudoRandomBytes(1025, 1)).status()));
+  EXPECT_TRUE(client_->Put(PseudoRandomBytes(1024, 1)).ok());
 }
 
 TEST_F(CacheServiceTest, CliPutGetAndStat) {
   Start();
   const std::string input = dir_.path() + "/in.bin", output = dir_.path() + "/out.bin";
-  const std::string bytes = Bytes(6 << 20, 7);
+  const std::string bytes = PseudoRandomBytes(6 << 20, 7);
   {
     std::ofstream f(input, std::ios::binary);
     f.write(bytes.data(), static_cast<std::streamsize>(bytes.size()));

@@ -7,6 +7,8 @@
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
+#include "gtest/gtest.h"
+#include "proto/fx/capture_import.h"
 
 namespace kiln::testing {
 
@@ -40,6 +42,27 @@ absl::StatusOr<std::string> ReadFile(const std::string& path) {
   std::stringstream ss;
   ss << in.rdbuf();
   return ss.str();
+}
+
+v1::Graph LoadSharedGraph(const std::string& file_name) {
+  absl::StatusOr<std::string> text = ReadFile(GraphsDir() + "/" + file_name);
+  EXPECT_TRUE(text.ok()) << text.status();
+  if (!text.ok()) return {};
+  absl::StatusOr<v1::Graph> graph = fx::ImportCapture(*text);
+  EXPECT_TRUE(graph.ok()) << file_name << ": " << graph.status();
+  return graph.ok() ? *std::move(graph) : v1::Graph();
+}
+
+std::string PseudoRandomBytes(size_t n, uint64_t seed) {
+  std::string s(n, '\0');
+  uint64_t x = seed * 0x9E3779B97F4A7C15ull + 1;
+  for (char& c : s) {
+    x ^= x << 13;
+    x ^= x >> 7;
+    x ^= x << 17;
+    c = static_cast<char>(x);
+  }
+  return s;
 }
 
 TempDir::TempDir() {

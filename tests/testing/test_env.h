@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "kiln/v1/graph.pb.h"
 
 namespace kiln::testing {
 
@@ -23,6 +24,13 @@ std::string KilndPath();
 std::string KilnCliPath();
 
 absl::StatusOr<std::string> ReadFile(const std::string& path);
+
+// The shared graph `file_name` (e.g. "mlp_fp32.fw.json") as a kiln.v1.Graph; a test failure
+// and an empty graph when it cannot be read or converted.
+v1::Graph LoadSharedGraph(const std::string& file_name);
+
+// `n` deterministic pseudo-random bytes; different seeds give different bytes.
+std::string PseudoRandomBytes(size_t n, uint64_t seed);
 
 // A fresh directory under $TMPDIR, removed by the destructor.
 class TempDir {

@@ -12,20 +12,13 @@
 namespace kiln::sym {
 namespace {
 
+using ::kiln::testing::LoadSharedGraph;
+
 using ::testing::ElementsAre;
 using ::testing::HasSubstr;
 
-v1::Graph LoadGraph(const std::string& file) {
-  absl::StatusOr<std::string> text =
-      kiln::testing::ReadFile(kiln::testing::GraphsDir() + "/" + file);
-  EXPECT_TRUE(text.ok()) << text.status();
-  absl::StatusOr<v1::Graph> graph = fx::ImportCapture(text.ok() ? *text : "");
-  EXPECT_TRUE(graph.ok()) << graph.status();
-  return graph.ok() ? *graph : v1::Graph();
-}
-
 TEST(SymGuardsTest, AutomaticDynamicBackwardGraph) {
-  const v1::Graph graph = LoadGraph("mlp_automatic_dynamic2.bw.json");
+  const v1::Graph graph = LoadSharedGraph("mlp_automatic_dynamic2.bw.json");
   absl::StatusOr<Bindings> bindings = BindingsFromGraph(graph);
   ASSERT_TRUE(bindings.ok()) << bindings.status();
   // t0 is primals_3 (s77); t1 is mul_10 (128*s77), bound to its value at the hint.
@@ -64,7 +57,7 @@ TEST(SymGuardsTest, AutomaticDynamicBackwardGraph) {
 }
 
 TEST(SymGuardsTest, AutomaticDynamicForwardGraph) {
-  const v1::Graph graph = LoadGraph("mlp_automatic_dynamic2.fw.json");
+  const v1::Graph graph = LoadSharedGraph("mlp_automatic_dynamic2.fw.json");
   absl::StatusOr<Bindings> bindings = BindingsFromGraph(graph);
   ASSERT_TRUE(bindings.ok()) << bindings.status();
   EXPECT_THAT(bindings->python_inputs, ElementsAre("s77"));
