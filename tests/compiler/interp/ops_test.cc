@@ -8,6 +8,7 @@
 
 #include "absl/strings/match.h"
 #include "tests/compiler/interp/test_util.h"
+#include "tests/compiler/training_ops.h"
 
 namespace kiln::interp {
 namespace {
@@ -381,75 +382,9 @@ TEST(Misc, PythonOpsSizesAndCollectives) {
   EXPECT_TRUE(IsSupportedOp("aten.convolution_backward.default"));
 }
 
-// Every op the compiler issue lists is implemented.
+// Every op of real training graphs is implemented.
 TEST(Coverage, IssueOpList) {
-  for (const char* op : {"operator.getitem",
-                         "operator.mul",
-                         "_c10d_functional.all_reduce.default",
-                         "_c10d_functional.wait_tensor.default",
-                         "aten._log_softmax.default",
-                         "aten._log_softmax_backward_data.default",
-                         "aten._native_batch_norm_legit_functional.default",
-                         "aten._scaled_dot_product_cudnn_attention.default",
-                         "aten._scaled_dot_product_cudnn_attention_backward.default",
-                         "aten._scaled_dot_product_efficient_attention.default",
-                         "aten._scaled_dot_product_efficient_attention_backward.default",
-                         "aten._to_copy.default",
-                         "aten._unsafe_view.default",
-                         "aten.add.Tensor",
-                         "aten.addmm.default",
-                         "aten.alias.default",
-                         "aten.arange.default",
-                         "aten.bmm.default",
-                         "aten.cat.default",
-                         "aten.clone.default",
-                         "aten.convolution.default",
-                         "aten.convolution_backward.default",
-                         "aten.cos.default",
-                         "aten.detach.default",
-                         "aten.div.Scalar",
-                         "aten.embedding.default",
-                         "aten.embedding_dense_backward.default",
-                         "aten.expand.default",
-                         "aten.gelu.default",
-                         "aten.gelu_backward.default",
-                         "aten.le.Tensor",
-                         "aten.lift_fresh_copy.default",
-                         "aten.max_pool2d_with_indices.default",
-                         "aten.max_pool2d_with_indices_backward.default",
-                         "aten.mean.dim",
-                         "aten.mm.default",
-                         "aten.mul.Scalar",
-                         "aten.mul.Tensor",
-                         "aten.native_batch_norm_backward.default",
-                         "aten.native_dropout.default",
-                         "aten.native_dropout_backward.default",
-                         "aten.native_layer_norm.default",
-                         "aten.native_layer_norm_backward.default",
-                         "aten.neg.default",
-                         "aten.nll_loss_backward.default",
-                         "aten.nll_loss_forward.default",
-                         "aten.pow.Tensor_Scalar",
-                         "aten.relu.default",
-                         "aten.rsqrt.default",
-                         "aten.scalar_tensor.default",
-                         "aten.silu.default",
-                         "aten.silu_backward.default",
-                         "aten.sin.default",
-                         "aten.slice.Tensor",
-                         "aten.slice_backward.default",
-                         "aten.split.Tensor",
-                         "aten.squeeze.dim",
-                         "aten.sum.default",
-                         "aten.sum.dim_IntList",
-                         "aten.t.default",
-                         "aten.tanh.default",
-                         "aten.tanh_backward.default",
-                         "aten.threshold_backward.default",
-                         "aten.transpose.int",
-                         "aten.unsqueeze.default",
-                         "aten.view.default",
-                         "aten.where.self"}) {
+  for (const char* op : ::kiln::testing::kTrainingOps) {
     EXPECT_TRUE(IsSupportedOp(op)) << op;
   }
 }
