@@ -221,6 +221,15 @@ class KernelEmitter {
     return call;
   }
 
+  // PyTorch's maximum/minimum: NaN if either operand is NaN. (llvm.maximum does not select
+  // on x86 vectors in LLVM 16.)
+  llvm::Value* NanMax(llvm::Value* a, llvm::Value* b, bool max) {
+    llvm::Value* pick = max ? b_.CreateFCmpOGT(a, b) : b_.CreateFCmpOLT(a, b);
+    llvm::Value* r = b_.CreateSelect(pick, a, b);
+    r = b_.CreateSelect(b_.CreateFCmpUNO(b, b), b, r);
+    return b_.CreateSelect(b_.CreateFCmpUNO(a, a), a, r);
+  }
+
   llvm::Value* Unary(const Inst& in, llvm::Value* a) {
     const ScalarType t = in.type;
     const ScalarType at = k_.insts[static_cast<size_t>(in.a)].type;
@@ -322,8 +331,8 @@ class KernelEmitter {
         }
         case Opcode::kPow: return Intrinsic(llvm::Intrinsic::pow, a, b);
         case Opcode::kAtan2: return LibCall("atan2", a, b);
-        case Opcode::kMax: return Intrinsic(llvm::Intrinsic::maximum, a, b);
-        case Opcode::kMin: return Intrinsic(llvm::Intrinsic::minimum, a, b);
+        case Opcode::kMax: return NanMax(a, b, true);
+        case Opcode::kMin: return NanMax(a, b, false);
         case Opcode::kEq: return b_.CreateFCmpOEQ(a, b);
         case Opcode::kNe: return b_.CreateFCmpUNE(a, b);
         case Opcode::kLt: return b_.CreateFCmpOLT(a, b);
@@ -540,7 +549,7 @@ absl::Status KernelEmitter::Body(int32_t begin, int32_t end, bool loops) {
           case ReduceKind::kMin: {
             const bool mx = in.reduce == ReduceKind::kMax;
             if (fl) {
-              next = Intrinsic(mx ? llvm::Intrinsic::maximum : llvm::Intrinsic::minimum, cur, x);
+              next = NanMax(cur, x, mx);
             } else {
               const bool u = Unsigned(t);
               next = Intrinsic(mx ? (u ? llvm::Intrinsic::umax : llvm::Intrinsic::smax)
