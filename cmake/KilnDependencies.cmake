@@ -9,6 +9,20 @@ find_package(CLI11 CONFIG REQUIRED)
 find_package(OpenSSL REQUIRED)
 find_package(spdlog CONFIG REQUIRED)
 find_package(LLVM 16 CONFIG REQUIRED PATHS /usr/lib/llvm-16/lib/cmake/llvm NO_DEFAULT_PATH)
+# x86-64 code generation links LLVM by component (static libraries, never libLLVM-16.so)
+# and LLD's ELF linker as a library (liblld-16-dev): artifacts are linked in process.
+llvm_map_components_to_libnames(KILN_LLVM_LIBS
+  analysis asmprinter binaryformat bitwriter codegen core debuginfodwarf demangle instcombine
+  ipo lto mc object option passes scalaropts support target targetparser transformutils
+  vectorize x86asmparser x86codegen x86desc x86info)
+# LLVM's exported link interfaces name zstd's CMake target, which Debian's zstd lacks.
+if(NOT TARGET zstd::libzstd_shared)
+  find_library(KILN_ZSTD_LIBRARY zstd REQUIRED)
+  add_library(zstd::libzstd_shared SHARED IMPORTED)
+  set_target_properties(zstd::libzstd_shared PROPERTIES IMPORTED_LOCATION ${KILN_ZSTD_LIBRARY})
+endif()
+find_library(KILN_LLD_ELF lldELF PATHS ${LLVM_LIBRARY_DIR} NO_DEFAULT_PATH REQUIRED)
+find_library(KILN_LLD_COMMON lldCommon PATHS ${LLVM_LIBRARY_DIR} NO_DEFAULT_PATH REQUIRED)
 
 find_program(KILN_PROTOC protoc REQUIRED)
 find_program(KILN_GRPC_CPP_PLUGIN grpc_cpp_plugin REQUIRED)

@@ -6,7 +6,7 @@ set -euo pipefail
 packages=(
   # toolchain
   build-essential cmake ninja-build ccache pkg-config git clang-format
-  clang-16 lld-16 libclang-rt-16-dev llvm-16-dev libzstd-dev zlib1g-dev libxml2-dev libedit-dev
+  clang-16 lld-16 liblld-16-dev libpolly-16-dev libclang-rt-16-dev llvm-16-dev libzstd-dev zlib1g-dev libxml2-dev libedit-dev
   libncurses-dev libffi-dev
   # libraries
   libgrpc++-dev libgrpc-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler libabsl-dev

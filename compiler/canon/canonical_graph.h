@@ -69,6 +69,11 @@ class CanonicalGraph {
   // The edges alone: for each node in canonical order, its operands' positions.
   const std::string& structure_encoding() const { return structure_encoding_; }
 
+  // Canonical symbol names by original name ("s77" -> "s0"), for every symbol the graph uses.
+  const absl::flat_hash_map<std::string, std::string>& symbol_names() const {
+    return symbol_names_;
+  }
+
   // The node's fields in a fixed order, for comparing two nodes field by field.
   std::vector<NodeField> Fields(uint32_t node) const;
   // The graph output's elements, as fields "output[i]".
