@@ -59,11 +59,6 @@ class CanonicalGraph {
   const Sha256Bytes& identity(uint32_t node) const { return identity_[node]; }
   const Sha256Bytes& digest(uint32_t node) const { return digest_[node]; }
 
-  // Original symbol name -> canonical name ("s77" -> "s0"), for every symbol the graph uses.
-  const absl::flat_hash_map<std::string, std::string>& symbol_names() const {
-    return symbol_names_;
-  }
-
   // The canonical encoding of the graph's output (refs by canonical position).
   const std::string& output_encoding() const { return output_encoding_; }
   // The edges alone: for each node in canonical order, its operands' positions.
