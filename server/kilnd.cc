@@ -19,11 +19,13 @@
 #include "server/admin_service.h"
 #include "server/auth.h"
 #include "server/cache_service.h"
+#include "server/compile_service.h"
 #include "server/data_dir.h"
 #include "server/http_endpoint.h"
 #include "server/json_log.h"
 #include "server/metrics.h"
 #include "server/rpc_metrics.h"
+#include "server/status_page.h"
 #include "server/trace.h"
 #include "server/version.h"
 
@@ -36,6 +38,7 @@ struct KilnServer::State {
   std::unique_ptr<cache::Cache> cache;
   std::unique_ptr<CacheService> cache_service;
   std::unique_ptr<AdminService> admin;
+  std::unique_ptr<CompileService> compile_service;
   MetricsRegistry metrics;
   std::unique_ptr<RpcMetrics> rpc_metrics;
   std::unique_ptr<Authorizer> authorizer;
@@ -180,6 +183,15 @@ absl::StatusOr<std::unique_ptr<KilnServer>> KilnServer::Start(const ServerConfig
       std::min<int64_t>(int64_t{4} << 20, config.max_message_bytes / 2));
   AddCacheMetrics(state->metrics, state->cache.get());
   // --- end cache
+  CompileServiceOptions compile_options;
+  compile_options.workers = config.compile_workers;
+  compile_options.queue_capacity = config.compile_queue;
+  compile_options.max_in_flight_per_client = config.max_in_flight_per_client;
+  compile_options.rendezvous.timeout = absl::Seconds(config.rendezvous_timeout_seconds);
+  compile_options.rendezvous.proceed_without_missing = config.rendezvous_policy == "proceed";
+  state->compile_service =
+      std::make_unique<CompileService>(compile_options, state->cache.get(), &state->metrics,
+                                       state->traces.get(), state->authorizer.get());
   state->admin = std::make_unique<AdminService>(
       state->cache.get(), state->authorizer.get(), [s = state.get()](v1::ServerStats* stats) {
         stats->set_version(kKilnVersion);
@@ -187,6 +199,12 @@ absl::StatusOr<std::unique_ptr<KilnServer>> KilnServer::Start(const ServerConfig
         stats->set_toolchain(absl::StrCat("kiln ", t.kiln_version, ", llvm ", t.llvm_version,
                                           ", cuda ", t.cuda_version));
         stats->set_uptime_seconds(absl::ToInt64Seconds(absl::Now() - s->started));
+        const CompileService::Snapshot c = s->compile_service->TakeSnapshot();
+        stats->set_compiles(c.compiles);
+        stats->set_compiles_in_flight(c.in_flight);
+        stats->set_queue_depth(c.queue_depth);
+        stats->set_deduplicated_waiters(c.deduplicated);
+        stats->set_divergences(c.rendezvous.divergences);
       });
 
   grpc::EnableDefaultHealthCheckService(true);
@@ -201,6 +219,7 @@ absl::StatusOr<std::unique_ptr<KilnServer>> KilnServer::Start(const ServerConfig
 
   // Kiln's services.
   builder.RegisterService(state->admin.get());
+  builder.RegisterService(state->compile_service.get());
   builder.RegisterService(state->cache_service.get());
   // Synchronous services (the cache's) run on threads that poll these queues; one queue per
   // core lets every core take calls.
@@ -232,6 +251,15 @@ absl::StatusOr<std::unique_ptr<KilnServer>> KilnServer::Start(const ServerConfig
     state->http->Handle("/debug/traces", [traces] {
       return HttpEndpoint::Response{200, "application/json", traces->ChromeTraceJson().dump()};
     });
+    const State* page_state = state.get();
+    state->http->Handle("/", [page_state] {
+      StatusPageInput input;
+      input.version = kKilnVersion;
+      input.uptime = absl::Now() - page_state->started;
+      input.cache = page_state->cache->Statistics();
+      input.compiles = page_state->compile_service->TakeSnapshot();
+      return HttpEndpoint::Response{200, "text/html; charset=utf-8", RenderStatusPage(input)};
+    });
     state->http->Handle("/healthz", [] {
       return HttpEndpoint::Response{200, "text/plain", "ok\n"};
     });
@@ -256,6 +284,7 @@ void KilnServer::Drain(absl::Duration grace) {
   std::call_once(state_->drain_once, [&] {
     LogInfo("draining", {{"grace_seconds", absl::ToDoubleSeconds(grace)}});
     state_->grpc_server->GetHealthCheckService()->SetServingStatus(false);
+    state_->compile_service->BeginDrain();
     // Shutdown refuses new calls at once and cancels what is still running at the deadline.
     state_->grpc_server->Shutdown(std::chrono::system_clock::now() +
                                   absl::ToChronoNanoseconds(grace));

@@ -6,16 +6,64 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include <cerrno>
-#include <cstring>
+#include <thread>
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
+#include "proto/sync.h"
 
 extern char** environ;
 
 namespace kiln::testing {
+
+struct Subprocess::State {
+  pid_t pid = -1;
+  int out_fd = -1;
+  int err_fd = -1;
+  std::thread reader;
+  Mutex mu;
+  CondVar cv;
+  std::string out ABSL_GUARDED_BY(mu);
+  std::string err ABSL_GUARDED_BY(mu);
+  size_t err_scanned ABSL_GUARDED_BY(mu) = 0;
+  bool eof ABSL_GUARDED_BY(mu) = false;
+  std::optional<int> exit_code;
+
+  void Read() {
+    pollfd fds[2] = {{out_fd, POLLIN, 0}, {err_fd, POLLIN, 0}};
+    int open = 2;
+    char buf[65536];
+    while (open > 0) {
+      if (poll(fds, 2, -1) < 0) continue;
+      for (int i = 0; i < 2; ++i) {
+        if (fds[i].fd < 0 || fds[i].revents == 0) continue;
+        ssize_t n = read(fds[i].fd, buf, sizeof(buf));
+        if (n <= 0) {
+          fds[i].fd = -1;
+          --open;
+          continue;
+        }
+        MutexLock lock(&mu);
+        (i == 0 ? out : err).append(buf, static_cast<size_t>(n));
+        cv.SignalAll();
+      }
+    }
+    MutexLock lock(&mu);
+    eof = true;
+    cv.SignalAll();
+  }
+
+  ~State() {
+    if (pid > 0 && !exit_code.has_value()) {
+      kill(pid, SIGKILL);
+      waitpid(pid, nullptr, 0);
+    }
+    if (reader.joinable()) reader.join();
+    if (out_fd >= 0) close(out_fd);
+    if (err_fd >= 0) close(err_fd);
+  }
+};
 
 absl::StatusOr<Subprocess> Subprocess::Start(const std::vector<std::string>& argv,
                                              const std::vector<std::string>& env) {
@@ -45,110 +93,75 @@ absl::StatusOr<Subprocess> Subprocess::Start(const std::vector<std::string>& arg
   }
   close(out_pipe[1]);
   close(err_pipe[1]);
-  Subprocess p;
-  p.pid_ = pid;
-  p.stdout_fd_ = out_pipe[0];
-  p.stderr_fd_ = err_pipe[0];
-  return p;
+  auto state = std::make_shared<State>();
+  state->pid = pid;
+  state->out_fd = out_pipe[0];
+  state->err_fd = err_pipe[0];
+  state->reader = std::thread([s = state.get()] { s->Read(); });
+  return Subprocess(std::move(state));
 }
 
-Subprocess::Subprocess(Subprocess&& other) noexcept
-    : pid_(other.pid_),
-      stdout_fd_(other.stdout_fd_),
-      stderr_fd_(other.stderr_fd_),
-      stdout_(std::move(other.stdout_)),
-      stderr_(std::move(other.stderr_)),
-      stderr_scanned_(other.stderr_scanned_),
-      exit_code_(other.exit_code_) {
-  other.pid_ = -1;
-  other.stdout_fd_ = -1;
-  other.stderr_fd_ = -1;
-}
+Subprocess::~Subprocess() = default;
 
-Subprocess::~Subprocess() {
-  if (pid_ > 0 && !exit_code_.has_value()) {
-    kill(pid_, SIGKILL);
-    waitpid(pid_, nullptr, 0);
-  }
-  if (stdout_fd_ >= 0) close(stdout_fd_);
-  if (stderr_fd_ >= 0) close(stderr_fd_);
-}
+pid_t Subprocess::pid() const { return state_->pid; }
 
 void Subprocess::Signal(int signal) {
-  if (pid_ > 0 && !exit_code_.has_value()) kill(pid_, signal);
+  if (state_->pid > 0 && !state_->exit_code.has_value()) kill(state_->pid, signal);
 }
 
 std::optional<int> Subprocess::Wait(absl::Duration timeout) {
-  if (exit_code_.has_value()) return exit_code_;
+  if (state_->exit_code.has_value()) return state_->exit_code;
   const absl::Time deadline = absl::Now() + timeout;
   while (true) {
     int status = 0;
-    pid_t r = waitpid(pid_, &status, WNOHANG);
-    if (r == pid_) {
-      exit_code_ = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
-      return exit_code_;
+    if (waitpid(state_->pid, &status, WNOHANG) == state_->pid) {
+      state_->exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+      return state_->exit_code;
     }
     if (absl::Now() >= deadline) return std::nullopt;
-    // Keep the pipes flowing so a chatty child never blocks on a full pipe.
-    Drain(stderr_fd_, &stderr_, absl::Milliseconds(10));
-    Drain(stdout_fd_, &stdout_, absl::Milliseconds(10));
+    absl::SleepFor(absl::Milliseconds(5));
   }
-}
-
-void Subprocess::Drain(int fd, std::string* into, absl::Duration timeout) {
-  if (fd < 0) return;
-  pollfd p{fd, POLLIN, 0};
-  if (poll(&p, 1, static_cast<int>(absl::ToInt64Milliseconds(timeout))) <= 0) return;
-  char buf[65536];
-  ssize_t n = read(fd, buf, sizeof(buf));
-  if (n > 0) into->append(buf, static_cast<size_t>(n));
 }
 
 std::optional<std::string> Subprocess::WaitForStderrLine(const std::string& needle,
                                                          absl::Duration timeout) {
   const absl::Time deadline = absl::Now() + timeout;
+  State& s = *state_;
+  MutexLock lock(&s.mu);
   while (true) {
-    size_t line_start = stderr_scanned_;
-    for (size_t nl; (nl = stderr_.find('\n', line_start)) != std::string::npos;
-         line_start = nl + 1) {
-      std::string line = stderr_.substr(line_start, nl - line_start);
+    size_t line_start = s.err_scanned;
+    for (size_t nl; (nl = s.err.find('\n', line_start)) != std::string::npos; line_start = nl + 1) {
+      std::string line = s.err.substr(line_start, nl - line_start);
       if (line.find(needle) != std::string::npos) {
-        stderr_scanned_ = nl + 1;
+        s.err_scanned = nl + 1;
         return line;
       }
     }
-    stderr_scanned_ = line_start;
-    if (absl::Now() >= deadline) return std::nullopt;
-    pollfd p{stderr_fd_, POLLIN, 0};
-    if (poll(&p, 1, 50) > 0) {
-      char buf[65536];
-      ssize_t n = read(stderr_fd_, buf, sizeof(buf));
-      if (n <= 0) return std::nullopt;
-      stderr_.append(buf, static_cast<size_t>(n));
-    }
+    s.err_scanned = line_start;
+    if (s.eof || absl::Now() >= deadline) return std::nullopt;
+    s.cv.WaitWithDeadline(&s.mu, deadline);
   }
 }
 
 std::string Subprocess::Stderr() {
-  if (exit_code_.has_value()) {
-    for (char buf[65536];;) {
-      ssize_t n = read(stderr_fd_, buf, sizeof(buf));
-      if (n <= 0) break;
-      stderr_.append(buf, static_cast<size_t>(n));
-    }
+  State& s = *state_;
+  MutexLock lock(&s.mu);
+  // Once the child has exited, wait (briefly) for the reader to reach the end of its output.
+  if (s.exit_code.has_value()) {
+    const absl::Time deadline = absl::Now() + absl::Seconds(5);
+    while (!s.eof && absl::Now() < deadline) s.cv.WaitWithDeadline(&s.mu, deadline);
   }
-  return stderr_;
+  return s.err;
 }
 
 std::string Subprocess::Stdout() {
-  if (exit_code_.has_value()) {
-    for (char buf[65536];;) {
-      ssize_t n = read(stdout_fd_, buf, sizeof(buf));
-      if (n <= 0) break;
-      stdout_.append(buf, static_cast<size_t>(n));
-    }
+  State& s = *state_;
+  MutexLock lock(&s.mu);
+  if (s.exit_code.has_value()) {
+    const absl::Time deadline = absl::Now() + absl::Seconds(5);
+    while (!s.eof && absl::Now() < deadline) s.cv.WaitWithDeadline(&s.mu, deadline);
   }
-  return stdout_;
+  return s.out;
 }
 
 absl::StatusOr<RunResult> Run(const std::vector<std::string>& argv, absl::Duration timeout) {

@@ -1,10 +1,12 @@
 #pragma once
 
-// Runs a program under test as a child process, with its stdout and stderr captured.
-// Not thread-safe per instance.
+// Runs a program under test as a child process. A reader thread drains its stdout and
+// stderr for as long as it runs, so a chatty child never blocks on a full pipe; what it
+// wrote stays available to the test.
 
 #include <sys/types.h>
 
+#include <memory>
 #include <optional>
 #include <string>
 #include <vector>
@@ -19,33 +21,28 @@ class Subprocess {
   // Starts `argv[0]` with `argv`; extra environment entries "K=V" are added.
   static absl::StatusOr<Subprocess> Start(const std::vector<std::string>& argv,
                                           const std::vector<std::string>& env = {});
-  Subprocess(Subprocess&& other) noexcept;
+  Subprocess(Subprocess&& other) noexcept = default;
   Subprocess& operator=(Subprocess&&) = delete;
   ~Subprocess();  // kills the child if it still runs
 
-  pid_t pid() const { return pid_; }
+  pid_t pid() const;
   void Signal(int signal);
 
   // Waits for exit; the exit code, or 128+signal if it was killed; nullopt on timeout.
   std::optional<int> Wait(absl::Duration timeout);
 
-  // Reads stderr until a line contains `needle`; returns that line (nullopt on timeout/EOF).
+  // Waits until a stderr line not returned before contains `needle`; returns that line
+  // (nullopt on timeout or when the child closed stderr).
   std::optional<std::string> WaitForStderrLine(const std::string& needle, absl::Duration timeout);
 
-  // Everything read from stderr so far, plus what is left once the child has exited.
+  // What the child wrote so far (all of it once it has exited).
   std::string Stderr();
   std::string Stdout();
 
  private:
-  Subprocess() = default;
-  void Drain(int fd, std::string* into, absl::Duration timeout);
-  pid_t pid_ = -1;
-  int stdout_fd_ = -1;
-  int stderr_fd_ = -1;
-  std::string stdout_;
-  std::string stderr_;
-  size_t stderr_scanned_ = 0;
-  std::optional<int> exit_code_;
+  struct State;
+  explicit Subprocess(std::shared_ptr<State> state) : state_(std::move(state)) {}
+  std::shared_ptr<State> state_;
 };
 
 // Runs a program to completion (at most `timeout`); returns exit code and output.
