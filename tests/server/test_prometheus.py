@@ -48,6 +48,12 @@ def test_prometheus_scrapes_rpc_counts():
             for _ in range(checks):
                 subprocess.run([str(BIN / "client" / "kiln"), "health", "--server",
                                 f"127.0.0.1:{grpc_port}"], check=True, capture_output=True)
+            graph = pathlib.Path(os.environ["KILN_GRAPHS_DIR"]) / "mlp_fp32.fw.json"
+            compiles = 3
+            for _ in range(compiles):
+                subprocess.run([str(BIN / "client" / "kiln"), "compile", str(graph), "--server",
+                                f"127.0.0.1:{grpc_port}", "--target", "x86_64"],
+                               check=True, capture_output=True)
             # kilnd's own text is well-formed and already has the count.
             with urllib.request.urlopen(f"http://127.0.0.1:{http_port}/metrics", timeout=5) as r:
                 text = r.read().decode()
@@ -83,6 +89,12 @@ def test_prometheus_scrapes_rpc_counts():
             assert result, "Prometheus never scraped kilnd"
             assert float(result[0]["value"][1]) == checks
             assert result[0]["metric"]["job"] == "kilnd"
+            hits = query(prom_port, 'kiln_compile_requests_total{outcome="hit"}')
+            assert float(hits[0]["value"][1]) == compiles - 1
+            misses = query(prom_port, 'kiln_compile_requests_total{outcome="miss"}')
+            assert float(misses[0]["value"][1]) == 1
+            compiled = query(prom_port, 'kiln_compiles_total{result="ok"}')
+            assert float(compiled[0]["value"][1]) == 1
             up = query(prom_port, 'up{job="kilnd"}')
             assert float(up[0]["value"][1]) == 1
         finally:
