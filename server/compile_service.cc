@@ -302,6 +302,7 @@ grpc::Status CompileService::Compile(grpc::ServerContext* context,
   *response->mutable_artifact_digest() = answer.artifact->digest;
   response->set_decision_digest(answer.artifact->decision_digest);
   response->set_deduplicated(answer.deduplicated);
+  record.phases.emplace_back("lookup", answer.lookup);
   for (const auto& [phase, took] : record.phases) {
     v1::PhaseTiming* t = response->add_timings();
     t->set_phase(phase);
@@ -337,16 +338,14 @@ absl::StatusOr<CompileService::Answer> CompileService::Resolve(
           return check.holds;
         });
     phase_seconds_.With({"lookup"}).Observe(absl::ToDoubleSeconds(absl::Now() - t0));
+    answer.lookup = absl::Now() - t0;
     if (variant.ok() && variant->artifacts_size() > 0) {
       absl::StatusOr<std::string> bytes = cache_->store().Get(variant->artifacts(0));
       if (bytes.ok()) {
         auto artifact = std::make_shared<Artifact>();
         artifact->digest = variant->artifacts(0);
         artifact->bytes = *std::move(bytes);
-        v1::CompiledGraph parsed;
-        if (parsed.ParseFromString(artifact->bytes)) {
-          artifact->decision_digest = parsed.decision_digest();
-        }
+        artifact->decision_digest = variant->decision_digest();
         answer.outcome = v1::CACHE_OUTCOME_HIT;
         answer.artifact = std::move(artifact);
         return answer;
@@ -461,6 +460,7 @@ void CompileService::RunCompile(std::shared_ptr<Flights::Flight> flight,
     *variant.add_artifacts() = artifact->digest;
     *variant.add_artifacts() = record_digest;
     variant.set_compile_micros(absl::ToInt64Microseconds(compile_time));
+    variant.set_decision_digest(artifact->decision_digest);
     stored = cache_->actions().Put(keyed->key, std::move(variant));
   }
   add_phase("store", absl::Now() - t1);

@@ -96,6 +96,7 @@ class CompileService final : public v1::Compiler::Service {
     std::string failed_guard;
     std::shared_ptr<const Artifact> artifact;
     bool deduplicated = false;
+    absl::Duration lookup;  // time spent looking the key up
   };
   using Flights = SingleFlight<std::shared_ptr<const Artifact>>;
   using RankRendezvous = Rendezvous<std::shared_ptr<const Keyed>, Answer>;
