@@ -1,0 +1,229 @@
+#include "compiler/interp/random_inputs.h"
+
+#include <cmath>
+#include <optional>
+#include <unordered_map>
+#include <unordered_set>
+
+#include "absl/strings/str_cat.h"
+#include "compiler/interp/sym_eval.h"
+
+namespace kiln::interp {
+namespace {
+
+using SymbolMap = std::map<std::string, int64_t, std::less<>>;
+
+// splitmix64: a small, fully specified generator, so inputs are the same everywhere.
+class Random {
+ public:
+  explicit Random(uint64_t seed) : state_(seed) {}
+  uint64_t Next() {
+    uint64_t z = (state_ += 0x9E3779B97F4A7C15ull);
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+    return z ^ (z >> 31);
+  }
+  double Uniform() { return std::ldexp(static_cast<double>(Next() >> 11), -53); }
+  int64_t Int(int64_t low, int64_t high) {
+    if (high <= low) return low;
+    return low + static_cast<int64_t>(Next() % static_cast<uint64_t>(high - low));
+  }
+
+ private:
+  uint64_t state_;
+};
+
+// Ops through which an integer input keeps its values (views and copies).
+bool PassesValues(absl::string_view target) {
+  static const std::unordered_set<std::string>* ops = new std::unordered_set<std::string>{
+      "aten.view.default",       "aten._unsafe_view.default", "aten.reshape.default",
+      "aten.t.default",          "aten.transpose.int",        "aten.permute.default",
+      "aten.expand.default",     "aten.unsqueeze.default",    "aten.squeeze.dim",
+      "aten.squeeze.dims",       "aten.squeeze.default",      "aten.slice.Tensor",
+      "aten.select.int",         "aten.alias.default",        "aten.detach.default",
+      "aten.clone.default",      "aten._to_copy.default",     "aten.lift_fresh_copy.default",
+      "aten.contiguous.default",
+  };
+  return ops->contains(std::string(target));
+}
+
+class RangeInference {
+ public:
+  RangeInference(const v1::Graph& graph, const SymbolMap& symbols) : symbols_(symbols) {
+    for (const v1::GraphInput& in : graph.inputs()) {
+      origin_[in.name()] = in.name();
+      meta_[in.name()] = {&in.meta()};
+    }
+    for (const v1::Node& node : graph.nodes()) {
+      std::vector<const v1::ValueMeta*> metas;
+      for (const v1::ValueMeta& m : node.outputs()) metas.push_back(&m);
+      meta_[node.name()] = metas;
+      if (PassesValues(node.target()) && node.args_size() > 0 && node.args(0).has_ref()) {
+        auto it = origin_.find(node.args(0).ref().node());
+        if (it != origin_.end()) origin_[node.name()] = it->second;
+      }
+    }
+    for (const v1::Node& node : graph.nodes()) Infer(node);
+  }
+
+  std::optional<std::pair<int64_t, int64_t>> RangeOf(const std::string& input) const {
+    auto it = ranges_.find(input);
+    if (it == ranges_.end()) return std::nullopt;
+    return it->second;
+  }
+
+ private:
+  // Size `dim` (negative counts from the end) of the tensor an argument refers to.
+  std::optional<int64_t> SizeOf(const v1::Argument& a, int64_t dim) const {
+    if (!a.has_ref()) return std::nullopt;
+    auto it = meta_.find(a.ref().node());
+    if (it == meta_.end() || it->second.empty()) return std::nullopt;
+    const size_t out = a.ref().has_output() ? static_cast<size_t>(a.ref().output()) : 0;
+    if (out >= it->second.size() || !it->second[out]->has_tensor()) return std::nullopt;
+    const v1::TensorMeta& t = it->second[out]->tensor();
+    const int64_t rank = t.sizes_size();
+    if (dim < 0) dim += rank;
+    if (dim < 0 || dim >= rank) return std::nullopt;
+    const v1::SymInt& s = t.sizes(static_cast<int>(dim));
+    if (s.kind_case() == v1::SymInt::kValue) return s.value();
+    absl::StatusOr<int64_t> v = EvalSymInt(s.expr(), symbols_);
+    if (!v.ok()) return std::nullopt;
+    return *v;
+  }
+
+  std::optional<int64_t> IntArg(const v1::Node& node, int pos) const {
+    if (pos >= node.args_size()) return std::nullopt;
+    const v1::Argument& a = node.args(pos);
+    if (a.kind_case() == v1::Argument::kIntValue) return a.int_value();
+    if (a.kind_case() == v1::Argument::kSymbolic) {
+      absl::StatusOr<int64_t> v = EvalSymInt(a.symbolic().expr(), symbols_);
+      if (v.ok()) return *v;
+    }
+    return std::nullopt;
+  }
+
+  void Limit(const v1::Node& node, int index_pos, std::optional<int64_t> high) {
+    if (!high.has_value() || index_pos >= node.args_size()) return;
+    const v1::Argument& a = node.args(index_pos);
+    if (!a.has_ref()) return;
+    auto it = origin_.find(a.ref().node());
+    if (it == origin_.end()) return;
+    auto [r, inserted] = ranges_.emplace(it->second, std::make_pair<int64_t, int64_t>(0, 0));
+    r->second.second = inserted ? *high : std::min(r->second.second, *high);
+  }
+
+  void Infer(const v1::Node& node) {
+    const std::string& t = node.target();
+    if (t == "aten.embedding.default") {
+      Limit(node, 1, SizeOf(node.args(0), 0));
+    } else if (t == "aten.embedding_dense_backward.default") {
+      Limit(node, 1, IntArg(node, 2));
+    } else if (t == "aten.nll_loss_forward.default" && node.args_size() > 0) {
+      Limit(node, 1, SizeOf(node.args(0), -1));
+    } else if (t == "aten.nll_loss_backward.default" && node.args_size() > 1) {
+      Limit(node, 2, SizeOf(node.args(1), -1));
+    } else if ((t == "aten.gather.default" || t == "aten.index_select.default" ||
+                t == "aten.scatter_add.default" || t == "aten.scatter.src" ||
+                t == "aten.scatter.value") &&
+               node.args_size() > 1) {
+      const auto dim = IntArg(node, 1);
+      if (dim.has_value()) Limit(node, 2, SizeOf(node.args(0), *dim));
+    } else if (t == "aten.max_pool2d_with_indices_backward.default" && node.args_size() > 1) {
+      const auto h = SizeOf(node.args(1), -2);
+      const auto w = SizeOf(node.args(1), -1);
+      if (h && w) Limit(node, 7, *h * *w);
+    }
+  }
+
+  const SymbolMap& symbols_;
+  std::unordered_map<std::string, std::string> origin_;
+  std::unordered_map<std::string, std::vector<const v1::ValueMeta*>> meta_;
+  std::unordered_map<std::string, std::pair<int64_t, int64_t>> ranges_;
+};
+
+absl::StatusOr<int64_t> Eval(const v1::SymInt& s, const SymbolMap& symbols) {
+  if (s.kind_case() == v1::SymInt::kExpr) return EvalSymInt(s.expr(), symbols);
+  return s.value();
+}
+
+}  // namespace
+
+absl::StatusOr<SymbolMap> ResolveSymbols(const v1::Graph& graph, const SymbolMap& overrides) {
+  SymbolMap out = overrides;
+  for (const v1::Symbol& s : graph.symbols()) {
+    if (out.contains(s.name())) continue;
+    if (s.hint_case() == v1::Symbol::kIntHint) {
+      out[s.name()] = s.int_hint();
+    } else if (s.kind() != v1::SYM_KIND_FLOAT) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("symbol ", s.name(), " has no value and no hint"));
+    }
+  }
+  return out;
+}
+
+absl::StatusOr<std::vector<Value>> MakeRandomInputs(const v1::Graph& graph,
+                                                    const RandomInputOptions& options) {
+  absl::StatusOr<SymbolMap> symbols = ResolveSymbols(graph, options.symbols);
+  if (!symbols.ok()) return symbols.status();
+  const RangeInference ranges(graph, *symbols);
+  std::vector<Value> out;
+  for (int i = 0; i < graph.inputs_size(); ++i) {
+    const v1::GraphInput& in = graph.inputs(i);
+    Random rng(options.seed * 0x100000001B3ull + static_cast<uint64_t>(i) + 1);
+    if (in.meta().has_symbolic()) {
+      absl::StatusOr<int64_t> v = EvalSymInt(in.meta().symbolic().expr(), *symbols);
+      if (!v.ok()) return v.status();
+      out.emplace_back(*v);
+      continue;
+    }
+    if (!in.meta().has_tensor()) {
+      out.emplace_back(None{});
+      continue;
+    }
+    const v1::TensorMeta& m = in.meta().tensor();
+    if (!IsSupported(m.dtype())) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "input ", in.name(), ": dtype ", v1::DType_Name(m.dtype()), " is not supported"));
+    }
+    std::vector<int64_t> sizes;
+    std::vector<int64_t> strides;
+    for (const v1::SymInt& s : m.sizes()) {
+      absl::StatusOr<int64_t> v = Eval(s, *symbols);
+      if (!v.ok()) return v.status();
+      sizes.push_back(*v);
+    }
+    for (const v1::SymInt& s : m.strides()) {
+      absl::StatusOr<int64_t> v = Eval(s, *symbols);
+      if (!v.ok()) return v.status();
+      strides.push_back(*v);
+    }
+    if (strides.size() != sizes.size()) strides = ContiguousStrides(sizes);
+    int64_t offset = 0;
+    if (m.has_storage_offset()) {
+      absl::StatusOr<int64_t> v = Eval(m.storage_offset(), *symbols);
+      if (!v.ok()) return v.status();
+      offset = *v;
+    }
+    Tensor t = Tensor::ZerosStrided(sizes, strides, offset, m.dtype());
+    const std::vector<int64_t> slots = t.ElementIndices();
+    if (IsFloating(m.dtype())) {
+      for (int64_t slot : slots) {
+        t.WriteDouble(slot,
+                      options.float_low + (options.float_high - options.float_low) * rng.Uniform());
+      }
+    } else {
+      std::pair<int64_t, int64_t> range = {0, 2};
+      if (auto inferred = ranges.RangeOf(in.name())) range = *inferred;
+      if (auto it = options.int_ranges.find(in.name()); it != options.int_ranges.end()) {
+        range = it->second;
+      }
+      if (m.dtype() == v1::DTYPE_BOOL) range = {0, 2};
+      for (int64_t slot : slots) t.WriteInt(slot, rng.Int(range.first, range.second));
+    }
+    out.emplace_back(std::move(t));
+  }
+  return out;
+}
+
+}  // namespace kiln::interp

@@ -1,0 +1,43 @@
+#pragma once
+
+// Random inputs for a graph, made from its input metadata: tensors with the recorded
+// sizes, strides, storage offset and dtype; symbolic ints with their values. Deterministic
+// for a given seed. Integer tensors get values valid for how the graph uses them
+// (embedding indices below the table's rows, nll targets below the class count, gather /
+// index_select / scatter indices below the indexed size, pooling indices inside the
+// plane), found by following the input through views to its consumers; callers can give
+// ranges explicitly instead.
+
+#include <cstdint>
+#include <map>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "compiler/interp/interpreter.h"
+#include "kiln/v1/graph.pb.h"
+
+namespace kiln::interp {
+
+struct RandomInputOptions {
+  uint64_t seed = 0;
+  // Symbol values; symbols not given take their hints from the graph.
+  std::map<std::string, int64_t, std::less<>> symbols;
+  // [low, high) for integer inputs, by input name; overrides what is inferred.
+  std::map<std::string, std::pair<int64_t, int64_t>, std::less<>> int_ranges;
+  // Floating inputs are uniform in [float_low, float_high).
+  double float_low = -1.0;
+  double float_high = 1.0;
+};
+
+// The symbol values a run uses: `overrides` first, then the graph's hints. An int symbol
+// with neither is INVALID_ARGUMENT.
+absl::StatusOr<std::map<std::string, int64_t, std::less<>>> ResolveSymbols(
+    const v1::Graph& graph, const std::map<std::string, int64_t, std::less<>>& overrides);
+
+// One value per graph input, in order.
+absl::StatusOr<std::vector<Value>> MakeRandomInputs(const v1::Graph& graph,
+                                                    const RandomInputOptions& options = {});
+
+}  // namespace kiln::interp

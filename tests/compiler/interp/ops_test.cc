@@ -1,0 +1,458 @@
+// Ops on small hand-computed cases: values, broadcasting, type promotion, non-contiguous
+// and offset inputs, sizes 0 and 1, default and keyword arguments.
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <limits>
+
+#include "absl/strings/match.h"
+#include "tests/compiler/interp/test_util.h"
+
+namespace kiln::interp {
+namespace {
+
+using testing::I;
+using testing::Is;
+using testing::Near;
+using testing::Run1;
+using testing::RunAll;
+using testing::T;
+
+constexpr double kNaN = std::numeric_limits<double>::quiet_NaN();
+constexpr double kInf = std::numeric_limits<double>::infinity();
+
+TEST(Pointwise, ArithmeticBroadcastsAndPromotes) {
+  const Tensor a = T({2, 1}, {1, 2}, v1::DTYPE_FLOAT32);
+  const Tensor b = T({3}, {10, 20, 30}, v1::DTYPE_FLOAT32);
+  const Tensor s = Run1("aten.add.Tensor", {a, b}, {{"alpha", 2}});
+  EXPECT_EQ(s.dtype(), v1::DTYPE_FLOAT32);
+  EXPECT_TRUE(Is(s, {2, 3}, {21, 41, 61, 22, 42, 62}));
+  EXPECT_TRUE(Is(Run1("aten.sub.Tensor", {b, 1.5}), {3}, {8.5, 18.5, 28.5}));
+  // int tensor + float scalar -> float32; int tensor * int scalar stays int64.
+  const Tensor ints = I({3}, {1, 2, 3});
+  EXPECT_EQ(Run1("aten.mul.Tensor", {ints, 0.5}).dtype(), v1::DTYPE_FLOAT32);
+  EXPECT_EQ(Run1("aten.mul.Scalar", {ints, 3}).ToInts(), (std::vector<int64_t>{3, 6, 9}));
+  // A zero-dim float64 tensor does not widen float32.
+  EXPECT_EQ(Run1("aten.mul.Tensor", {b, T({}, {2.0})}).dtype(), v1::DTYPE_FLOAT32);
+  // Results are rounded to float32.
+  EXPECT_EQ(Run1("aten.div.Tensor", {T({1}, {1}, v1::DTYPE_FLOAT32), 3.0}).Item(),
+            static_cast<double>(1.0f / 3.0f));
+  EXPECT_FALSE(RunOp("aten.add.Tensor", {T({2}, {1, 2}), T({3}, {1, 2, 3})}).ok());
+  EXPECT_FALSE(
+      RunOp("aten.sub.Tensor", {I({1}, {1}, v1::DTYPE_BOOL), I({1}, {1}, v1::DTYPE_BOOL)}).ok());
+}
+
+TEST(Pointwise, DivisionModesAndRemainder) {
+  const Tensor a = T({4}, {7, -7, 7, -7});
+  const Tensor b = T({4}, {2, 2, -2, -2});
+  EXPECT_TRUE(Is(Run1("aten.div.Tensor", {a, b}), {4}, {3.5, -3.5, -3.5, 3.5}));
+  EXPECT_TRUE(
+      Is(Run1("aten.div.Tensor_mode", {a, b}, {{"rounding_mode", "trunc"}}), {4}, {3, -3, -3, 3}));
+  EXPECT_TRUE(
+      Is(Run1("aten.div.Tensor_mode", {a, b}, {{"rounding_mode", "floor"}}), {4}, {3, -4, -4, 3}));
+  EXPECT_TRUE(Is(Run1("aten.remainder.Tensor", {a, b}), {4}, {1, 1, -1, -1}));
+  const Tensor ia = I({4}, {7, -7, 7, -7});
+  const Tensor ib = I({4}, {2, 2, -2, -2});
+  EXPECT_EQ(Run1("aten.div.Tensor", {ia, ib}).dtype(), v1::DTYPE_FLOAT32);
+  EXPECT_EQ(Run1("aten.div.Tensor_mode", {ia, ib}, {{"rounding_mode", "floor"}}).ToInts(),
+            (std::vector<int64_t>{3, -4, -4, 3}));
+  EXPECT_EQ(Run1("aten.remainder.Scalar", {ia, 3}).ToInts(), (std::vector<int64_t>{1, 2, 1, 2}));
+  EXPECT_FALSE(RunOp("aten.div.Tensor_mode", {ia, I({1}, {0})}, {{"rounding_mode", "trunc"}}).ok());
+  EXPECT_TRUE(Is(Run1("aten.div.Scalar", {T({2}, {1, -1}), 0.0}), {2}, {kInf, -kInf}));
+}
+
+TEST(Pointwise, UnaryMath) {
+  const Tensor x = T({4}, {-2, -0.5, 0.5, 4});
+  EXPECT_TRUE(Is(Run1("aten.abs.default", {x}), {4}, {2, 0.5, 0.5, 4}));
+  EXPECT_TRUE(Is(Run1("aten.neg.default", {x}), {4}, {2, 0.5, -0.5, -4}));
+  EXPECT_TRUE(Is(Run1("aten.relu.default", {x}), {4}, {0, 0, 0.5, 4}));
+  EXPECT_TRUE(Is(Run1("aten.sign.default", {x}), {4}, {-1, -1, 1, 1}));
+  EXPECT_TRUE(Is(Run1("aten.floor.default", {x}), {4}, {-2, -1, 0, 4}));
+  EXPECT_TRUE(Is(Run1("aten.ceil.default", {x}), {4}, {-2, -0, 1, 4}));
+  EXPECT_TRUE(Is(Run1("aten.round.default", {T({4}, {0.5, 1.5, 2.5, -0.5})}), {4}, {0, 2, 2, -0}));
+  EXPECT_TRUE(Is(Run1("aten.reciprocal.default", {x}), {4}, {-0.5, -2, 2, 0.25}));
+  EXPECT_TRUE(Is(Run1("aten.sqrt.default", {T({2}, {4, 2})}), {2}, {2, std::sqrt(2.0)}));
+  EXPECT_TRUE(Is(Run1("aten.rsqrt.default", {T({1}, {4})}), {1}, {0.5}));
+  EXPECT_TRUE(Is(Run1("aten.exp.default", {T({1}, {1})}), {1}, {std::exp(1.0)}));
+  EXPECT_TRUE(Is(Run1("aten.log.default", {T({2}, {1, 0})}), {2}, {0, -kInf}));
+  EXPECT_TRUE(Is(Run1("aten.sin.default", {T({1}, {1})}), {1}, {std::sin(1.0)}));
+  EXPECT_TRUE(Is(Run1("aten.cos.default", {T({1}, {1})}), {1}, {std::cos(1.0)}));
+  EXPECT_TRUE(Is(Run1("aten.tanh.default", {T({1}, {1})}), {1}, {std::tanh(1.0)}));
+  EXPECT_TRUE(Is(Run1("aten.sigmoid.default", {T({1}, {0})}), {1}, {0.5}));
+  EXPECT_TRUE(Is(Run1("aten.erf.default", {T({1}, {0.5})}), {1}, {std::erf(0.5)}));
+  EXPECT_TRUE(Is(Run1("aten.silu.default", {T({1}, {1})}), {1}, {1 / (1 + std::exp(-1.0))}));
+  EXPECT_TRUE(Is(Run1("aten.gelu.default", {T({1}, {1})}), {1},
+                 {0.5 * (1 + std::erf(1 / std::sqrt(2.0)))}));
+  const double k = std::sqrt(2 / M_PI);
+  EXPECT_TRUE(Is(Run1("aten.gelu.default", {T({1}, {1})}, {{"approximate", "tanh"}}), {1},
+                 {0.5 * (1 + std::tanh(k * 1.044715))}));
+  // Integer inputs of float-only ops promote to float32.
+  EXPECT_EQ(Run1("aten.sin.default", {I({1}, {0})}).dtype(), v1::DTYPE_FLOAT32);
+  EXPECT_EQ(Run1("aten.abs.default", {I({1}, {-3})}).ToInts(), (std::vector<int64_t>{3}));
+  EXPECT_EQ(Run1("aten.bitwise_not.default", {I({2}, {0, 5})}).ToInts(),
+            (std::vector<int64_t>{-1, -6}));
+  EXPECT_EQ(Run1("aten.logical_not.default", {T({2}, {0, 2})}).ToInts(),
+            (std::vector<int64_t>{1, 0}));
+}
+
+TEST(Pointwise, ComparisonsLogicalAndSelection) {
+  const Tensor a = T({3}, {1, 2, kNaN});
+  const Tensor b = T({3}, {2, 2, 2});
+  EXPECT_EQ(Run1("aten.lt.Tensor", {a, b}).ToInts(), (std::vector<int64_t>{1, 0, 0}));
+  EXPECT_EQ(Run1("aten.le.Tensor", {a, b}).ToInts(), (std::vector<int64_t>{1, 1, 0}));
+  EXPECT_EQ(Run1("aten.ge.Scalar", {a, 2}).ToInts(), (std::vector<int64_t>{0, 1, 0}));
+  EXPECT_EQ(Run1("aten.gt.Scalar", {a, 1.5}).ToInts(), (std::vector<int64_t>{0, 1, 0}));
+  EXPECT_EQ(Run1("aten.eq.Tensor", {a, b}).ToInts(), (std::vector<int64_t>{0, 1, 0}));
+  EXPECT_EQ(Run1("aten.ne.Scalar", {a, 1}).ToInts(), (std::vector<int64_t>{0, 1, 1}));
+  EXPECT_EQ(Run1("aten.eq.Tensor", {a, b}).dtype(), v1::DTYPE_BOOL);
+  // float32 operands compare after rounding: 0.1f != 0.1 as doubles, but the scalar is
+  // rounded to float32 too.
+  EXPECT_EQ(Run1("aten.eq.Scalar", {T({1}, {0.1}, v1::DTYPE_FLOAT32), 0.1}).ToInts(),
+            (std::vector<int64_t>{1}));
+  const Tensor m = I({3}, {1, 0, 1}, v1::DTYPE_BOOL);
+  EXPECT_EQ(Run1("aten.logical_and.default", {m, T({3}, {1, 1, 0})}).ToInts(),
+            (std::vector<int64_t>{1, 0, 0}));
+  EXPECT_EQ(Run1("aten.logical_or.default", {m, T({3}, {0, 0, 0})}).ToInts(),
+            (std::vector<int64_t>{1, 0, 1}));
+  EXPECT_EQ(Run1("aten.bitwise_and.Tensor", {I({2}, {6, 3}), I({2}, {3, 5})}).ToInts(),
+            (std::vector<int64_t>{2, 1}));
+  EXPECT_TRUE(Is(Run1("aten.where.self", {m, T({3}, {1, 2, 3}), T({1}, {-1})}), {3}, {1, -1, 3}));
+  EXPECT_TRUE(Is(Run1("aten.where.ScalarOther", {m, T({3}, {1, 2, 3}), 0.5}), {3}, {1, 0.5, 3}));
+  EXPECT_TRUE(Is(Run1("aten.maximum.default", {a, b}), {3}, {2, 2, kNaN}));
+  EXPECT_TRUE(Is(Run1("aten.minimum.default", {a, b}), {3}, {1, 2, kNaN}));
+  EXPECT_TRUE(Is(Run1("aten.clamp.default", {a, 1.5, 1.8}), {3}, {1.5, 1.8, kNaN}));
+  EXPECT_TRUE(Is(Run1("aten.clamp.default", {a}, {{"max", 1.5}}), {3}, {1, 1.5, kNaN}));
+  EXPECT_TRUE(Is(Run1("aten.clamp_min.default", {a, 1.5}), {3}, {1.5, 2, kNaN}));
+  EXPECT_TRUE(Is(Run1("aten.masked_fill.Scalar", {T({3}, {1, 2, 3}), m, -5}), {3}, {-5, 2, -5}));
+}
+
+TEST(Pointwise, PowAndCasts) {
+  EXPECT_TRUE(Is(Run1("aten.pow.Tensor_Scalar", {T({3}, {2, -3, 0.5}), 2}), {3}, {4, 9, 0.25}));
+  EXPECT_TRUE(Is(Run1("aten.pow.Tensor_Scalar", {T({1}, {4}), 0.5}), {1}, {2}));
+  EXPECT_TRUE(Is(Run1("aten.pow.Tensor_Tensor", {T({2}, {2, 3}), T({2}, {3, 2})}), {2}, {8, 9}));
+  EXPECT_EQ(Run1("aten.pow.Tensor_Scalar", {I({2}, {3, -2}), 3}).ToInts(),
+            (std::vector<int64_t>{27, -8}));
+  EXPECT_FALSE(RunOp("aten.pow.Tensor_Scalar", {I({1}, {2}), -1}).ok());
+  const Tensor bf = Run1("aten._to_copy.default", {T({2}, {1.00390625, 3.14159})},
+                         {{"dtype", v1::DTYPE_BFLOAT16}});
+  EXPECT_EQ(bf.dtype(), v1::DTYPE_BFLOAT16);
+  EXPECT_TRUE(Is(bf, {2}, {1.0, 3.140625}));
+  EXPECT_EQ(Run1("aten._to_copy.default", {T({3}, {-1.7, 2.9, 0.0})}, {{"dtype", v1::DTYPE_INT32}})
+                .ToInts(),
+            (std::vector<int64_t>{-1, 2, 0}));
+  EXPECT_EQ(
+      Run1("aten._to_copy.default", {T({2}, {0.0, -0.2})}, {{"dtype", v1::DTYPE_BOOL}}).ToInts(),
+      (std::vector<int64_t>{0, 1}));
+  EXPECT_TRUE(Is(Run1("aten.fill.Scalar", {T({2}, {1, 2}), 7}), {2}, {7, 7}));
+}
+
+TEST(Pointwise, NonContiguousOffsetAndEmptyInputs) {
+  // A transposed, offset view of a larger storage.
+  const Tensor base = T({13}, {99, 0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11});
+  const Tensor v = base.AsStrided({3, 4}, {1, 3}, 1);  // column-major 4x3 starting at 1
+  EXPECT_TRUE(
+      Is(Run1("aten.mul.Tensor", {v, 2}), {3, 4}, {0, 6, 12, 18, 2, 8, 14, 20, 4, 10, 16, 22}));
+  const Tensor e = Tensor::Zeros({0, 3}, v1::DTYPE_FLOAT32);
+  EXPECT_EQ(Run1("aten.add.Tensor", {e, T({3}, {1, 2, 3})}).sizes(), (std::vector<int64_t>{0, 3}));
+  EXPECT_TRUE(Is(Run1("aten.sum.default", {e}), {}, {0}));
+  EXPECT_TRUE(Is(Run1("aten.add.Tensor", {T({}, {1}), T({1, 1}, {2})}), {1, 1}, {3}));
+}
+
+TEST(Reductions, SumMeanExtremesAndArg) {
+  const Tensor x = T({2, 3}, {1, 5, 3, 4, 2, 6});
+  EXPECT_TRUE(Is(Run1("aten.sum.default", {x}), {}, {21}));
+  EXPECT_TRUE(Is(Run1("aten.sum.dim_IntList", {x, Arg::Ints({0}), true}), {1, 3}, {5, 7, 9}));
+  EXPECT_TRUE(Is(Run1("aten.sum.dim_IntList", {x, Arg::Ints({-1})}), {2}, {9, 12}));
+  EXPECT_TRUE(Is(Run1("aten.sum.dim_IntList", {x, Arg()}), {}, {21}));
+  EXPECT_EQ(Run1("aten.sum.default", {I({3}, {1, 1, 0}, v1::DTYPE_BOOL)}).dtype(), v1::DTYPE_INT64);
+  EXPECT_EQ(Run1("aten.sum.default", {x}, {{"dtype", v1::DTYPE_FLOAT32}}).dtype(),
+            v1::DTYPE_FLOAT32);
+  EXPECT_TRUE(Is(Run1("aten.mean.dim", {x, Arg::Ints({1}), false}), {2}, {3, 4}));
+  EXPECT_TRUE(Is(Run1("aten.mean.dim", {x, Arg::Ints({0, 1}), true}), {1, 1}, {3.5}));
+  EXPECT_FALSE(RunOp("aten.mean.dim", {I({2}, {1, 2}), Arg::Ints({0})}).ok());
+  EXPECT_TRUE(Is(Run1("aten.amax.default", {x, Arg::Ints({1})}), {2}, {5, 6}));
+  EXPECT_TRUE(Is(Run1("aten.amin.default", {x, Arg::Ints({0}), true}), {1, 3}, {1, 2, 3}));
+  EXPECT_TRUE(Is(Run1("aten.amax.default", {T({3}, {1, kNaN, 2}), Arg::Ints({0})}), {}, {kNaN}));
+  EXPECT_EQ(Run1("aten.argmax.default", {x, 1}).ToInts(), (std::vector<int64_t>{1, 2}));
+  EXPECT_EQ(Run1("aten.argmin.default", {x}).ToInts(), (std::vector<int64_t>{0}));
+  EXPECT_EQ(Run1("aten.argmax.default", {T({4}, {1, 3, 3, 0})}).ToInts(),
+            (std::vector<int64_t>{1}));
+  EXPECT_EQ(Run1("aten.argmax.default", {x, Arg(), true}).sizes(), (std::vector<int64_t>{1, 1}));
+  const std::vector<Value> mx = RunAll("aten.max.dim", {x, 0, true});
+  EXPECT_TRUE(Is(std::get<Tensor>(mx[0]), {1, 3}, {4, 5, 6}));
+  EXPECT_EQ(std::get<Tensor>(mx[1]).ToInts(), (std::vector<int64_t>{1, 0, 1}));
+  const std::vector<Value> vm =
+      RunAll("aten.var_mean.correction", {x, Arg::Ints({1})}, {{"correction", 1}});
+  EXPECT_TRUE(Is(std::get<Tensor>(vm[0]), {2}, {4, 4}));
+  EXPECT_TRUE(Is(std::get<Tensor>(vm[1]), {2}, {3, 4}));
+  const std::vector<Value> vm0 =
+      RunAll("aten.var_mean.correction", {x}, {{"correction", 0}, {"keepdim", true}});
+  EXPECT_TRUE(Is(std::get<Tensor>(vm0[0]), {1, 1}, {35.0 / 12.0}));
+  EXPECT_EQ(Run1("aten.any.dim", {T({2, 2}, {0, 0, 0, 1}), 1}).ToInts(),
+            (std::vector<int64_t>{0, 1}));
+  EXPECT_TRUE(
+      Is(Run1("aten.logsumexp.default", {T({2}, {0, 0}), Arg::Ints({0})}), {}, {std::log(2.0)}));
+  EXPECT_TRUE(Is(Run1("aten.cumsum.default", {x, 1}), {2, 3}, {1, 6, 9, 4, 6, 12}));
+  EXPECT_TRUE(Is(Run1("aten.linalg_vector_norm.default", {T({2}, {3, 4})}), {}, {5}));
+}
+
+TEST(Factory, CreationOps) {
+  const Tensor a = Run1("aten.arange.default", {5});
+  EXPECT_EQ(a.dtype(), v1::DTYPE_INT64);
+  EXPECT_EQ(a.ToInts(), (std::vector<int64_t>{0, 1, 2, 3, 4}));
+  const Tensor af = Run1("aten.arange.start_step", {0, 1, 0.25});
+  EXPECT_EQ(af.dtype(), v1::DTYPE_FLOAT32);
+  EXPECT_TRUE(Is(af, {4}, {0, 0.25, 0.5, 0.75}));
+  EXPECT_TRUE(Is(Run1("aten.arange.start_step", {5, 0, -2}), {3}, {5, 3, 1}));
+  EXPECT_EQ(Run1("aten.arange.default", {3}, {{"dtype", v1::DTYPE_FLOAT32}}).dtype(),
+            v1::DTYPE_FLOAT32);
+  EXPECT_TRUE(Is(Run1("aten.full.default", {Arg::Ints({2}), 1.5}), {2}, {1.5, 1.5}));
+  EXPECT_EQ(Run1("aten.full.default", {Arg::Ints({2}), 3}).dtype(), v1::DTYPE_INT64);
+  EXPECT_EQ(Run1("aten.full.default", {Arg::Ints({1}), true}).dtype(), v1::DTYPE_BOOL);
+  EXPECT_EQ(Run1("aten.zeros.default", {Arg::Ints({2, 0})}).dtype(), v1::DTYPE_FLOAT32);
+  EXPECT_TRUE(Is(Run1("aten.ones.default", {Arg::Ints({2})}, {{"dtype", v1::DTYPE_BFLOAT16}}), {2},
+                 {1, 1}));
+  const Tensor t = Run1("aten.t.default", {T({2, 3}, {1, 2, 3, 4, 5, 6})});
+  EXPECT_EQ(Run1("aten.zeros_like.default", {t}).strides(), t.strides());
+  EXPECT_EQ(Run1("aten.empty_strided.default", {Arg::Ints({2, 3}), Arg::Ints({1, 2})}).strides(),
+            (std::vector<int64_t>{1, 2}));
+  const Tensor st = Run1("aten.scalar_tensor.default", {3});
+  EXPECT_EQ(st.dtype(), v1::DTYPE_FLOAT32);
+  EXPECT_EQ(st.dim(), 0);
+  EXPECT_TRUE(Is(Run1("aten.new_full.default", {t, Arg::Ints({1}), 2.5}), {1}, {2.5}));
+}
+
+TEST(Indexing, CatGatherScatterIndex) {
+  const Tensor a = T({2, 2}, {1, 2, 3, 4});
+  const Tensor b = T({2, 1}, {5, 6});
+  EXPECT_TRUE(Is(Run1("aten.cat.default", {Arg::Tensors({a, b}), 1}), {2, 3}, {1, 2, 5, 3, 4, 6}));
+  EXPECT_TRUE(
+      Is(Run1("aten.cat.default", {Arg::Tensors({a, Tensor::Zeros({0}, v1::DTYPE_FLOAT64)})}),
+         {2, 2}, {1, 2, 3, 4}));
+  EXPECT_TRUE(Is(Run1("aten.stack.default", {Arg::Tensors({a, a}), 2}), {2, 2, 2},
+                 {1, 1, 2, 2, 3, 3, 4, 4}));
+  EXPECT_TRUE(
+      Is(Run1("aten.index_select.default", {a, 1, I({3}, {1, 1, 0})}), {2, 3}, {2, 2, 1, 4, 4, 3}));
+  EXPECT_TRUE(
+      Is(Run1("aten.gather.default", {a, 1, I({2, 2}, {1, 0, 0, 0})}), {2, 2}, {2, 1, 3, 3}));
+  EXPECT_TRUE(Is(Run1("aten.scatter_add.default",
+                      {Tensor::Zeros({2, 3}, v1::DTYPE_FLOAT64), 1, I({2, 2}, {0, 0, 2, 1}), a}),
+                 {2, 3}, {3, 0, 0, 0, 4, 3}));
+  EXPECT_FALSE(RunOp("aten.gather.default", {a, 1, I({2, 1}, {2, 0})}).ok());
+  EXPECT_TRUE(Is(Run1("aten.index.Tensor", {a, Arg::Tensors({I({3}, {1, 0, 1})})}), {3, 2},
+                 {3, 4, 1, 2, 3, 4}));
+  EXPECT_TRUE(Is(Run1("aten.index.Tensor", {a, Arg::Tensors({Tensor(), I({2}, {1, 1})})}), {2, 2},
+                 {2, 2, 4, 4}));
+  EXPECT_TRUE(Is(
+      Run1("aten.index_put.default", {a, Arg::Tensors({I({2}, {0, 0})}), T({2}, {10, 20}), true}),
+      {2, 2}, {21, 42, 3, 4}));
+}
+
+TEST(Linalg, MatrixProducts) {
+  const Tensor a = T({2, 3}, {1, 2, 3, 4, 5, 6});
+  const Tensor b = T({3, 2}, {7, 8, 9, 10, 11, 12});
+  EXPECT_TRUE(Is(Run1("aten.mm.default", {a, b}), {2, 2}, {58, 64, 139, 154}));
+  // A transposed operand reads through its strides.
+  const Tensor bt = Run1("aten.t.default", {T({2, 3}, {7, 9, 11, 8, 10, 12})});
+  EXPECT_TRUE(Is(Run1("aten.mm.default", {a, bt}), {2, 2}, {58, 64, 139, 154}));
+  EXPECT_TRUE(Is(Run1("aten.addmm.default", {T({2}, {1, -1}), a, b}, {{"beta", 2}, {"alpha", 0.5}}),
+                 {2, 2}, {31, 30, 71.5, 75}));
+  // beta = 0 ignores NaN in self.
+  EXPECT_TRUE(Is(Run1("aten.addmm.default", {T({1}, {kNaN}), a, b}, {{"beta", 0}}), {2, 2},
+                 {58, 64, 139, 154}));
+  EXPECT_TRUE(Is(Run1("aten.bmm.default", {T({2, 1, 2}, {1, 2, 3, 4}), T({2, 2, 1}, {1, 1, 2, 0})}),
+                 {2, 1, 1}, {3, 6}));
+  EXPECT_FALSE(RunOp("aten.mm.default", {a, a}).ok());
+  EXPECT_FALSE(
+      RunOp("aten.mm.default", {a, T({3, 2}, {1, 2, 3, 4, 5, 6}, v1::DTYPE_FLOAT32)}).ok());
+  EXPECT_TRUE(Is(Run1("aten.mm.default", {Tensor::Zeros({2, 0}, v1::DTYPE_FLOAT64),
+                                          Tensor::Zeros({0, 3}, v1::DTYPE_FLOAT64)}),
+                 {2, 3}, {0, 0, 0, 0, 0, 0}));
+}
+
+TEST(Nn, SoftmaxLayerNormNllEmbedding) {
+  EXPECT_TRUE(
+      Is(Run1("aten._softmax.default", {T({2}, {0, std::log(3.0)}), 0, false}), {2}, {0.25, 0.75}));
+  EXPECT_TRUE(Is(Run1("aten._log_softmax.default", {T({2}, {0, 0}), -1, false}), {2},
+                 {-std::log(2.0), -std::log(2.0)}));
+  EXPECT_TRUE(Is(Run1("aten._softmax.default", {T({2}, {-kInf, 0}), 0, false}), {2}, {0, 1}));
+  const std::vector<Value> ln =
+      RunAll("aten.native_layer_norm.default",
+             {T({1, 2}, {1, 3}), Arg::Ints({2}), T({2}, {2, 1}), T({2}, {0, 1}), 0.0});
+  EXPECT_TRUE(Is(std::get<Tensor>(ln[0]), {1, 2}, {-2, 2}));
+  EXPECT_TRUE(Is(std::get<Tensor>(ln[1]), {1, 1}, {2}));
+  EXPECT_TRUE(Is(std::get<Tensor>(ln[2]), {1, 1}, {1}));
+  const Tensor lp = T({2, 3}, {-1, -2, -3, -4, -5, -6});
+  const std::vector<Value> nll =
+      RunAll("aten.nll_loss_forward.default", {lp, I({2}, {2, 0}), Arg(), 1, -100});
+  EXPECT_TRUE(Is(std::get<Tensor>(nll[0]), {}, {3.5}));
+  EXPECT_TRUE(Is(std::get<Tensor>(nll[1]), {}, {2}));
+  const std::vector<Value> ign =
+      RunAll("aten.nll_loss_forward.default", {lp, I({2}, {2, 7}), Arg(), 1, 7});
+  EXPECT_TRUE(Is(std::get<Tensor>(ign[0]), {}, {3}));
+  EXPECT_TRUE(
+      Is(Run1("aten.nll_loss_forward.default", {lp, I({2}, {1, 1}), T({3}, {1, 2, 3}), 0, -100}),
+         {2}, {4, 10}));
+  EXPECT_FALSE(RunOp("aten.nll_loss_forward.default", {lp, I({2}, {3, 0}), Arg(), 1, -100}).ok());
+  EXPECT_TRUE(Is(Run1("aten.embedding.default", {T({3, 2}, {0, 1, 2, 3, 4, 5}), I({2, 1}, {2, 0})}),
+                 {2, 1, 2}, {4, 5, 0, 1}));
+  EXPECT_FALSE(RunOp("aten.embedding.default", {T({3, 2}, {0, 1, 2, 3, 4, 5}), I({1}, {3})}).ok());
+}
+
+TEST(Nn, ConvolutionAndPooling) {
+  // 1x1x3x3 input, 2x2 kernel of ones, stride 1: sums of 2x2 windows.
+  const Tensor x = T({1, 1, 3, 3}, {1, 2, 3, 4, 5, 6, 7, 8, 9});
+  const Tensor w = T({1, 1, 2, 2}, {1, 1, 1, 1});
+  EXPECT_TRUE(
+      Is(Run1("aten.convolution.default", {x, w, T({1}, {1}), Arg::Ints({1, 1}), Arg::Ints({0, 0}),
+                                           Arg::Ints({1, 1}), false, Arg::Ints({0, 0}), 1}),
+         {1, 1, 2, 2}, {13, 17, 25, 29}));
+  // Padding 1, stride 2.
+  EXPECT_TRUE(
+      Is(Run1("aten.convolution.default", {x, w, Arg(), Arg::Ints({2, 2}), Arg::Ints({1, 1}),
+                                           Arg::Ints({1, 1}), false, Arg::Ints({0, 0}), 1}),
+         {1, 1, 2, 2}, {1, 5, 11, 28}));
+  // A transposed convolution scatters each input through the kernel.
+  EXPECT_TRUE(Is(Run1("aten.convolution.default",
+                      {T({1, 1, 1, 2}, {1, 2}), T({1, 1, 1, 2}, {1, 10}), Arg(), Arg::Ints({1, 1}),
+                       Arg::Ints({0, 0}), Arg::Ints({1, 1}), true, Arg::Ints({0, 0}), 1}),
+                 {1, 1, 1, 3}, {1, 12, 20}));
+  const std::vector<Value> mp =
+      RunAll("aten.max_pool2d_with_indices.default", {x, Arg::Ints({2, 2}), Arg::Ints({1, 1})});
+  EXPECT_TRUE(Is(std::get<Tensor>(mp[0]), {1, 1, 2, 2}, {5, 6, 8, 9}));
+  EXPECT_EQ(std::get<Tensor>(mp[1]).ToInts(), (std::vector<int64_t>{4, 5, 7, 8}));
+  // ceil_mode adds a partial window; stride defaults to the kernel.
+  const std::vector<Value> mc =
+      RunAll("aten.max_pool2d_with_indices.default",
+             {x, Arg::Ints({2}), Arg::Ints({}), Arg::Ints({0}), Arg::Ints({1}), true});
+  EXPECT_TRUE(Is(std::get<Tensor>(mc[0]), {1, 1, 2, 2}, {5, 6, 8, 9}));
+}
+
+TEST(Nn, AttentionMatchesNaiveMath) {
+  // One head, two queries, two keys, causal: query 0 sees only key 0.
+  const Tensor q = T({1, 1, 2, 1}, {1, 2});
+  const Tensor k = T({1, 1, 2, 1}, {1, -1});
+  const Tensor v = T({1, 1, 2, 2}, {1, 0, 0, 1});
+  const std::vector<Value> r = RunAll("aten._scaled_dot_product_efficient_attention.default",
+                                      {q, k, v, Arg(), true, 0.0, true});
+  const double p0 = std::exp(2.0) / (std::exp(2.0) + std::exp(-2.0));
+  EXPECT_TRUE(Is(std::get<Tensor>(r[0]), {1, 1, 2, 2}, {1, 0, p0, 1 - p0}, 1e-7));
+  const Tensor lse = std::get<Tensor>(r[1]);
+  EXPECT_EQ(lse.sizes(), (std::vector<int64_t>{1, 1, 32}));
+  EXPECT_NEAR(lse.ToDoubles()[1], std::log(std::exp(2.0) + std::exp(-2.0)), 1e-6);
+  EXPECT_EQ(std::get<Tensor>(r[2]).dtype(), v1::DTYPE_INT64);
+  const std::vector<Value> c = RunAll("aten._scaled_dot_product_cudnn_attention.default",
+                                      {q, k, v, Arg(), true, 0.0, true, false});
+  ASSERT_EQ(c.size(), 9u);
+  EXPECT_EQ(std::get<Tensor>(c[1]).sizes(), (std::vector<int64_t>{1, 1, 2, 1}));
+  EXPECT_EQ(std::get<int64_t>(c[4]), 2);
+  EXPECT_TRUE(std::holds_alternative<None>(c[8]));
+}
+
+TEST(Nn, ViewBackwardsAndScatters) {
+  EXPECT_TRUE(Is(Run1("aten.slice_backward.default", {T({2}, {1, 2}), Arg::Ints({5}), 0, 1, 5, 2}),
+                 {5}, {0, 1, 0, 2, 0}));
+  EXPECT_TRUE(Is(Run1("aten.select_backward.default", {T({2}, {1, 2}), Arg::Ints({2, 2}), 1, 0}),
+                 {2, 2}, {1, 0, 2, 0}));
+  EXPECT_TRUE(Is(Run1("aten.slice_scatter.default", {T({4}, {1, 1, 1, 1}), T({2}, {5, 6}), 0, 2}),
+                 {4}, {1, 1, 5, 6}));
+  EXPECT_TRUE(Is(Run1("aten.native_dropout_backward.default",
+                      {T({3}, {1, 2, 3}), I({3}, {1, 0, 1}, v1::DTYPE_BOOL), 2.0}),
+                 {3}, {2, 0, 6}));
+}
+
+TEST(Misc, PythonOpsSizesAndCollectives) {
+  EXPECT_EQ(std::get<int64_t>(RunAll("operator.mul", {16, 128})[0]), 2048);
+  EXPECT_EQ(std::get<double>(RunAll("operator.mul", {2, 0.5})[0]), 1.0);
+  EXPECT_EQ(std::get<int64_t>(RunAll("operator.floordiv", {-7, 2})[0]), -4);
+  EXPECT_EQ(std::get<int64_t>(RunAll("operator.getitem", {Arg::Ints({4, 5, 6}), -1})[0]), 6);
+  const Tensor x = T({2, 3}, {1, 2, 3, 4, 5, 6});
+  EXPECT_EQ(std::get<int64_t>(RunAll("aten.sym_size.int", {x, 1})[0]), 3);
+  const Tensor ar = Run1("_c10d_functional.all_reduce.default", {x, "sum", "0"});
+  EXPECT_EQ(ar.ToDoubles(), x.ToDoubles());
+  EXPECT_FALSE(ar.SharesStorageWith(x));
+  EXPECT_TRUE(Run1("_c10d_functional.wait_tensor.default", {ar}).SharesStorageWith(ar));
+  RunOptions two;
+  two.world_size = 2;
+  EXPECT_FALSE(RunOp("_c10d_functional.all_reduce.default", {x, "sum", "0"}, {}, two).ok());
+  absl::StatusOr<std::vector<Value>> bad = RunOp("aten.nonexistent.default", {});
+  EXPECT_EQ(bad.status().code(), absl::StatusCode::kUnimplemented);
+  EXPECT_TRUE(IsSupportedOp("aten.convolution_backward.default"));
+}
+
+// Every op the compiler issue lists is implemented.
+TEST(Coverage, IssueOpList) {
+  for (const char* op : {"operator.getitem",
+                         "operator.mul",
+                         "_c10d_functional.all_reduce.default",
+                         "_c10d_functional.wait_tensor.default",
+                         "aten._log_softmax.default",
+                         "aten._log_softmax_backward_data.default",
+                         "aten._native_batch_norm_legit_functional.default",
+                         "aten._scaled_dot_product_cudnn_attention.default",
+                         "aten._scaled_dot_product_cudnn_attention_backward.default",
+                         "aten._scaled_dot_product_efficient_attention.default",
+                         "aten._scaled_dot_product_efficient_attention_backward.default",
+                         "aten._to_copy.default",
+                         "aten._unsafe_view.default",
+                         "aten.add.Tensor",
+                         "aten.addmm.default",
+                         "aten.alias.default",
+                         "aten.arange.default",
+                         "aten.bmm.default",
+                         "aten.cat.default",
+                         "aten.clone.default",
+                         "aten.convolution.default",
+                         "aten.convolution_backward.default",
+                         "aten.cos.default",
+                         "aten.detach.default",
+                         "aten.div.Scalar",
+                         "aten.embedding.default",
+                         "aten.embedding_dense_backward.default",
+                         "aten.expand.default",
+                         "aten.gelu.default",
+                         "aten.gelu_backward.default",
+                         "aten.le.Tensor",
+                         "aten.lift_fresh_copy.default",
+                         "aten.max_pool2d_with_indices.default",
+                         "aten.max_pool2d_with_indices_backward.default",
+                         "aten.mean.dim",
+                         "aten.mm.default",
+                         "aten.mul.Scalar",
+                         "aten.mul.Tensor",
+                         "aten.native_batch_norm_backward.default",
+                         "aten.native_dropout.default",
+                         "aten.native_dropout_backward.default",
+                         "aten.native_layer_norm.default",
+                         "aten.native_layer_norm_backward.default",
+                         "aten.neg.default",
+                         "aten.nll_loss_backward.default",
+                         "aten.nll_loss_forward.default",
+                         "aten.pow.Tensor_Scalar",
+                         "aten.relu.default",
+                         "aten.rsqrt.default",
+                         "aten.scalar_tensor.default",
+                         "aten.silu.default",
+                         "aten.silu_backward.default",
+                         "aten.sin.default",
+                         "aten.slice.Tensor",
+                         "aten.slice_backward.default",
+                         "aten.split.Tensor",
+                         "aten.squeeze.dim",
+                         "aten.sum.default",
+                         "aten.sum.dim_IntList",
+                         "aten.t.default",
+                         "aten.tanh.default",
+                         "aten.tanh_backward.default",
+                         "aten.threshold_backward.default",
+                         "aten.transpose.int",
+                         "aten.unsqueeze.default",
+                         "aten.view.default",
+                         "aten.where.self"}) {
+    EXPECT_TRUE(IsSupportedOp(op)) << op;
+  }
+}
+
+}  // namespace
+}  // namespace kiln::interp
