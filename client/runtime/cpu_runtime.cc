@@ -731,19 +731,23 @@ absl::Status CheckInputs(const Plan& plan, absl::Span<const Tensor> inputs, cons
         return absl::InvalidArgumentError(
             absl::StrCat(where, " has rank ", t.dim(), ", the plan expects ", ip.sizes.size()));
       }
+      std::vector<int64_t> sizes(ip.sizes.size());
       for (size_t d = 0; d < ip.sizes.size(); ++d) {
         absl::StatusOr<int64_t> size = ip.sizes[d].Evaluate(st.values);
         if (!size.ok()) return Prefixed(where, size.status());
-        absl::StatusOr<int64_t> stride = ip.strides[d].Evaluate(st.values);
-        if (!stride.ok()) return Prefixed(where, stride.status());
+        sizes[d] = *size;
         if (t.size(static_cast<int64_t>(d)) != *size) {
           return absl::InvalidArgumentError(absl::StrCat(
               where, " has size ", t.size(static_cast<int64_t>(d)), " in dim ", d,
               ", the plan expects ", *size,
               ip.sizes[d].is_constant() ? "" : absl::StrCat(" (", ip.sizes[d].text(), ")")));
         }
+      }
+      for (size_t d = 0; d < ip.strides.size(); ++d) {
+        absl::StatusOr<int64_t> stride = ip.strides[d].Evaluate(st.values);
+        if (!stride.ok()) return Prefixed(where, stride.status());
         // A dim of size 1 is never stepped over, so its stride does not matter.
-        if (*size > 1 && t.stride(static_cast<int64_t>(d)) != *stride) {
+        if (sizes[d] > 1 && t.stride(static_cast<int64_t>(d)) != *stride) {
           return absl::InvalidArgumentError(
               absl::StrCat(where, " has stride ", t.stride(static_cast<int64_t>(d)), " in dim ", d,
                            ", the plan's views assume ", *stride, " (", t.DebugString(), ")"));
