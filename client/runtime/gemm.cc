@@ -161,41 +161,49 @@ MicroKernelFn<T> PickMicroKernel() {
 // Writes one finished tile: c = beta * addend + alpha * acc, rounded to c's dtype.
 template <typename T>
 void StoreTile(const GemmArgs& g, int64_t batch, int64_t i0, int64_t mc, int64_t j0, int64_t nc,
-               const T* acc, int64_t ldc) {
-  const bool use_addend = g.addend != nullptr && g.beta != 0.0;
+               T* acc, int64_t ldc) {
   const T alpha = static_cast<T>(g.alpha);
-  const T beta = static_cast<T>(g.beta);
-  char* out = static_cast<char*>(const_cast<void*>(g.c.data));
-  const int64_t es = ElementSize(g.c.dtype);
-  for (int64_t i = 0; i < mc; ++i) {
-    for (int64_t j = 0; j < nc; ++j) {
-      T v = acc[i * ldc + j];
-      if (g.alpha != 1.0) v *= alpha;
-      if (use_addend) {
-        const MatRef& d = *g.addend;
+  if (g.alpha != 1.0) {
+    for (int64_t i = 0; i < mc; ++i) {
+      for (int64_t j = 0; j < nc; ++j) acc[i * ldc + j] *= alpha;
+    }
+  }
+  if (g.addend != nullptr && g.beta != 0.0) {
+    const T beta = static_cast<T>(g.beta);
+    const MatRef& d = *g.addend;
+    const char* base = static_cast<const char*>(d.data);
+    const int64_t es = ElementSize(d.dtype);
+    for (int64_t i = 0; i < mc; ++i) {
+      for (int64_t j = 0; j < nc; ++j) {
         const int64_t idx = batch * d.bs + (i0 + i) * d.rs + (j0 + j) * d.cs;
-        v += beta * static_cast<T>(LoadAsDouble(
-                        static_cast<const char*>(d.data) + idx * ElementSize(d.dtype), d.dtype));
-      }
-      const int64_t idx = batch * g.c.bs + (i0 + i) * g.c.rs + (j0 + j) * g.c.cs;
-      void* p = out + idx * es;
-      switch (g.c.dtype) {
-        case v1::DTYPE_FLOAT32:
-          *static_cast<float*>(p) = static_cast<float>(v);
-          break;
-        case v1::DTYPE_FLOAT64:
-          *static_cast<double*>(p) = static_cast<double>(v);
-          break;
-        case v1::DTYPE_BFLOAT16:
-          *static_cast<uint16_t*>(p) = FloatToBf16(static_cast<float>(v));
-          break;
-        case v1::DTYPE_FLOAT16:
-          *static_cast<uint16_t*>(p) = FloatToFp16(static_cast<float>(v));
-          break;
-        default:
-          break;
+        acc[i * ldc + j] += beta * static_cast<T>(LoadAsDouble(base + idx * es, d.dtype));
       }
     }
+  }
+  const int64_t origin = batch * g.c.bs + i0 * g.c.rs + j0 * g.c.cs;
+  auto store = [&]<typename Out>(Out* out, auto convert) {
+    for (int64_t i = 0; i < mc; ++i) {
+      Out* row = out + origin + i * g.c.rs;
+      const T* src = acc + i * ldc;
+      for (int64_t j = 0; j < nc; ++j) row[j * g.c.cs] = convert(src[j]);
+    }
+  };
+  void* out = const_cast<void*>(g.c.data);
+  switch (g.c.dtype) {
+    case v1::DTYPE_FLOAT32:
+      store(static_cast<float*>(out), [](T v) { return static_cast<float>(v); });
+      break;
+    case v1::DTYPE_FLOAT64:
+      store(static_cast<double*>(out), [](T v) { return static_cast<double>(v); });
+      break;
+    case v1::DTYPE_BFLOAT16:
+      store(static_cast<uint16_t*>(out), [](T v) { return FloatToBf16(static_cast<float>(v)); });
+      break;
+    case v1::DTYPE_FLOAT16:
+      store(static_cast<uint16_t*>(out), [](T v) { return FloatToFp16(static_cast<float>(v)); });
+      break;
+    default:
+      break;
   }
 }
 
@@ -203,43 +211,62 @@ template <typename T>
 void GemmTyped(const GemmArgs& g, ThreadPool* pool, int max_threads) {
   constexpr int64_t nr = kNR<T>;
   const MicroKernelFn<T> kernel = PickMicroKernel<T>();
-  const int64_t tiles_m = (g.m + kMC - 1) / kMC;
-  const int64_t tiles_n = (g.n + kNC - 1) / kNC;
-  const int64_t tasks = g.batch * tiles_m * tiles_n;
-  const int64_t ldc = (kNC + nr - 1) / nr * nr;
-  const int64_t mc_pad = (kMC + kMR - 1) / kMR * kMR;
-
-  auto run = [&](int64_t begin, int64_t end) {
-    std::vector<T> acc(static_cast<size_t>(mc_pad * ldc));
-    std::vector<T> apack(static_cast<size_t>(mc_pad * kKC));
-    std::vector<T> bpack(static_cast<size_t>(ldc * kKC));
-    for (int64_t t = begin; t < end; ++t) {
-      const int64_t batch = t / (tiles_m * tiles_n);
-      const int64_t rem = t % (tiles_m * tiles_n);
-      const int64_t i0 = (rem / tiles_n) * kMC;
-      const int64_t j0 = (rem % tiles_n) * kNC;
-      const int64_t mc = std::min(kMC, g.m - i0);
-      const int64_t nc = std::min(kNC, g.n - j0);
-      std::fill(acc.begin(), acc.end(), T(0));
-      for (int64_t p0 = 0; p0 < g.k; p0 += kKC) {
-        const int64_t kc = std::min(kKC, g.k - p0);
-        PackA<T>(g.a, batch, g.m, i0, mc, p0, kc, apack.data());
-        PackB<T>(g.b, batch, g.n, j0, nc, p0, kc, bpack.data());
-        for (int64_t js = 0; js * nr < nc; ++js) {
-          for (int64_t is = 0; is * kMR < mc; ++is) {
-            kernel(kc, apack.data() + is * kc * kMR, bpack.data() + js * kc * nr,
-                   acc.data() + is * kMR * ldc + js * nr, ldc);
-          }
-        }
-      }
-      StoreTile<T>(g, batch, i0, mc, j0, nc, acc.data(), ldc);
-    }
-  };
   // Threads only pay off past a few million flops each.
   const double flops = 2.0 * static_cast<double>(g.batch) * static_cast<double>(g.m) *
                        static_cast<double>(g.n) * static_cast<double>(g.k);
   const int useful = static_cast<int>(std::min<double>(1 << 20, flops / 4e6 + 1));
-  const int threads = max_threads <= 0 ? useful : std::min(max_threads, useful);
+  int threads = max_threads <= 0 ? useful : std::min(max_threads, useful);
+  if (pool == nullptr) threads = 1;
+  threads = std::min(threads, pool == nullptr ? 1 : pool->size());
+  // Tiles: kMC x kNC, with fewer rows per tile when that is what it takes to give every
+  // thread a few. Tiling never changes results: each element sums its k blocks in order.
+  const int64_t tiles_n = (g.n + kNC - 1) / kNC;
+  int64_t mc_tile = kMC;
+  const int64_t want_tiles = 4 * static_cast<int64_t>(threads);
+  if (threads > 1 && g.batch * tiles_n * ((g.m + kMC - 1) / kMC) < want_tiles) {
+    const int64_t rows = (want_tiles + g.batch * tiles_n - 1) / (g.batch * tiles_n);
+    mc_tile = std::max(kMR, ((g.m + rows - 1) / rows + kMR - 1) / kMR * kMR);
+    mc_tile = std::min(mc_tile, kMC);
+  }
+  const int64_t tiles_m = (g.m + mc_tile - 1) / mc_tile;
+  const int64_t tasks = g.batch * tiles_m * tiles_n;
+  // Scratch sized for this product (small products must not pay for full tiles).
+  const int64_t mc_pad = (std::min(mc_tile, g.m) + kMR - 1) / kMR * kMR;
+  const int64_t ldc = (std::min(kNC, g.n) + nr - 1) / nr * nr;
+  const int64_t kc_max = std::max<int64_t>(1, std::min(kKC, g.k));
+
+  auto run = [&](int64_t begin, int64_t end) {
+    // Per-thread scratch, kept between calls so steady-state products allocate nothing.
+    thread_local std::vector<T> acc_store, apack_store, bpack_store;
+    const auto fit = [](std::vector<T>& v, int64_t n) {
+      if (static_cast<int64_t>(v.size()) < n) v.resize(static_cast<size_t>(n));
+      return v.data();
+    };
+    T* acc = fit(acc_store, mc_pad * ldc);
+    T* apack = fit(apack_store, mc_pad * kc_max);
+    T* bpack = fit(bpack_store, ldc * kc_max);
+    for (int64_t t = begin; t < end; ++t) {
+      const int64_t batch = t / (tiles_m * tiles_n);
+      const int64_t rem = t % (tiles_m * tiles_n);
+      const int64_t i0 = (rem / tiles_n) * mc_tile;
+      const int64_t j0 = (rem % tiles_n) * kNC;
+      const int64_t mc = std::min(mc_tile, g.m - i0);
+      const int64_t nc = std::min(kNC, g.n - j0);
+      std::fill(acc, acc + mc_pad * ldc, T(0));
+      for (int64_t p0 = 0; p0 < g.k; p0 += kKC) {
+        const int64_t kc = std::min(kKC, g.k - p0);
+        PackA<T>(g.a, batch, g.m, i0, mc, p0, kc, apack);
+        PackB<T>(g.b, batch, g.n, j0, nc, p0, kc, bpack);
+        for (int64_t js = 0; js * nr < nc; ++js) {
+          for (int64_t is = 0; is * kMR < mc; ++is) {
+            kernel(kc, apack + is * kc * kMR, bpack + js * kc * nr, acc + is * kMR * ldc + js * nr,
+                   ldc);
+          }
+        }
+      }
+      StoreTile<T>(g, batch, i0, mc, j0, nc, acc, ldc);
+    }
+  };
   if (pool == nullptr || threads <= 1) {
     run(0, tasks);
   } else {
