@@ -206,7 +206,7 @@ std::vector<ConvCase> ConvCases() {
 TEST_F(ExternOpsTest, ConvolutionForwardAndBackwardAgainstInterpreter) {
   int index = 0;
   for (const ConvCase& c : ConvCases()) {
-    for (DType dtype : {kF32, kF64, kBF16}) {
+    for (DType dtype : {kF32, kF64, kBF16, kF16}) {
       SCOPED_TRACE(::testing::Message() << "case " << index << " dtype " << dtype);
       const Layout layout = dtype == kF32 ? Layout::kStrided : Layout::kContiguous;
       const Tensor x = RandomTensor(c.input, dtype, layout, rng_);
@@ -246,7 +246,7 @@ TEST_F(ExternOpsTest, AttentionForwardAndBackwardAgainstInterpreter) {
       {1, 1, 1, 1, 1, 1, false, false, 0},
   };
   for (const AttentionCase& c : cases) {
-    for (DType dtype : {kF32, kF64, kBF16}) {
+    for (DType dtype : {kF32, kF64, kBF16, kF16}) {
       for (bool cudnn : {false, true}) {
         SCOPED_TRACE(::testing::Message() << "L " << c.l << " S " << c.s << " causal " << c.causal
                                           << " dtype " << dtype << " cudnn " << cudnn);
