@@ -1,7 +1,6 @@
 #include "client/runtime/cpu_runtime.h"
 
 #include <cstring>
-#include <optional>
 #include <utility>
 
 #include "absl/status/status.h"

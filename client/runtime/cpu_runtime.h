@@ -16,9 +16,10 @@
 // A symbolic-scalar output is a 0-d int64 tensor; a None output is an undefined Tensor.
 //
 // Extern steps run natively (see extern_ops.h); fallback steps and collectives over more
-// than one rank go to hooks in RunOptions. Plan conventions the runtime relies on beyond
-// artifact.proto: an extern/fallback output TensorView with buffer -1 marks a result the
-// plan drops; an input buffer's address is that of the input tensor's first element.
+// than one rank go to hooks in RunOptions. As artifact.proto says, an extern/fallback output
+// TensorView with buffer -1 marks a result the plan drops, and an input buffer starts at the
+// input tensor's first element; inputs are checked against CompiledGraph.inputs when the
+// artifact has them (otherwise against the input buffers' dtypes and sizes only).
 //
 // Thread-safety: a CpuRuntime is immutable after Load; Run may be called from several
 // threads at once (each run has its own buffers; concurrent runs share the thread pool,

@@ -7,7 +7,7 @@
 //
 // Work is split across threads by output tiles only, and each output element is summed in
 // one fixed order, so results are bit-identical for any number of threads. Safe to call
-// concurrently (each call uses its own scratch memory).
+// concurrently: packing scratch is per thread (a few hundred KiB, kept for reuse).
 
 #include <cstdint>
 
