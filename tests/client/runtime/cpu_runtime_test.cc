@@ -211,7 +211,7 @@ TEST_F(CpuRuntimeTest, ConcurrentRunsAgree) {
   for (int i = 0; i < 4; ++i)
     xs.push_back(RandomTensor({50 + i, 8}, kF32, Layout::kContiguous, rng_));
   std::vector<std::thread> threads;
-  std::vector<bool> ok(xs.size(), false);
+  std::vector<int> ok(xs.size(), 0);  // not vector<bool>: threads write neighbouring entries
   for (size_t i = 0; i < xs.size(); ++i) {
     threads.emplace_back([&, i] {
       for (int rep = 0; rep < 5; ++rep) {
@@ -223,7 +223,7 @@ TEST_F(CpuRuntimeTest, ConcurrentRunsAgree) {
         const Reference ref = Expected(xs[i], w);
         if (!testing::AllClose((*out)[0].ToDoubles(), ref.out0, 1e-5, 1e-5)) return;
       }
-      ok[i] = true;
+      ok[i] = 1;
     });
   }
   for (std::thread& t : threads) t.join();
