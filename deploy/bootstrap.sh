@@ -11,7 +11,7 @@ packages=(
   # libraries
   libgrpc++-dev libgrpc-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler libabsl-dev
   librocksdb-dev libsnappy-dev liblz4-dev libbz2-dev libgflags-dev
-  libgtest-dev libgmock-dev googletest libbenchmark-dev
+  libgtest-dev libgmock-dev googletest libbenchmark-dev libopenblas-dev
   libcpp-httplib-dev libspdlog-dev libfmt-dev nlohmann-json3-dev libcli11-dev libssl-dev openssl
   # tests and benchmarks
   python3 python3-grpcio python3-protobuf python3-pytest redis-server redis-tools prometheus curl

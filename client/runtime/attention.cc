@@ -1,0 +1,344 @@
+// Scaled-dot-product attention on the CPU by the math path: the memory-efficient and cuDNN
+// forward and backward ops, with causal masks (aligned top-left: query i sees keys j <= i),
+// an optional additive bias, and a custom scale. Dropout is outside this runtime's scope
+// (dropout_p must be 0). Computation is in float32 (float64 for float64 tensors) on dense
+// copies; the backward rebuilds probabilities from the saved logsumexp and uses the saved
+// output, as the kernels it stands in for do. Rows are split across threads and every sum
+// runs in a fixed order, so results do not depend on threads.
+
+#include <cmath>
+#include <limits>
+#include <vector>
+
+#include "client/runtime/extern_args.h"
+
+namespace kiln::runtime {
+namespace {
+
+template <typename T>
+struct Attention {
+  int64_t b = 0, h = 0, l = 0, s = 0, e = 0, ev = 0;
+  T scale = 1;
+  bool causal = false;
+  std::vector<T> q, k, v, bias;  // dense [B, H, *, *]; bias empty or [B, H, L, S]
+  int64_t bh() const { return b * h; }
+
+  // Scores of query row i of head `hd` against every key; -inf where masked.
+  void Scores(int64_t hd, int64_t i, T* out) const {
+    const T* qi = q.data() + (hd * l + i) * e;
+    for (int64_t j = 0; j < s; ++j) {
+      if (causal && j > i) {
+        out[j] = -std::numeric_limits<T>::infinity();
+        continue;
+      }
+      const T* kj = k.data() + (hd * s + j) * e;
+      T dot = 0;
+      for (int64_t c = 0; c < e; ++c) dot += qi[c] * kj[c];
+      T score = scale * dot;
+      if (!bias.empty()) score += bias[static_cast<size_t>((hd * l + i) * s + j)];
+      out[j] = score;
+    }
+  }
+};
+
+// `t` seen with sizes `to` by broadcasting (a zero stride on each expanded dim).
+Tensor Broadcast(const Tensor& t, const std::vector<int64_t>& to, ArgReader& r) {
+  const int64_t lead = static_cast<int64_t>(to.size()) - t.dim();
+  if (!r.Check(lead >= 0, "attn_bias ", t.DebugString(), " does not broadcast")) return Tensor();
+  std::vector<int64_t> strides(to.size(), 0);
+  for (int64_t d = 0; d < t.dim(); ++d) {
+    const size_t o = static_cast<size_t>(d + lead);
+    if (t.size(d) == to[o]) {
+      strides[o] = t.stride(d);
+    } else if (!r.Check(t.size(d) == 1, "attn_bias ", t.DebugString(), " does not broadcast")) {
+      return Tensor();
+    }
+  }
+  return t.AsStrided(to, strides, t.offset());
+}
+
+template <typename T>
+bool Load(ArgReader& r, const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& bias,
+          bool causal, double dropout_p, Attention<T>& a) {
+  if (!r.Check(q.dim() == 4 && k.dim() == 4 && v.dim() == 4,
+               "query, key and value must be 4-d [B, H, L, E]") ||
+      !r.Check(q.dtype() == k.dtype() && q.dtype() == v.dtype(),
+               "query, key and value dtypes differ")) {
+    return false;
+  }
+  a.b = q.size(0);
+  a.h = q.size(1);
+  a.l = q.size(2);
+  a.e = q.size(3);
+  a.s = k.size(2);
+  a.ev = v.size(3);
+  if (!r.Check(k.size(0) == a.b && v.size(0) == a.b && k.size(1) == a.h && v.size(1) == a.h &&
+                   k.size(3) == a.e && v.size(2) == a.s,
+               "shapes ", q.DebugString(), ", ", k.DebugString(), ", ", v.DebugString(),
+               " do not match")) {
+    return false;
+  }
+  if (dropout_p != 0) {
+    r.FailUnimplemented("dropout_p must be 0 in the CPU runtime");
+    return false;
+  }
+  a.scale = static_cast<T>(r.GetDouble(-1, "scale", 1.0 / std::sqrt(static_cast<double>(a.e))));
+  a.causal = causal;
+  a.q = ToDense<T>(q);
+  a.k = ToDense<T>(k);
+  a.v = ToDense<T>(v);
+  if (bias.defined()) {
+    const Tensor full = Broadcast(bias, {a.b, a.h, a.l, a.s}, r);
+    if (!r.ok()) return false;
+    a.bias = ToDense<T>(full);
+  }
+  return r.ok();
+}
+
+// Writes [B*H, L] logsumexp values into `out`, whose rows may be longer (padded with 0).
+template <typename T>
+void WriteLse(const std::vector<T>& lse, const Attention<T>& a, const Tensor& out) {
+  if (!out.defined() || a.bh() == 0) return;
+  const int64_t row = out.numel() / a.bh();
+  std::vector<T> v(static_cast<size_t>(out.numel()), T(0));
+  for (int64_t hd = 0; hd < a.bh(); ++hd) {
+    for (int64_t i = 0; i < std::min(row, a.l); ++i) {
+      v[static_cast<size_t>(hd * row + i)] = lse[static_cast<size_t>(hd * a.l + i)];
+    }
+  }
+  FromDense<T>(v.data(), out);
+}
+
+template <typename T>
+bool ReadLse(ArgReader& r, const Tensor& t, const Attention<T>& a, std::vector<T>& lse) {
+  if (!r.Check(a.bh() == 0 || (t.numel() % a.bh() == 0 && t.numel() / a.bh() >= a.l), "logsumexp ",
+               t.DebugString(), " is too small")) {
+    return false;
+  }
+  const std::vector<T> all = ToDense<T>(t);
+  const int64_t row = a.bh() == 0 ? 0 : t.numel() / a.bh();
+  lse.resize(static_cast<size_t>(a.bh() * a.l));
+  for (int64_t hd = 0; hd < a.bh(); ++hd) {
+    for (int64_t i = 0; i < a.l; ++i) {
+      lse[static_cast<size_t>(hd * a.l + i)] = all[static_cast<size_t>(hd * row + i)];
+    }
+  }
+  return true;
+}
+
+void WriteInt(const Tensor& t, int64_t value) {
+  if (t.defined() && t.numel() == 1)
+    StoreFromDouble(t.data(), t.dtype(), static_cast<double>(value));
+}
+
+template <typename T>
+void Forward(const Attention<T>& a, const ExternContext& ctx, std::vector<T>& out,
+             std::vector<T>& lse) {
+  out.assign(static_cast<size_t>(a.bh() * a.l * a.ev), T(0));
+  lse.assign(static_cast<size_t>(a.bh() * a.l), -std::numeric_limits<T>::infinity());
+  ctx.pool->ParallelFor(a.bh() * a.l, 16, ctx.max_threads, [&](int64_t begin, int64_t end) {
+    std::vector<T> sc(static_cast<size_t>(a.s));
+    for (int64_t row = begin; row < end; ++row) {
+      const int64_t hd = row / a.l, i = row % a.l;
+      a.Scores(hd, i, sc.data());
+      T m = -std::numeric_limits<T>::infinity();
+      for (T x : sc) m = std::max(m, x);
+      if (m == -std::numeric_limits<T>::infinity()) continue;  // fully masked: 0, lse -inf
+      T sum = 0;
+      for (T& x : sc) {
+        x = std::exp(x - m);
+        sum += x;
+      }
+      lse[static_cast<size_t>(row)] = m + std::log(sum);
+      T* oi = out.data() + row * a.ev;
+      const T inv = T(1) / sum;
+      for (int64_t j = 0; j < a.s; ++j) {
+        const T p = sc[static_cast<size_t>(j)] * inv;
+        if (p == 0) continue;
+        const T* vj = a.v.data() + (hd * a.s + j) * a.ev;
+        for (int64_t c = 0; c < a.ev; ++c) oi[c] += p * vj[c];
+      }
+    }
+  });
+}
+
+template <typename T>
+struct Grads {
+  std::vector<T> dq, dk, dv, dbias;  // dbias dense [B, H, L, S] when wanted
+};
+
+template <typename T>
+void Backward(const Attention<T>& a, const std::vector<T>& dout, const std::vector<T>& out,
+              const std::vector<T>& lse, bool want_bias, const ExternContext& ctx, Grads<T>& g) {
+  g.dq.assign(a.q.size(), T(0));
+  g.dk.assign(a.k.size(), T(0));
+  g.dv.assign(a.v.size(), T(0));
+  if (want_bias) g.dbias.assign(static_cast<size_t>(a.bh() * a.l * a.s), T(0));
+  std::vector<T> p(static_cast<size_t>(a.l * a.s)), ds(static_cast<size_t>(a.l * a.s));
+  for (int64_t hd = 0; hd < a.bh(); ++hd) {
+    // Pass 1, by query row: probabilities, score gradients and dq.
+    ctx.pool->ParallelFor(a.l, 4, ctx.max_threads, [&](int64_t begin, int64_t end) {
+      for (int64_t i = begin; i < end; ++i) {
+        T* pi = p.data() + i * a.s;
+        T* dsi = ds.data() + i * a.s;
+        a.Scores(hd, i, pi);
+        const T li = lse[static_cast<size_t>(hd * a.l + i)];
+        const T* doi = dout.data() + (hd * a.l + i) * a.ev;
+        const T* oi = out.data() + (hd * a.l + i) * a.ev;
+        T d = 0;
+        for (int64_t c = 0; c < a.ev; ++c) d += doi[c] * oi[c];
+        T* dqi = g.dq.data() + (hd * a.l + i) * a.e;
+        for (int64_t j = 0; j < a.s; ++j) {
+          const T x = pi[j];
+          if (x == -std::numeric_limits<T>::infinity() ||
+              li == -std::numeric_limits<T>::infinity()) {
+            pi[j] = dsi[j] = 0;
+            continue;
+          }
+          pi[j] = std::exp(x - li);
+          const T* vj = a.v.data() + (hd * a.s + j) * a.ev;
+          T dp = 0;
+          for (int64_t c = 0; c < a.ev; ++c) dp += doi[c] * vj[c];
+          dsi[j] = pi[j] * (dp - d);
+          const T* kj = a.k.data() + (hd * a.s + j) * a.e;
+          const T f = a.scale * dsi[j];
+          for (int64_t c = 0; c < a.e; ++c) dqi[c] += f * kj[c];
+        }
+        if (!g.dbias.empty()) {
+          std::copy(dsi, dsi + a.s, g.dbias.data() + (hd * a.l + i) * a.s);
+        }
+      }
+    });
+    // Pass 2, by key: dk and dv, summing over queries in order.
+    ctx.pool->ParallelFor(a.s, 4, ctx.max_threads, [&](int64_t begin, int64_t end) {
+      for (int64_t j = begin; j < end; ++j) {
+        T* dkj = g.dk.data() + (hd * a.s + j) * a.e;
+        T* dvj = g.dv.data() + (hd * a.s + j) * a.ev;
+        for (int64_t i = 0; i < a.l; ++i) {
+          const T pij = p[static_cast<size_t>(i * a.s + j)];
+          const T dsij = ds[static_cast<size_t>(i * a.s + j)];
+          const T* doi = dout.data() + (hd * a.l + i) * a.ev;
+          const T* qi = a.q.data() + (hd * a.l + i) * a.e;
+          if (pij != 0) {
+            for (int64_t c = 0; c < a.ev; ++c) dvj[c] += pij * doi[c];
+          }
+          if (dsij != 0) {
+            const T f = a.scale * dsij;
+            for (int64_t c = 0; c < a.e; ++c) dkj[c] += f * qi[c];
+          }
+        }
+      }
+    });
+  }
+}
+
+// Sums a dense [B, H, L, S] gradient down to the bias's (broadcast) shape and writes it.
+template <typename T>
+void WriteBiasGrad(const std::vector<T>& full, const Attention<T>& a, const Tensor& bias,
+                   const Tensor& out, ArgReader& r) {
+  if (!out.defined()) return;
+  // Positions in a dense copy of the bias, broadcast over [B, H, L, S].
+  const Tensor dense = Tensor::Wrap(nullptr, bias.dtype(), bias.sizes());
+  const Tensor expanded = Broadcast(dense, {a.b, a.h, a.l, a.s}, r);
+  if (!r.ok()) return;
+  std::vector<double> acc(static_cast<size_t>(bias.numel()), 0.0);
+  size_t i = 0;
+  ForEachIndexPair(expanded.sizes(), expanded.strides(), expanded.strides(),
+                   [&](int64_t pos, int64_t) { acc[static_cast<size_t>(pos)] += full[i++]; });
+  FromDense<double>(acc.data(), out);
+}
+
+template <typename T>
+absl::Status ForwardOp(ArgReader& r, const ExternCall& call, bool cudnn) {
+  const Tensor q = r.GetTensor(0, "query");
+  const Tensor k = r.GetTensor(1, "key");
+  const Tensor v = r.GetTensor(2, "value");
+  const Tensor bias = r.GetOptTensor(3, "attn_bias");
+  const bool compute_lse = r.GetBool(4, "compute_log_sumexp", false);
+  const double dropout_p = r.GetDouble(5, "dropout_p", 0.0);
+  const bool causal = r.GetBool(6, "is_causal", false);
+  if (!r.ok()) return r.status();
+  Attention<T> a;
+  if (!Load(r, q, k, v, bias, causal, dropout_p, a)) return r.status();
+  r.CheckOutput(0, {a.b, a.h, a.l, a.ev}, q.dtype());
+  if (!r.ok()) return r.status();
+  std::vector<T> out, lse;
+  Forward(a, *call.context, out, lse);
+  FromDense<T>(out.data(), r.Output(0));
+  if (compute_lse) WriteLse(lse, a, r.Output(1));
+  const size_t seed_index = cudnn ? 6 : 2;
+  WriteInt(r.Output(seed_index), static_cast<int64_t>(call.context->rng_seed));
+  WriteInt(r.Output(seed_index + 1), static_cast<int64_t>(call.context->rng_offset));
+  if (cudnn) {
+    WriteInt(r.Output(4), a.l);
+    WriteInt(r.Output(5), a.s);
+  }
+  return absl::OkStatus();
+}
+
+template <typename T>
+absl::Status BackwardOp(ArgReader& r, const ExternCall& call, bool cudnn) {
+  // Schema positions differ between the two ops.
+  const int bias_pos = cudnn ? 8 : 4, out_pos = cudnn ? 4 : 5, lse_pos = cudnn ? 5 : 6;
+  const int dropout_pos = cudnn ? 13 : 9, causal_pos = cudnn ? 14 : 11;
+  const Tensor dout = r.GetTensor(0, cudnn ? "grad_out" : "grad_out_");
+  const Tensor q = r.GetTensor(1, "query");
+  const Tensor k = r.GetTensor(2, "key");
+  const Tensor v = r.GetTensor(3, "value");
+  const Tensor bias = r.GetOptTensor(bias_pos, "attn_bias");
+  const Tensor out = r.GetTensor(out_pos, "out");
+  const Tensor lse_t = r.GetTensor(lse_pos, "logsumexp");
+  const double dropout_p = r.GetDouble(dropout_pos, "dropout_p", 0.0);
+  const bool causal = r.GetBool(causal_pos, "is_causal", false);
+  const std::vector<bool> mask = cudnn
+                                     ? std::vector<bool>{true, true, true, false}
+                                     : r.GetBools(10, "grad_input_mask", {true, true, true, false});
+  if (!r.ok()) return r.status();
+  if (!r.Check(mask.size() == 4, "grad_input_mask must have 4 entries")) return r.status();
+  Attention<T> a;
+  if (!Load(r, q, k, v, bias, causal, dropout_p, a)) return r.status();
+  r.Check(out.sizes() == std::vector<int64_t>{a.b, a.h, a.l, a.ev}, "out ", out.DebugString(),
+          " does not match the query and value");
+  const Tensor dout_full = Broadcast(dout, out.sizes(), r);
+  std::vector<T> lse;
+  if (!r.ok() || !ReadLse(r, lse_t, a, lse)) return r.status();
+  r.CheckOutput(0, q.sizes(), q.dtype());
+  r.CheckOutput(1, k.sizes(), k.dtype());
+  r.CheckOutput(2, v.sizes(), v.dtype());
+  if (!r.ok()) return r.status();
+  const bool want_bias = !cudnn && mask[3] && bias.defined() && r.Output(3).defined();
+  Grads<T> g;
+  Backward(a, ToDense<T>(dout_full), ToDense<T>(out), lse, want_bias, *call.context, g);
+  FromDense<T>(g.dq.data(), r.Output(0));
+  FromDense<T>(g.dk.data(), r.Output(1));
+  FromDense<T>(g.dv.data(), r.Output(2));
+  if (want_bias) WriteBiasGrad(g.dbias, a, bias, r.Output(3), r);
+  return r.status();
+}
+
+template <bool kBackward>
+absl::Status Dispatch(const ExternCall& call, bool cudnn) {
+  ArgReader r(call);
+  const Tensor q = r.GetTensor(1 - (kBackward ? 0 : 1), "query");
+  if (!r.ok()) return r.status();
+  if (!IsFloating(q.dtype())) {
+    return absl::UnimplementedError(absl::StrCat(call.op, ": dtype ", DTypeName(q.dtype())));
+  }
+  if (q.dtype() == v1::DTYPE_FLOAT64) {
+    return kBackward ? BackwardOp<double>(r, call, cudnn) : ForwardOp<double>(r, call, cudnn);
+  }
+  return kBackward ? BackwardOp<float>(r, call, cudnn) : ForwardOp<float>(r, call, cudnn);
+}
+
+}  // namespace
+
+absl::Status RunEfficientAttention(const ExternCall& call) { return Dispatch<false>(call, false); }
+absl::Status RunEfficientAttentionBackward(const ExternCall& call) {
+  return Dispatch<true>(call, false);
+}
+absl::Status RunCudnnAttention(const ExternCall& call) { return Dispatch<false>(call, true); }
+absl::Status RunCudnnAttentionBackward(const ExternCall& call) {
+  return Dispatch<true>(call, true);
+}
+
+}  // namespace kiln::runtime

@@ -1,0 +1,65 @@
+#pragma once
+
+// What the CPU runtime hands to code outside it: the arguments of an extern or fallback
+// call as run-time values, and the hooks an embedding trainer supplies for the steps Kiln
+// does not run itself (fallback ops, collectives across ranks).
+
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <utility>
+#include <variant>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/strings/string_view.h"
+#include "client/runtime/tensor.h"
+#include "kiln/v1/graph.pb.h"
+
+namespace kiln::runtime {
+
+// Python's None.
+struct NoneValue {
+  bool operator==(const NoneValue&) const { return true; }
+};
+
+// One argument of a call at run time: tensors are views of the run's buffers, symbolic
+// integers are already evaluated, constants are as the plan recorded them.
+struct CallValue {
+  using List = std::vector<CallValue>;
+  std::variant<NoneValue, Tensor, int64_t, double, bool, std::string, v1::DType, v1::Device,
+               v1::Layout, v1::MemoryFormat, List>
+      v;
+
+  bool is_none() const { return std::holds_alternative<NoneValue>(v); }
+  const Tensor* tensor() const { return std::get_if<Tensor>(&v); }
+};
+
+// A step the runtime cannot run itself: an op Kiln has no lowering for. The hook computes
+// `op` (an OpOverload name such as "aten.nonzero.default") on `args`/`kwargs` and writes
+// result i into outputs[i]; an undefined outputs[i] means the plan does not use result i.
+// Output tensors are preallocated views with the geometry the plan chose.
+struct FallbackCall {
+  absl::string_view op;
+  absl::string_view node;    // canonical name of the graph node, for messages
+  absl::string_view reason;  // why the compiler fell back
+  std::vector<CallValue> args;
+  std::vector<std::pair<std::string, CallValue>> kwargs;
+  std::vector<Tensor> outputs;
+};
+using FallbackHook = std::function<absl::Status(const FallbackCall&)>;
+
+// A collective across the ranks of a job, performed synchronously by the trainer's process
+// group: `op` is "all_reduce", "all_gather_into_tensor" or "reduce_scatter_tensor";
+// `output` receives the result (it may be `input` itself for an in-place all_reduce).
+struct CollectiveCall {
+  absl::string_view op;
+  absl::string_view reduce_op;  // "sum", "avg", "max", ... (empty for all_gather)
+  absl::string_view group_name;
+  int64_t group_size = 1;
+  Tensor input;
+  Tensor output;
+};
+using CollectiveHook = std::function<absl::Status(const CollectiveCall&)>;
+
+}  // namespace kiln::runtime

@@ -1,0 +1,198 @@
+#include "client/runtime/extern_ops.h"
+
+#include <algorithm>
+#include <map>
+
+#include "client/runtime/extern_args.h"
+#include "client/runtime/gemm.h"
+
+namespace kiln::runtime {
+
+// Defined in conv.cc and attention.cc.
+absl::Status RunConvolution(const ExternCall& call);
+absl::Status RunConvolutionBackward(const ExternCall& call);
+absl::Status RunEfficientAttention(const ExternCall& call);
+absl::Status RunEfficientAttentionBackward(const ExternCall& call);
+absl::Status RunCudnnAttention(const ExternCall& call);
+absl::Status RunCudnnAttentionBackward(const ExternCall& call);
+
+namespace {
+
+MatRef MatOf(const Tensor& t, int64_t row_dim, int64_t col_dim, int64_t batch_dim) {
+  MatRef m;
+  m.data = t.data();
+  m.dtype = t.dtype();
+  m.rs = t.stride(row_dim);
+  m.cs = t.stride(col_dim);
+  m.bs = batch_dim >= 0 ? t.stride(batch_dim) : 0;
+  return m;
+}
+
+bool CheckFloating(ArgReader& r, const Tensor& a, const Tensor& b) {
+  if (!IsFloating(a.dtype())) {
+    r.FailUnimplemented(absl::StrCat("dtype ", DTypeName(a.dtype())));
+    return false;
+  }
+  return r.Check(a.dtype() == b.dtype(), "operands have different dtypes ", DTypeName(a.dtype()),
+                 " and ", DTypeName(b.dtype()));
+}
+
+absl::Status Matmul(const ExternCall& call, bool batched, bool with_addend) {
+  ArgReader r(call);
+  const int first = with_addend ? 1 : 0;
+  const Tensor self = with_addend ? r.GetTensor(0, "self") : Tensor();
+  const Tensor a = r.GetTensor(first, with_addend ? "mat1" : "self");
+  const Tensor b = r.GetTensor(first + 1, with_addend ? "mat2" : "mat2");
+  const double beta = with_addend ? r.GetDouble(-1, "beta", 1.0) : 0.0;
+  const double alpha = with_addend ? r.GetDouble(-1, "alpha", 1.0) : 1.0;
+  if (!r.ok() || !CheckFloating(r, a, b)) return r.status();
+  const int64_t rank = batched ? 3 : 2;
+  const int64_t off = batched ? 1 : 0;
+  if (!r.Check(a.dim() == rank && b.dim() == rank && a.size(off + 1) == b.size(off) &&
+                   (!batched || a.size(0) == b.size(0)),
+               "shapes ", a.DebugString(), " and ", b.DebugString(), " cannot be multiplied")) {
+    return r.status();
+  }
+  GemmArgs g;
+  g.batch = batched ? a.size(0) : 1;
+  g.m = a.size(off);
+  g.k = a.size(off + 1);
+  g.n = b.size(off + 1);
+  std::vector<int64_t> out_sizes = {g.m, g.n};
+  if (batched) out_sizes.insert(out_sizes.begin(), g.batch);
+  r.CheckOutput(0, out_sizes, a.dtype());
+  const Tensor out = r.Output(0);
+  if (!r.ok() || !out.defined()) return r.status();
+  g.a = MatOf(a, off, off + 1, batched ? 0 : -1);
+  g.b = MatOf(b, off, off + 1, batched ? 0 : -1);
+  g.c = MatOf(out, off, off + 1, batched ? 0 : -1);
+  g.alpha = alpha;
+  g.beta = beta;
+  MatRef addend;
+  if (with_addend) {
+    // self broadcasts to [m, n]: pad to two dims and read size-1 dims with stride 0.
+    if (!r.Check(self.dim() <= 2, "self ", self.DebugString(), " does not broadcast")) {
+      return r.status();
+    }
+    const int64_t lead = 2 - self.dim();
+    int64_t strides[2] = {0, 0};
+    const int64_t want[2] = {g.m, g.n};
+    for (int64_t d = 0; d < self.dim(); ++d) {
+      if (self.size(d) == want[d + lead]) {
+        strides[d + lead] = self.stride(d);
+      } else if (!r.Check(self.size(d) == 1, "self ", self.DebugString(),
+                          " does not broadcast to [", g.m, ", ", g.n, "]")) {
+        return r.status();
+      }
+    }
+    if (!r.Check(IsFloating(self.dtype()), "self must be floating")) return r.status();
+    addend.data = self.data();
+    addend.dtype = self.dtype();
+    addend.rs = strides[0];
+    addend.cs = strides[1];
+    g.addend = &addend;
+  }
+  Gemm(g, call.context->pool, call.context->max_threads);
+  return absl::OkStatus();
+}
+
+bool SameView(const Tensor& a, const Tensor& b) {
+  return a.data() == b.data() && a.sizes() == b.sizes() && a.strides() == b.strides() &&
+         a.dtype() == b.dtype();
+}
+
+// The result of a collective over one rank is its input.
+absl::Status CopyUnlessSame(const Tensor& in, const Tensor& out) {
+  if (!out.defined() || SameView(in, out)) return absl::OkStatus();
+  return CopyTensor(in, out);
+}
+
+absl::Status Collective(const ExternCall& call, absl::string_view name) {
+  ArgReader r(call);
+  const Tensor input = r.GetTensor(0, name == "wait_tensor" ? "tensor" : "input");
+  std::string reduce_op;
+  std::string group_name;
+  int64_t group_size = call.context->world_size;
+  if (name == "all_reduce") {
+    reduce_op = r.GetString(1, "reduce_op", "sum");
+    group_name = r.GetString(2, "group_name", "");
+  } else if (name == "all_gather_into_tensor") {
+    group_size = r.GetInt(1, "group_size", 1);
+    group_name = r.GetString(2, "group_name", "");
+  } else if (name == "reduce_scatter_tensor") {
+    reduce_op = r.GetString(1, "reduce_op", "sum");
+    group_size = r.GetInt(2, "group_size", 1);
+    group_name = r.GetString(3, "group_name", "");
+  }
+  if (!r.ok()) return r.status();
+  const Tensor out = r.Output(0);
+  // The hook performs collectives synchronously, so waiting is a no-op.
+  if (name == "wait_tensor" || group_size == 1) {
+    if (out.defined() && out.sizes() != input.sizes()) {
+      return absl::InvalidArgumentError(absl::StrCat(call.op, ": output ", out.DebugString(),
+                                                     " differs from the input ",
+                                                     input.DebugString(), " for one rank"));
+    }
+    return CopyUnlessSame(input, out);
+  }
+  if (call.context->collective == nullptr || !*call.context->collective) {
+    return absl::FailedPreconditionError(
+        absl::StrCat(call.op, " over ", group_size, " ranks (group \"", group_name,
+                     "\") needs a collective hook from the trainer; none was given"));
+  }
+  CollectiveCall c;
+  c.op = name;
+  c.reduce_op = reduce_op;
+  c.group_name = group_name;
+  c.group_size = group_size;
+  c.input = input;
+  c.output = out;
+  return (*call.context->collective)(c);
+}
+
+using OpFn = absl::Status (*)(const ExternCall&);
+
+const std::map<std::string, OpFn, std::less<>>& Ops() {
+  static const auto* ops = new std::map<std::string, OpFn, std::less<>>{
+      {"aten.mm.default", [](const ExternCall& c) { return Matmul(c, false, false); }},
+      {"aten.addmm.default", [](const ExternCall& c) { return Matmul(c, false, true); }},
+      {"aten.bmm.default", [](const ExternCall& c) { return Matmul(c, true, false); }},
+      {"aten.convolution.default", RunConvolution},
+      {"aten.convolution_backward.default", RunConvolutionBackward},
+      {"aten._scaled_dot_product_efficient_attention.default", RunEfficientAttention},
+      {"aten._scaled_dot_product_efficient_attention_backward.default",
+       RunEfficientAttentionBackward},
+      {"aten._scaled_dot_product_cudnn_attention.default", RunCudnnAttention},
+      {"aten._scaled_dot_product_cudnn_attention_backward.default", RunCudnnAttentionBackward},
+      {"_c10d_functional.all_reduce.default",
+       [](const ExternCall& c) { return Collective(c, "all_reduce"); }},
+      {"_c10d_functional.wait_tensor.default",
+       [](const ExternCall& c) { return Collective(c, "wait_tensor"); }},
+      {"_c10d_functional.all_gather_into_tensor.default",
+       [](const ExternCall& c) { return Collective(c, "all_gather_into_tensor"); }},
+      {"_c10d_functional.reduce_scatter_tensor.default",
+       [](const ExternCall& c) { return Collective(c, "reduce_scatter_tensor"); }},
+  };
+  return *ops;
+}
+
+}  // namespace
+
+absl::Status RunExternOp(const ExternCall& call) {
+  const auto it = Ops().find(call.op);
+  if (it == Ops().end()) {
+    return absl::UnimplementedError(
+        absl::StrCat("extern op ", call.op, " is not implemented by the CPU runtime"));
+  }
+  return it->second(call);
+}
+
+bool IsExternOpSupported(absl::string_view op) { return Ops().count(op) > 0; }
+
+std::vector<std::string> SupportedExternOps() {
+  std::vector<std::string> names;
+  for (const auto& [name, fn] : Ops()) names.push_back(name);
+  return names;
+}
+
+}  // namespace kiln::runtime

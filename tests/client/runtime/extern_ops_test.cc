@@ -1,0 +1,401 @@
+// Each extern op of the CPU runtime against the reference interpreter on random inputs:
+// odd sizes, sizes that cross the blocking boundaries, non-contiguous operands and
+// outputs, every floating dtype; and the same bytes for any number of threads.
+
+#include "client/runtime/extern_ops.h"
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <random>
+
+#include "tests/client/runtime/interp_bridge.h"
+
+namespace kiln::runtime {
+namespace {
+
+using testing::Layout;
+using testing::RandomTensor;
+using Kwargs = std::vector<std::pair<std::string, CallValue>>;
+
+constexpr auto kF32 = v1::DTYPE_FLOAT32;
+constexpr auto kF64 = v1::DTYPE_FLOAT64;
+constexpr auto kBF16 = v1::DTYPE_BFLOAT16;
+constexpr auto kF16 = v1::DTYPE_FLOAT16;
+
+CallValue V(Tensor t) { return CallValue{std::move(t)}; }
+CallValue V(int64_t i) { return CallValue{i}; }
+CallValue V(double d) { return CallValue{d}; }
+CallValue B(bool b) { return CallValue{b}; }
+CallValue None() { return CallValue{}; }
+CallValue Ints(std::vector<int64_t> v) {
+  CallValue::List l;
+  for (int64_t i : v) l.push_back(CallValue{i});
+  return CallValue{std::move(l)};
+}
+CallValue Bools(std::vector<bool> v) {
+  CallValue::List l;
+  for (bool b : v) l.push_back(CallValue{static_cast<bool>(b)});
+  return CallValue{std::move(l)};
+}
+
+double MaxAbs(const std::vector<double>& v) {
+  double m = 0;
+  for (double x : v) {
+    if (std::isfinite(x)) m = std::max(m, std::fabs(x));
+  }
+  return m;
+}
+
+class ExternOpsTest : public ::testing::Test {
+ protected:
+  // Runs `op` natively into outputs shaped like the interpreter's results (laid out as
+  // `out_layout`), compares every result, and returns the native outputs.
+  std::vector<Tensor> Check(const std::string& op, std::vector<CallValue> args, Kwargs kwargs,
+                            Layout out_layout = Layout::kContiguous, int threads = 0,
+                            double tol_scale = 1.0) {
+    absl::StatusOr<std::vector<interp::Value>> want = testing::RunInterp(op, args, kwargs);
+    EXPECT_TRUE(want.ok()) << op << ": " << want.status();
+    if (!want.ok()) return {};
+    std::vector<Tensor> outs;
+    for (const interp::Value& v : *want) {
+      const auto* t = std::get_if<interp::Tensor>(&v);
+      if (t == nullptr || !t->defined()) {
+        outs.emplace_back();
+        continue;
+      }
+      Tensor out = RandomTensor(t->sizes(), t->dtype(), out_layout, rng_, 1e6, 2e6);
+      outs.push_back(out);
+    }
+    ExternContext ctx;
+    ctx.pool = &pool_;
+    ctx.max_threads = threads;
+    ExternCall call;
+    call.op = op;
+    call.args = args;
+    call.kwargs = kwargs;
+    call.outputs = outs;
+    call.context = &ctx;
+    const absl::Status s = RunExternOp(call);
+    EXPECT_TRUE(s.ok()) << op << ": " << s;
+    if (!s.ok()) return {};
+    for (size_t i = 0; i < outs.size(); ++i) {
+      if (!outs[i].defined()) continue;
+      const interp::Tensor& w = std::get<interp::Tensor>((*want)[i]);
+      const std::vector<double> wv = w.ToDoubles();
+      const testing::Tolerance tol = testing::ToleranceFor(outs[i].dtype());
+      EXPECT_TRUE(testing::AllClose(outs[i].ToDoubles(), wv, tol.rtol * tol_scale,
+                                    tol.atol * tol_scale * std::max(1.0, MaxAbs(wv))))
+          << op << " result " << i << " " << outs[i].DebugString();
+    }
+    return outs;
+  }
+
+  ThreadPool pool_{4};
+  std::mt19937_64 rng_{1234};
+};
+
+TEST_F(ExternOpsTest, MmAgainstInterpreter) {
+  const std::vector<std::array<int64_t, 3>> shapes = {{1, 1, 1},     {7, 13, 5},     {6, 16, 8},
+                                                      {97, 31, 257}, {130, 300, 33}, {3, 0, 4}};
+  for (DType dtype : {kF32, kF64, kBF16, kF16}) {
+    for (const auto& [m, k, n] : shapes) {
+      for (Layout la : {Layout::kContiguous, Layout::kTransposed, Layout::kStrided}) {
+        SCOPED_TRACE(::testing::Message() << testing::ToleranceFor(dtype).rtol << " " << m << "x"
+                                          << k << "x" << n << " layout " << static_cast<int>(la));
+        const Tensor a = RandomTensor({m, k}, dtype, la, rng_);
+        const Tensor b =
+            RandomTensor({k, n}, dtype, la == Layout::kTransposed ? Layout::kContiguous : la, rng_);
+        Check("aten.mm.default", {V(a), V(b)}, {},
+              la == Layout::kStrided ? Layout::kStrided : Layout::kContiguous);
+      }
+    }
+  }
+}
+
+TEST_F(ExternOpsTest, AddmmBroadcastsSelfAndScales) {
+  const int64_t m = 37, k = 45, n = 29;
+  for (DType dtype : {kF32, kF64, kBF16}) {
+    const Tensor a = RandomTensor({m, k}, dtype, Layout::kContiguous, rng_);
+    const Tensor b = RandomTensor({k, n}, dtype, Layout::kTransposed, rng_);
+    for (const std::vector<int64_t>& bias_sizes :
+         std::vector<std::vector<int64_t>>{{n}, {1, n}, {m, 1}, {m, n}, {}}) {
+      const Tensor bias = RandomTensor(bias_sizes, dtype, Layout::kStrided, rng_);
+      Check("aten.addmm.default", {V(bias), V(a), V(b)}, {});
+      Check("aten.addmm.default", {V(bias), V(a), V(b)}, {{"beta", V(0.5)}, {"alpha", V(-2.0)}});
+    }
+  }
+  // With beta = 0 the bias is not read: NaNs in it do not propagate.
+  Tensor nan_bias = Tensor::Empty({n}, kF32);
+  nan_bias.FromDoubles(std::vector<double>(n, std::nan("")));
+  const Tensor a = RandomTensor({m, k}, kF32, Layout::kContiguous, rng_);
+  const Tensor b = RandomTensor({k, n}, kF32, Layout::kContiguous, rng_);
+  std::vector<Tensor> out =
+      Check("aten.addmm.default", {V(nan_bias), V(a), V(b)}, {{"beta", V(0.0)}});
+  ASSERT_EQ(out.size(), 1u);
+  for (double v : out[0].ToDoubles()) ASSERT_FALSE(std::isnan(v));
+}
+
+TEST_F(ExternOpsTest, BmmAgainstInterpreter) {
+  for (DType dtype : {kF32, kF64, kF16}) {
+    for (Layout la : {Layout::kContiguous, Layout::kTransposed, Layout::kStrided}) {
+      const Tensor a = RandomTensor({3, 17, 9}, dtype, la, rng_);
+      const Tensor b = RandomTensor({3, 9, 11}, dtype, Layout::kTransposed, rng_);
+      Check("aten.bmm.default", {V(a), V(b)}, {}, la);
+    }
+  }
+}
+
+TEST_F(ExternOpsTest, MatmulErrors) {
+  ExternContext ctx;
+  ctx.pool = &pool_;
+  const Tensor a = Tensor::Empty({2, 3}, kF32);
+  const Tensor b = Tensor::Empty({4, 5}, kF32);
+  const Tensor out = Tensor::Empty({2, 5}, kF32);
+  std::vector<CallValue> args = {V(a), V(b)};
+  std::vector<Tensor> outs = {out};
+  ExternCall call;
+  call.op = "aten.mm.default";
+  call.args = args;
+  call.outputs = outs;
+  call.context = &ctx;
+  absl::Status s = RunExternOp(call);
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(s.message().find("cannot be multiplied"), std::string::npos) << s;
+  const Tensor ints = Tensor::Empty({2, 3}, v1::DTYPE_INT64);
+  args = {V(ints), V(ints)};
+  call.args = args;
+  EXPECT_EQ(RunExternOp(call).code(), absl::StatusCode::kUnimplemented);
+  call.op = "aten.nonzero.default";
+  EXPECT_EQ(RunExternOp(call).code(), absl::StatusCode::kUnimplemented);
+  EXPECT_FALSE(IsExternOpSupported("aten.nonzero.default"));
+  EXPECT_TRUE(IsExternOpSupported("aten.convolution_backward.default"));
+}
+
+struct ConvCase {
+  std::vector<int64_t> input, weight;
+  std::vector<int64_t> stride, padding, dilation;
+  bool transposed;
+  std::vector<int64_t> output_padding;
+  int64_t groups;
+  bool bias;
+};
+
+std::vector<ConvCase> ConvCases() {
+  return {
+      {{2, 3, 11}, {4, 3, 3}, {1}, {0}, {1}, false, {0}, 1, true},
+      {{1, 4, 13}, {6, 2, 4}, {2}, {3}, {2}, false, {0}, 2, false},
+      {{2, 3, 9, 7}, {5, 3, 3, 3}, {1, 1}, {1, 1}, {1, 1}, false, {0, 0}, 1, true},
+      {{2, 4, 10, 9}, {8, 1, 3, 2}, {2, 3}, {1, 0}, {2, 1}, false, {0, 0}, 4, true},
+      {{1, 2, 5, 6, 4},
+       {3, 2, 2, 3, 2},
+       {1, 2, 1},
+       {1, 1, 0},
+       {1, 1, 2},
+       false,
+       {0, 0, 0},
+       1,
+       true},
+      {{2, 3, 1, 1}, {2, 3, 1, 1}, {1, 1}, {0, 0}, {1, 1}, false, {0, 0}, 1, true},
+      // Transposed: weight is [Cin, Cout/groups, k...].
+      {{2, 4, 5, 6}, {4, 3, 3, 2}, {2, 1}, {1, 0}, {1, 1}, true, {1, 0}, 1, true},
+      {{1, 4, 7}, {4, 2, 3}, {3}, {2}, {2}, true, {2}, 2, true},
+  };
+}
+
+TEST_F(ExternOpsTest, ConvolutionForwardAndBackwardAgainstInterpreter) {
+  int index = 0;
+  for (const ConvCase& c : ConvCases()) {
+    for (DType dtype : {kF32, kF64, kBF16, kF16}) {
+      SCOPED_TRACE(::testing::Message() << "case " << index << " dtype " << dtype);
+      const Layout layout = dtype == kF32 ? Layout::kStrided : Layout::kContiguous;
+      const Tensor x = RandomTensor(c.input, dtype, layout, rng_);
+      const Tensor w = RandomTensor(c.weight, dtype, Layout::kContiguous, rng_);
+      const int64_t cout = c.transposed ? c.weight[1] * c.groups : c.weight[0];
+      const Tensor bias = c.bias ? RandomTensor({cout}, dtype, Layout::kStrided, rng_) : Tensor();
+      std::vector<Tensor> y =
+          Check("aten.convolution.default",
+                {V(x), V(w), c.bias ? V(bias) : None(), Ints(c.stride), Ints(c.padding),
+                 Ints(c.dilation), B(c.transposed), Ints(c.output_padding), V(c.groups)},
+                {}, layout);
+      ASSERT_EQ(y.size(), 1u);
+      const Tensor dy = RandomTensor(y[0].sizes(), dtype, Layout::kTransposed, rng_);
+      for (const std::vector<bool>& mask : std::vector<std::vector<bool>>{
+               {true, true, true}, {true, false, false}, {false, true, false}}) {
+        Check("aten.convolution_backward.default",
+              {V(dy), V(x), V(w), c.bias ? Ints({cout}) : None(), Ints(c.stride), Ints(c.padding),
+               Ints(c.dilation), B(c.transposed), Ints(c.output_padding), V(c.groups), Bools(mask)},
+              {}, layout);
+      }
+    }
+    ++index;
+  }
+}
+
+struct AttentionCase {
+  int64_t b, h, l, s, e, ev;
+  bool causal;
+  bool bias;
+  double scale;  // 0: the default
+};
+
+TEST_F(ExternOpsTest, AttentionForwardAndBackwardAgainstInterpreter) {
+  const std::vector<AttentionCase> cases = {
+      {2, 3, 5, 7, 4, 6, false, false, 0},  {1, 2, 9, 9, 8, 8, true, false, 0},
+      {2, 1, 6, 4, 3, 5, false, true, 0.7}, {1, 2, 33, 33, 16, 16, true, true, 0},
+      {1, 1, 1, 1, 1, 1, false, false, 0},
+  };
+  for (const AttentionCase& c : cases) {
+    for (DType dtype : {kF32, kF64, kBF16, kF16}) {
+      for (bool cudnn : {false, true}) {
+        SCOPED_TRACE(::testing::Message() << "L " << c.l << " S " << c.s << " causal " << c.causal
+                                          << " dtype " << dtype << " cudnn " << cudnn);
+        if (cudnn && c.bias) continue;  // exercised through the efficient op
+        const Tensor q = RandomTensor({c.b, c.h, c.l, c.e}, dtype, Layout::kTransposed, rng_);
+        const Tensor k = RandomTensor({c.b, c.h, c.s, c.e}, dtype, Layout::kStrided, rng_);
+        const Tensor v = RandomTensor({c.b, c.h, c.s, c.ev}, dtype, Layout::kContiguous, rng_);
+        const Tensor bias =
+            c.bias ? RandomTensor({1, c.h, c.l, c.s}, dtype, Layout::kContiguous, rng_) : Tensor();
+        Kwargs kwargs;
+        if (c.scale != 0) kwargs.emplace_back("scale", V(c.scale));
+        const std::string fw = cudnn ? "aten._scaled_dot_product_cudnn_attention.default"
+                                     : "aten._scaled_dot_product_efficient_attention.default";
+        std::vector<CallValue> fw_args = {V(q),    V(k),   V(v),       c.bias ? V(bias) : None(),
+                                          B(true), V(0.0), B(c.causal)};
+        std::vector<Tensor> outs = Check(fw, fw_args, kwargs);
+        ASSERT_GE(outs.size(), 2u);
+        // The backward takes the forward's output and logsumexp; feed both ops the
+        // interpreter's so they compare on identical inputs.
+        absl::StatusOr<std::vector<interp::Value>> ref = testing::RunInterp(fw, fw_args, kwargs);
+        ASSERT_TRUE(ref.ok()) << ref.status();
+        const auto as_tensor = [](const interp::Tensor& t) {
+          Tensor out = Tensor::Empty(t.sizes(), t.dtype());
+          out.FromDoubles(t.ToDoubles());
+          return out;
+        };
+        const Tensor out = as_tensor(std::get<interp::Tensor>((*ref)[0]));
+        const Tensor lse = as_tensor(std::get<interp::Tensor>((*ref)[1]));
+        const Tensor dout = RandomTensor(out.sizes(), dtype, Layout::kTransposed, rng_);
+        const Tensor seed = Tensor::Scalar(0), offset = Tensor::Scalar(0);
+        if (cudnn) {
+          Check("aten._scaled_dot_product_cudnn_attention_backward.default",
+                {V(dout), V(q), V(k), V(v), V(out), V(lse), V(seed), V(offset), None(), None(),
+                 None(), V(c.l), V(c.s), V(0.0), B(c.causal)},
+                kwargs, Layout::kStrided);
+        } else {
+          Check("aten._scaled_dot_product_efficient_attention_backward.default",
+                {V(dout), V(q), V(k), V(v), c.bias ? V(bias) : None(), V(out), V(lse), V(seed),
+                 V(offset), V(0.0), Bools({true, true, true, c.bias}), B(c.causal)},
+                kwargs, Layout::kStrided);
+        }
+      }
+    }
+  }
+}
+
+TEST_F(ExternOpsTest, AttentionDropoutIsOutOfScope) {
+  const Tensor q = RandomTensor({1, 1, 2, 2}, kF32, Layout::kContiguous, rng_);
+  std::vector<CallValue> args = {V(q), V(q), V(q), None(), B(false), V(0.1), B(false)};
+  std::vector<Tensor> outs = {Tensor::Empty({1, 1, 2, 2}, kF32)};
+  ExternContext ctx;
+  ctx.pool = &pool_;
+  ExternCall call;
+  call.op = "aten._scaled_dot_product_efficient_attention.default";
+  call.args = args;
+  call.outputs = outs;
+  call.context = &ctx;
+  const absl::Status s = RunExternOp(call);
+  EXPECT_EQ(s.code(), absl::StatusCode::kUnimplemented);
+  EXPECT_NE(s.message().find("dropout_p"), std::string::npos) << s;
+}
+
+TEST_F(ExternOpsTest, CollectivesForOneRankAreTheIdentity) {
+  const Tensor x = RandomTensor({4, 5}, kF32, Layout::kStrided, rng_);
+  Check("_c10d_functional.all_reduce.default",
+        {V(x), CallValue{std::string("sum")}, CallValue{std::string("0")}}, {});
+  Check("_c10d_functional.all_gather_into_tensor.default",
+        {V(x), V(int64_t{1}), CallValue{std::string("0")}}, {});
+  Check("_c10d_functional.reduce_scatter_tensor.default",
+        {V(x), CallValue{std::string("sum")}, V(int64_t{1}), CallValue{std::string("0")}}, {});
+  Check("_c10d_functional.wait_tensor.default", {V(x)}, {});
+}
+
+TEST_F(ExternOpsTest, CollectiveHookReceivesGroupAndRanks) {
+  const Tensor x = RandomTensor({3, 2}, kF32, Layout::kContiguous, rng_);
+  const Tensor out = Tensor::Empty({6, 2}, kF32);
+  std::vector<CallValue> args = {V(x), V(int64_t{2}), CallValue{std::string("tp")}};
+  std::vector<Tensor> outs = {out};
+  ExternContext ctx;
+  ctx.pool = &pool_;
+  ExternCall call;
+  call.op = "_c10d_functional.all_gather_into_tensor.default";
+  call.args = args;
+  call.outputs = outs;
+  call.context = &ctx;
+  absl::Status s = RunExternOp(call);
+  EXPECT_EQ(s.code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_NE(s.message().find("group \"tp\""), std::string::npos) << s;
+  CollectiveHook hook = [&](const CollectiveCall& c) {
+    EXPECT_EQ(c.op, "all_gather_into_tensor");
+    EXPECT_EQ(c.group_name, "tp");
+    EXPECT_EQ(c.group_size, 2);
+    EXPECT_EQ(c.output.data(), out.data());
+    std::vector<double> v = c.input.ToDoubles();
+    std::vector<double> both = v;
+    both.insert(both.end(), v.begin(), v.end());
+    c.output.FromDoubles(both);
+    return absl::OkStatus();
+  };
+  ctx.collective = &hook;
+  ASSERT_TRUE(RunExternOp(call).ok());
+  std::vector<double> v = x.ToDoubles();
+  v.insert(v.end(), v.begin(), v.begin() + 6);
+  EXPECT_EQ(out.ToDoubles(), v);
+}
+
+// Results are bit-identical whatever the number of threads.
+TEST_F(ExternOpsTest, SameBytesForAnyThreadCount) {
+  const Tensor a = RandomTensor({200, 300}, kF32, Layout::kTransposed, rng_);
+  const Tensor b = RandomTensor({300, 270}, kF32, Layout::kContiguous, rng_);
+  const Tensor x = RandomTensor({2, 4, 20, 17}, kF32, Layout::kContiguous, rng_);
+  const Tensor w = RandomTensor({6, 2, 3, 3}, kF32, Layout::kContiguous, rng_);
+  const Tensor q = RandomTensor({2, 2, 40, 16}, kF32, Layout::kContiguous, rng_);
+  std::vector<std::vector<Tensor>> runs;
+  for (int threads : {1, 2, 4}) {
+    std::vector<Tensor> all;
+    for (const Tensor& t :
+         Check("aten.mm.default", {V(a), V(b)}, {}, Layout::kContiguous, threads)) {
+      all.push_back(t);
+    }
+    std::vector<Tensor> y = Check("aten.convolution.default",
+                                  {V(x), V(w), None(), Ints({1, 2}), Ints({1, 1}), Ints({1, 1}),
+                                   B(false), Ints({0, 0}), V(int64_t{2})},
+                                  {}, Layout::kContiguous, threads);
+    all.insert(all.end(), y.begin(), y.end());
+    const Tensor dy = Tensor::Empty(y[0].sizes(), kF32);
+    dy.FromDoubles(y[0].ToDoubles());
+    for (const Tensor& t :
+         Check("aten.convolution_backward.default",
+               {V(dy), V(x), V(w), None(), Ints({1, 2}), Ints({1, 1}), Ints({1, 1}), B(false),
+                Ints({0, 0}), V(int64_t{2}), Bools({true, true, false})},
+               {}, Layout::kContiguous, threads)) {
+      all.push_back(t);
+    }
+    for (const Tensor& t : Check("aten._scaled_dot_product_efficient_attention.default",
+                                 {V(q), V(q), V(q), None(), B(true), V(0.0), B(true)}, {},
+                                 Layout::kContiguous, threads)) {
+      all.push_back(t);
+    }
+    runs.push_back(all);
+  }
+  for (size_t r = 1; r < runs.size(); ++r) {
+    ASSERT_EQ(runs[r].size(), runs[0].size());
+    for (size_t i = 0; i < runs[0].size(); ++i) {
+      if (!runs[0][i].defined()) continue;
+      EXPECT_TRUE(testing::SameBytes(runs[0][i], runs[r][i])) << "result " << i << " run " << r;
+    }
+  }
+}
+
+}  // namespace
+}  // namespace kiln::runtime
