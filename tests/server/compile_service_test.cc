@@ -9,11 +9,14 @@
 #include <fstream>
 #include <optional>
 #include <random>
+#include <set>
 #include <thread>
 #include <vector>
 
 #include "client/compile_client.h"
+#include "httplib.h"
 #include "kiln/v1/compile.grpc.pb.h"
+#include "nlohmann/json.hpp"
 #include "proto/digest.h"
 #include "proto/fx/capture_import.h"
 #include "proto/grpc_status.h"
@@ -391,6 +394,86 @@ TEST_F(CompileServiceTest, CliCompilesAndReportsTheOutcome) {
   ASSERT_TRUE(bytes.ok());
   v1::CompiledGraph compiled;
   EXPECT_TRUE(compiled.ParseFromString(*bytes));
+}
+
+}  // namespace
+}  // namespace kiln
+
+namespace kiln {
+namespace {
+
+TEST_F(CompileServiceTest, StatusPageShowsCompilesAndTheStore) {
+  Start();
+  ASSERT_TRUE(Compile(Request(testing::LoadSharedGraph("mlp_fp32.fw.json"))).ok());
+  httplib::Client http("127.0.0.1", kilnd_->http_port());
+  auto page = http.Get("/");
+  ASSERT_TRUE(page);
+  EXPECT_EQ(page->status, 200);
+  EXPECT_THAT(page->get_header_value("Content-Type"), HasSubstr("text/html"));
+  EXPECT_THAT(page->body, HasSubstr("<h1>kilnd "));
+  EXPECT_THAT(page->body, HasSubstr("Recent compiles"));
+  EXPECT_THAT(page->body, HasSubstr("miss"));
+  EXPECT_THAT(page->body, HasSubstr("codegen"));
+  EXPECT_THAT(page->body, HasSubstr("of 16.0 GiB"));
+
+  auto traces = http.Get("/debug/traces");
+  ASSERT_TRUE(traces);
+  nlohmann::json chrome = nlohmann::json::parse(traces->body);
+  std::set<std::string> spans;
+  for (const auto& e : chrome["traceEvents"]) {
+    if (e["ph"] == "X") spans.insert(e["name"].get<std::string>());
+  }
+  for (const char* span :
+       {"kiln.v1.Compiler/Compile", "key", "lookup", "compile_wait", "queue", "codegen", "store"}) {
+    EXPECT_TRUE(spans.contains(span)) << span;
+  }
+}
+
+TEST_F(CompileServiceTest, TraceparentJoinsTheCallersTrace) {
+  Start();
+  const std::string parent = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01";
+  ASSERT_TRUE(client_
+                  ->Compile(Request(testing::LoadSharedGraph("mlp_fp32.fw.json")),
+                            absl::Seconds(60), parent)
+                  .ok());
+  httplib::Client http("127.0.0.1", kilnd_->http_port());
+  auto traces = http.Get("/debug/traces");
+  ASSERT_TRUE(traces);
+  nlohmann::json chrome = nlohmann::json::parse(traces->body);
+  bool joined = false;
+  for (const auto& e : chrome["traceEvents"]) {
+    if (e["ph"] == "X" && e["name"] == "kiln.v1.Compiler/Compile") {
+      EXPECT_EQ(e["args"]["trace_id"], "4bf92f3577b34da6a3ce929d0e0e4736");
+      EXPECT_EQ(e["args"]["parent_span_id"], "00f067aa0ba902b7");
+      joined = true;
+    }
+  }
+  EXPECT_TRUE(joined);
+}
+
+TEST_F(CompileServiceTest, OversizedMessagesAndBusyClientsGetClearErrors) {
+  Start({"--max-message-bytes", "65536", "--max-in-flight-per-client", "1", "--compile-workers",
+         "1"});
+  // nanoGPT's backward graph is larger than 64 KiB on the wire.
+  absl::StatusOr<v1::CompileResponse> big =
+      Compile(Request(testing::LoadSharedGraph("nanogpt_fp32.bw.json")));
+  EXPECT_EQ(big.status().code(), absl::StatusCode::kResourceExhausted) << big.status();
+  // One request in flight per client: a second concurrent one from the same peer is refused.
+  const v1::Graph g = testing::LoadSharedGraph("mlp_fp32.bw.json");
+  std::vector<absl::StatusOr<v1::CompileResponse>> answers(4, absl::UnknownError(""));
+  std::vector<std::thread> threads;
+  for (int i = 0; i < 4; ++i) {
+    threads.emplace_back([&, i] { answers[i] = Compile(Request(Variant(g, i))); });
+  }
+  for (auto& t : threads) t.join();
+  int refused = 0;
+  for (const auto& a : answers) {
+    if (a.ok()) continue;
+    EXPECT_EQ(a.status().code(), absl::StatusCode::kResourceExhausted) << a.status();
+    EXPECT_THAT(std::string(a.status().message()), HasSubstr("requests in flight"));
+    ++refused;
+  }
+  EXPECT_GE(refused, 1);
 }
 
 }  // namespace
