@@ -163,7 +163,7 @@ class Fuser {
         const Kernel& c = K(p_.steps[sj].kernel);
         for (const Inst& in : c.insts) {
           if (Reads(in) && in.buffer == buffer) {
-            if (sj < si || !in.dyn.empty() || !c.fusible) ok = false;
+            if (sj < si || !in.dyn.empty()) ok = false;
             ++sites;
           }
           if (Writes(in) && in.buffer == buffer) ok = false;
