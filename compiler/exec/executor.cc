@@ -9,6 +9,8 @@
 #include <map>
 #include <thread>
 
+#include "absl/time/clock.h"
+
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "compiler/interp/dtype.h"
@@ -522,6 +524,7 @@ absl::StatusOr<std::vector<interp::Value>> Executor::Run() {
   if (absl::Status s = Allocate(); !s.ok()) return s;
   for (const v1::PlanStep& step : a_.steps()) {
     absl::Status s;
+    const absl::Time t0 = absl::Now();
     switch (step.kind_case()) {
       case v1::PlanStep::kLaunch: s = Launch(step.launch().kernel()); break;
       case v1::PlanStep::kExternCall:
@@ -554,6 +557,11 @@ absl::StatusOr<std::vector<interp::Value>> Executor::Run() {
       default: s = absl::UnimplementedError("plan step kind");
     }
     if (!s.ok()) return s;
+    if (o_.stats != nullptr) {
+      const double ms = absl::ToDoubleMilliseconds(absl::Now() - t0);
+      if (step.has_launch()) o_.stats->kernel_ms += ms;
+      if (step.has_extern_call() || step.has_fallback()) o_.stats->extern_ms += ms;
+    }
   }
   std::vector<interp::Value> out;
   for (const v1::OutputBinding& o : a_.outputs()) {

@@ -841,7 +841,7 @@ absl::StatusOr<CodegenResult> GenerateSharedObject(const loop::Program& program,
   to.AllowFPOpFusion = llvm::FPOpFusion::Strict;
   std::unique_ptr<llvm::TargetMachine> tm(target->createTargetMachine(
       kTargetTriple, kTargetCpu, "", to, llvm::Reloc::PIC_, llvm::CodeModel::Small,
-      options.opt_level >= 2 ? llvm::CodeGenOpt::Aggressive : llvm::CodeGenOpt::Default));
+      options.opt_level >= 3 ? llvm::CodeGenOpt::Aggressive : llvm::CodeGenOpt::Default));
   if (!tm) return absl::InternalError("codegen: no target machine for x86-64");
 
   llvm::LLVMContext ctx;
