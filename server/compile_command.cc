@@ -37,7 +37,8 @@ absl::StatusOr<v1::Graph> ReadGraph(const std::string& path) {
     return g;
   }
   v1::Graph g;
-  if (!g.ParseFromString(text)) return absl::InvalidArgumentError(absl::StrCat(path, ": not a kiln.v1.Graph"));
+  if (!g.ParseFromString(text))
+    return absl::InvalidArgumentError(absl::StrCat(path, ": not a kiln.v1.Graph"));
   return g;
 }
 
@@ -116,7 +117,8 @@ int RunCompileCommand(const CompileCommand& command) {
               artifact->buffers_size(), static_cast<long long>(s.arena_bytes_at_hints()),
               static_cast<long long>(output_bytes));
   std::printf("module       %zu bytes\n", artifact->modules(0).binary().size());
-  std::printf("cudagraph    %s\n", artifact->cudagraph().capturable() ? "capturable" : "not capturable");
+  std::printf("cudagraph    %s\n",
+              artifact->cudagraph().capturable() ? "capturable" : "not capturable");
   for (const v1::CaptureReason& r : artifact->cudagraph().reasons()) {
     std::printf("  %s %s\n", r.node().c_str(), r.detail().c_str());
   }
@@ -130,7 +132,8 @@ int RunCompileCommand(const CompileCommand& command) {
     co.symbols = point;
     auto report = exec::CheckAgainstInterpreter(*proto, *artifact, co);
     std::string where = point.empty() ? "hints" : "";
-    for (const auto& [name, v] : point) absl::StrAppend(&where, where.empty() ? "" : " ", name, "=", v);
+    for (const auto& [name, v] : point)
+      absl::StrAppend(&where, where.empty() ? "" : " ", name, "=", v);
     if (!report.ok()) {
       std::printf("check %-16s ERROR %s\n", where.c_str(), report.status().ToString().c_str());
       ++failures;

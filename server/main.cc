@@ -101,9 +101,11 @@ int main(int argc, char** argv) {
 
   // --- kilnd compile (the compiler offline): begin
   kiln::server::CompileCommand compile_command;
-  CLI::App* compile = app.add_subcommand("compile", "compile one graph file offline and print the plan");
-  compile->add_option("graph", compile_command.graph_path,
-                      "kiln.v1.Graph (binary or JSON) or FX capture JSON")
+  CLI::App* compile =
+      app.add_subcommand("compile", "compile one graph file offline and print the plan");
+  compile
+      ->add_option("graph", compile_command.graph_path,
+                   "kiln.v1.Graph (binary or JSON) or FX capture JSON")
       ->required();
   compile->add_option("--target", compile_command.target, "x86_64 or cuda:sm_90")
       ->capture_default_str();

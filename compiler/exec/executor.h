@@ -31,8 +31,8 @@ struct ExecStats {
 struct ExecOptions {
   uint64_t rng_seed = 0;
   uint64_t rng_offset = 0;
-  int pieces = 3;  // each launch's [0, grid) is split into this many ranges
-  int threads = 1; // ranges run on this many threads
+  int pieces = 3;              // each launch's [0, grid) is split into this many ranges
+  int threads = 1;             // ranges run on this many threads
   ExecStats* stats = nullptr;  // filled when set
 };
 

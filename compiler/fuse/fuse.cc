@@ -159,7 +159,8 @@ class Fuser {
       int sites = 0;
       bool ok = true;
       for (size_t sj = 0; sj < p_.steps.size() && ok; ++sj) {
-        if (p_.steps[sj].kind != Step::Kind::kKernel || p_.steps[sj].kernel < 0 || sj == si) continue;
+        if (p_.steps[sj].kind != Step::Kind::kKernel || p_.steps[sj].kernel < 0 || sj == si)
+          continue;
         const Kernel& c = K(p_.steps[sj].kernel);
         for (const Inst& in : c.insts) {
           if (Reads(in) && in.buffer == buffer) {
@@ -222,9 +223,11 @@ class Fuser {
             Inst x = k.insts[ki];
             Remap(&x, kmap);
             if (x.op == Opcode::kLoad || x.op == Opcode::kIndex) {
-              x.index = x.index.SubstituteVars([&](int32_t v) { return point[static_cast<size_t>(v)]; }, ext);
+              x.index = x.index.SubstituteVars(
+                  [&](int32_t v) { return point[static_cast<size_t>(v)]; }, ext);
               for (loop::DynIndex& d : x.dyn) {
-                d.stride = d.stride.SubstituteVars([&](int32_t v) { return point[static_cast<size_t>(v)]; }, ext);
+                d.stride = d.stride.SubstituteVars(
+                    [&](int32_t v) { return point[static_cast<size_t>(v)]; }, ext);
               }
             }
             if (x.op == Opcode::kLoad && mask >= 0) {
@@ -317,10 +320,12 @@ class Fuser {
         full.insert(full.end(), a.reduction.begin(), a.reduction.end());
         if (SameExtents(full, c.parallel)) return Join::kFullStage;
       }
-      if (!a_red && a.reduction.empty() && SameExtents(a.parallel, c.parallel)) return Join::kHorizontal;
+      if (!a_red && a.reduction.empty() && SameExtents(a.parallel, c.parallel))
+        return Join::kHorizontal;
       return Join::kNone;
     }
-    if (a_red && c_red && SameExtents(a.parallel, c.parallel) && SameExtents(a.reduction, c.reduction)) {
+    if (a_red && c_red && SameExtents(a.parallel, c.parallel) &&
+        SameExtents(a.reduction, c.reduction)) {
       return Join::kStages;
     }
     return Join::kNone;
@@ -436,8 +441,8 @@ class Fuser {
         Inst in = c.insts[static_cast<size_t>(i)];
         if (Reads(in)) {
           auto it = stores.find(in.buffer);
-          if (it != stores.end() && in.index == it->second.index && in.dyn.empty() &&
-              in.mask < 0 && (it->second.parallel_scope || same_stage)) {
+          if (it != stores.end() && in.index == it->second.index && in.dyn.empty() && in.mask < 0 &&
+              (it->second.parallel_scope || same_stage)) {
             map[static_cast<size_t>(i)] = it->second.value;
             continue;
           }

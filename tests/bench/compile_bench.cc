@@ -81,7 +81,8 @@ int main(int argc, char** argv) {
     for (const kiln::v1::PlanStep& st : artifact.steps()) {
       if (!st.has_launch()) continue;
       for (const kiln::v1::KernelParam& p : artifact.kernels(st.launch().kernel()).params()) {
-        if (p.kind() == kiln::v1::PARAM_KIND_BUFFER) bytes += Eval(artifact.buffers(p.buffer()).size_bytes(), hints);
+        if (p.kind() == kiln::v1::PARAM_KIND_BUFFER)
+          bytes += Eval(artifact.buffers(p.buffer()).size_bytes(), hints);
       }
     }
     // Run time: the artifact in process against the interpreter, same inputs.
@@ -104,12 +105,13 @@ int main(int argc, char** argv) {
     auto expected = kiln::interp::Run(ng.graph, *inputs);
     const double interp_ms = absl::ToDoubleMilliseconds(absl::Now() - t0);
     if (!expected.ok()) return 1;
-    std::printf("%-32s %6d %7d %6d %9.2f %9.2f %9.2f %9.2f %9.2f %10.2f %12lld %9.2f %9.1f %9.1f %6.1fx\n",
-                ng.name.c_str(), artifact.summary().nodes(), artifact.summary().kernels(),
-                artifact.summary().extern_steps(), phase_ms["decompose"], phase_ms["lower"],
-                phase_ms["fuse"], phase_ms["plan"], phase_ms["codegen"], total,
-                static_cast<long long>(bytes), stats.kernel_ms / exec_runs, run_ms, interp_ms,
-                interp_ms / run_ms);
+    std::printf(
+        "%-32s %6d %7d %6d %9.2f %9.2f %9.2f %9.2f %9.2f %10.2f %12lld %9.2f %9.1f %9.1f %6.1fx\n",
+        ng.name.c_str(), artifact.summary().nodes(), artifact.summary().kernels(),
+        artifact.summary().extern_steps(), phase_ms["decompose"], phase_ms["lower"],
+        phase_ms["fuse"], phase_ms["plan"], phase_ms["codegen"], total,
+        static_cast<long long>(bytes), stats.kernel_ms / exec_runs, run_ms, interp_ms,
+        interp_ms / run_ms);
   }
   std::printf("slowest compile: %s, %.1f ms (goal: well under 1000 ms), ratio to goal %.2f\n",
               worst_graph.c_str(), worst_total, worst_total / 1000.0);

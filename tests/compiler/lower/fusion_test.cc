@@ -96,7 +96,8 @@ TEST(FusionTest, ViewsProduceNoCopies) {
     const canon::CanonicalGraph canonical(c.graph);
     for (uint32_t i = c.graph.num_inputs(); i < c.graph.num_nodes(); ++i) {
       const graph::Node& n = c.graph.node(i);
-      if (n.schema == nullptr || !(n.schema->is_view || c.graph.target(n) == "aten._unsafe_view.default")) {
+      if (n.schema == nullptr ||
+          !(n.schema->is_view || c.graph.target(n) == "aten._unsafe_view.default")) {
         continue;
       }
       ++views;

@@ -52,19 +52,20 @@ TEST_P(SharedGraphTest, Deterministic) {
   EXPECT_EQ(a->decision_digest().size(), 64u);
 }
 
-INSTANTIATE_TEST_SUITE_P(
-    Graphs, SharedGraphTest,
-    ::testing::Values("mlp_fp32.fw.json", "mlp_fp32.bw.json", "mlp_automatic_dynamic.fw.json",
-                      "mlp_automatic_dynamic.bw.json", "mlp_automatic_dynamic2.fw.json",
-                      "mlp_automatic_dynamic2.bw.json", "nanogpt_fp32.fw.json",
-                      "nanogpt_fp32.bw.json"),
-    [](const ::testing::TestParamInfo<std::string>& info) {
-      std::string n = info.param;
-      for (char& c : n) {
-        if (!isalnum(static_cast<unsigned char>(c))) c = '_';
-      }
-      return n;
-    });
+INSTANTIATE_TEST_SUITE_P(Graphs, SharedGraphTest,
+                         ::testing::Values("mlp_fp32.fw.json", "mlp_fp32.bw.json",
+                                           "mlp_automatic_dynamic.fw.json",
+                                           "mlp_automatic_dynamic.bw.json",
+                                           "mlp_automatic_dynamic2.fw.json",
+                                           "mlp_automatic_dynamic2.bw.json", "nanogpt_fp32.fw.json",
+                                           "nanogpt_fp32.bw.json"),
+                         [](const ::testing::TestParamInfo<std::string>& info) {
+                           std::string n = info.param;
+                           for (char& c : n) {
+                             if (!isalnum(static_cast<unsigned char>(c))) c = '_';
+                           }
+                           return n;
+                         });
 
 // The symbolic graphs run at other symbol values that satisfy their guards (s77 >= 2, and
 // the backward's mul_10 == 128 * s77) without recompiling.

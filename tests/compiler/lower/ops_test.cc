@@ -77,8 +77,8 @@ std::vector<int64_t> Contiguous(const std::vector<int64_t>& sizes) {
   return s;
 }
 
-void SetMeta(v1::TensorMeta* m, const std::vector<int64_t>& sizes, const std::vector<int64_t>& strides,
-             int64_t offset, v1::DType dtype) {
+void SetMeta(v1::TensorMeta* m, const std::vector<int64_t>& sizes,
+             const std::vector<int64_t>& strides, int64_t offset, v1::DType dtype) {
   for (int64_t s : sizes) m->add_sizes()->set_value(s);
   for (int64_t s : strides) m->add_strides()->set_value(s);
   m->mutable_storage_offset()->set_value(offset);
@@ -89,11 +89,16 @@ void SetMeta(v1::TensorMeta* m, const std::vector<int64_t>& sizes, const std::ve
 
 absl::StatusOr<interp::Arg> ToInterp(const v1::Argument& a) {
   switch (a.kind_case()) {
-    case v1::Argument::kIntValue: return interp::Arg(static_cast<int64_t>(a.int_value()));
-    case v1::Argument::kFloatValue: return interp::Arg(a.float_value());
-    case v1::Argument::kBoolValue: return interp::Arg(a.bool_value());
-    case v1::Argument::kStringValue: return interp::Arg(a.string_value());
-    case v1::Argument::kDtype: return interp::Arg(a.dtype());
+    case v1::Argument::kIntValue:
+      return interp::Arg(static_cast<int64_t>(a.int_value()));
+    case v1::Argument::kFloatValue:
+      return interp::Arg(a.float_value());
+    case v1::Argument::kBoolValue:
+      return interp::Arg(a.bool_value());
+    case v1::Argument::kStringValue:
+      return interp::Arg(a.string_value());
+    case v1::Argument::kDtype:
+      return interp::Arg(a.dtype());
     case v1::Argument::kList: {
       interp::Arg::List items;
       for (const v1::Argument& x : a.list().items()) {
@@ -103,14 +108,16 @@ absl::StatusOr<interp::Arg> ToInterp(const v1::Argument& a) {
       }
       return interp::Arg(std::move(items));
     }
-    default: return interp::Arg();
+    default:
+      return interp::Arg();
   }
 }
 
 // One node of `target` over the given arguments; its outputs' metadata come from running
 // the op once in the interpreter.
-absl::StatusOr<v1::Graph> OneOpGraph(const std::string& target, const std::vector<ArgSpec>& args,
-                                     const std::vector<std::pair<std::string, v1::Argument>>& kwargs) {
+absl::StatusOr<v1::Graph> OneOpGraph(
+    const std::string& target, const std::vector<ArgSpec>& args,
+    const std::vector<std::pair<std::string, v1::Argument>>& kwargs) {
   v1::Graph g;
   v1::Node node;
   node.set_name("op");
@@ -184,8 +191,7 @@ TEST_P(OpTest, MatchesInterpreter) {
   options.set_target("x86_64");
   auto artifact = compiler::Compile(*g, options, "op-test");
   ASSERT_TRUE(artifact.ok()) << artifact.status();
-  EXPECT_EQ(artifact->summary().fallback_steps(), 0)
-      << artifact->summary().fallbacks(0).reason();
+  EXPECT_EQ(artifact->summary().fallback_steps(), 0) << artifact->summary().fallbacks(0).reason();
   for (uint64_t seed : {3, 4}) {
     exec::CheckOptions co;
     co.input_seed = seed;
@@ -205,17 +211,21 @@ std::vector<OpCase> Cases() {
     const char* n;
   } floats[] = {{f32, "f32"}, {bf16, "bf16"}, {f16, "f16"}, {f64, "f64"}};
   // Unary ops over layouts: contiguous odd sizes, transposed with an offset, size 0 and 1.
-  for (const char* op : {"abs", "neg", "exp", "log", "sqrt", "rsqrt", "sin", "cos", "tanh",
-                         "sigmoid", "erf", "relu", "silu", "gelu", "reciprocal", "floor",
-                         "expm1", "log1p", "sign", "round", "trunc", "exp2", "atan"}) {
+  for (const char* op :
+       {"abs",   "neg",     "exp",  "log",   "sqrt",  "rsqrt", "sin",        "cos",
+        "tanh",  "sigmoid", "erf",  "relu",  "silu",  "gelu",  "reciprocal", "floor",
+        "expm1", "log1p",   "sign", "round", "trunc", "exp2",  "atan"}) {
     for (const auto& f : floats) {
-      cases.push_back({absl::StrCat(op, "_", f.n), absl::StrCat("aten.", op, ".default"),
-                       {T({5, 7}, f.d)}});
+      cases.push_back(
+          {absl::StrCat(op, "_", f.n), absl::StrCat("aten.", op, ".default"), {T({5, 7}, f.d)}});
     }
-    cases.push_back({absl::StrCat(op, "_strided"), absl::StrCat("aten.", op, ".default"),
+    cases.push_back({absl::StrCat(op, "_strided"),
+                     absl::StrCat("aten.", op, ".default"),
                      {T({3, 4}, f32, {1, 5}, 2)}});
-    cases.push_back({absl::StrCat(op, "_empty"), absl::StrCat("aten.", op, ".default"), {T({0, 3}, f32)}});
-    cases.push_back({absl::StrCat(op, "_scalar"), absl::StrCat("aten.", op, ".default"), {T({}, f32)}});
+    cases.push_back(
+        {absl::StrCat(op, "_empty"), absl::StrCat("aten.", op, ".default"), {T({0, 3}, f32)}});
+    cases.push_back(
+        {absl::StrCat(op, "_scalar"), absl::StrCat("aten.", op, ".default"), {T({}, f32)}});
   }
   cases.push_back({"gelu_tanh", "aten.gelu.default", {T({9, 5})}, {{"approximate", S("tanh")}}});
   cases.push_back({"isnan", "aten.isnan.default", {T({6})}});
@@ -225,9 +235,12 @@ std::vector<OpCase> Cases() {
   // Binary ops with broadcasting, mixed dtypes and scalars.
   for (const char* op : {"add.Tensor", "sub.Tensor", "mul.Tensor", "div.Tensor", "maximum.default",
                          "minimum.default", "atan2.default", "pow.Tensor_Tensor"}) {
-    cases.push_back({absl::StrCat(op, "_bcast"), absl::StrCat("aten.", op), {T({3, 1, 5}), T({4, 5})}});
-    cases.push_back({absl::StrCat(op, "_bf16"), absl::StrCat("aten.", op), {T({2, 9}, bf16), T({9}, bf16)}});
-    cases.push_back({absl::StrCat(op, "_strided"), absl::StrCat("aten.", op),
+    cases.push_back(
+        {absl::StrCat(op, "_bcast"), absl::StrCat("aten.", op), {T({3, 1, 5}), T({4, 5})}});
+    cases.push_back(
+        {absl::StrCat(op, "_bf16"), absl::StrCat("aten.", op), {T({2, 9}, bf16), T({9}, bf16)}});
+    cases.push_back({absl::StrCat(op, "_strided"),
+                     absl::StrCat("aten.", op),
                      {T({4, 3}, f32, {1, 4}), T({4, 3}, f32, {3, 1}, 5)}});
   }
   cases.push_back({"add_alpha", "aten.add.Tensor", {T({5, 4}), T({5, 4})}, {{"alpha", F(2.5)}}});
@@ -237,44 +250,56 @@ std::vector<OpCase> Cases() {
   cases.push_back({"sub_scalar", "aten.sub.Scalar", {T({6}), F(1.5)}});
   cases.push_back({"mul_scalar", "aten.mul.Scalar", {T({6}, bf16), F(0.3)}});
   cases.push_back({"div_scalar", "aten.div.Scalar", {T({6}), F(3.0)}});
-  cases.push_back({"div_floor", "aten.div.Tensor_mode", {T({7}), T({7})}, {{"rounding_mode", S("floor")}}});
+  cases.push_back(
+      {"div_floor", "aten.div.Tensor_mode", {T({7}), T({7})}, {{"rounding_mode", S("floor")}}});
   cases.push_back({"rsub", "aten.rsub.Scalar", {T({7}), F(2.0)}});
   cases.push_back({"pow_scalar2", "aten.pow.Tensor_Scalar", {T({3, 5}), F(2.0)}});
   cases.push_back({"pow_scalar3.5", "aten.pow.Tensor_Scalar", {T({3, 5}), F(-1.5)}});
   cases.push_back({"remainder", "aten.remainder.Tensor", {T({9}), T({9})}});
   for (const char* op : {"eq", "ne", "lt", "le", "gt", "ge"}) {
-    cases.push_back({absl::StrCat(op, "_tensor"), absl::StrCat("aten.", op, ".Tensor"), {T({4, 5}), T({5})}});
-    cases.push_back({absl::StrCat(op, "_scalar"), absl::StrCat("aten.", op, ".Scalar"), {T({4, 5}), F(0.1)}});
-    cases.push_back({absl::StrCat(op, "_int"), absl::StrCat("aten.", op, ".Tensor"), {T({4}, i64), T({4}, i64)}});
+    cases.push_back(
+        {absl::StrCat(op, "_tensor"), absl::StrCat("aten.", op, ".Tensor"), {T({4, 5}), T({5})}});
+    cases.push_back(
+        {absl::StrCat(op, "_scalar"), absl::StrCat("aten.", op, ".Scalar"), {T({4, 5}), F(0.1)}});
+    cases.push_back({absl::StrCat(op, "_int"),
+                     absl::StrCat("aten.", op, ".Tensor"),
+                     {T({4}, i64), T({4}, i64)}});
   }
   cases.push_back({"where", "aten.where.self", {T({4, 5}, boolean), T({4, 5}), T({5})}});
-  cases.push_back({"where_scalar", "aten.where.ScalarOther", {T({4, 5}, boolean), T({4, 5}), F(-1.0)}});
-  cases.push_back({"masked_fill", "aten.masked_fill.Scalar", {T({3, 6}), T({3, 6}, boolean), F(-1e9)}});
+  cases.push_back(
+      {"where_scalar", "aten.where.ScalarOther", {T({4, 5}, boolean), T({4, 5}), F(-1.0)}});
+  cases.push_back(
+      {"masked_fill", "aten.masked_fill.Scalar", {T({3, 6}), T({3, 6}, boolean), F(-1e9)}});
   cases.push_back({"logical_and", "aten.logical_and.default", {T({6}, boolean), T({6}, boolean)}});
   cases.push_back({"clamp", "aten.clamp.default", {T({9}), F(-0.2), F(0.3)}});
   cases.push_back({"hardtanh", "aten.hardtanh.default", {T({9})}});
   cases.push_back({"leaky_relu", "aten.leaky_relu.default", {T({9})}});
   // Backward pointwise ops.
   cases.push_back({"gelu_backward", "aten.gelu_backward.default", {T({5, 7}), T({5, 7})}});
-  cases.push_back({"gelu_backward_tanh", "aten.gelu_backward.default", {T({5, 7}), T({5, 7})},
+  cases.push_back({"gelu_backward_tanh",
+                   "aten.gelu_backward.default",
+                   {T({5, 7}), T({5, 7})},
                    {{"approximate", S("tanh")}}});
   cases.push_back({"silu_backward", "aten.silu_backward.default", {T({5, 7}), T({5, 7})}});
   cases.push_back({"tanh_backward", "aten.tanh_backward.default", {T({5, 7}), T({5, 7})}});
   cases.push_back({"sigmoid_backward", "aten.sigmoid_backward.default", {T({5, 7}), T({5, 7})}});
-  cases.push_back({"threshold_backward", "aten.threshold_backward.default", {T({5, 7}), T({5, 7}), F(0.0)}});
-  cases.push_back({"dropout_backward", "aten.native_dropout_backward.default",
+  cases.push_back(
+      {"threshold_backward", "aten.threshold_backward.default", {T({5, 7}), T({5, 7}), F(0.0)}});
+  cases.push_back({"dropout_backward",
+                   "aten.native_dropout_backward.default",
                    {T({5, 7}), T({5, 7}, boolean), F(1.25)}});
   // Casts and copies.
   cases.push_back({"to_bf16", "aten._to_copy.default", {T({5, 3})}, {{"dtype", [] {
-                     v1::Argument a;
-                     a.set_dtype(v1::DTYPE_BFLOAT16);
-                     return a;
-                   }()}}});
+                                                                        v1::Argument a;
+                                                                        a.set_dtype(
+                                                                            v1::DTYPE_BFLOAT16);
+                                                                        return a;
+                                                                      }()}}});
   cases.push_back({"to_i64", "aten._to_copy.default", {T({5, 3})}, {{"dtype", [] {
-                     v1::Argument a;
-                     a.set_dtype(v1::DTYPE_INT64);
-                     return a;
-                   }()}}});
+                                                                       v1::Argument a;
+                                                                       a.set_dtype(v1::DTYPE_INT64);
+                                                                       return a;
+                                                                     }()}}});
   cases.push_back({"clone_strided", "aten.clone.default", {T({4, 6}, f32, {1, 4})}});
   // Views (index maps) feeding a computation through the graph output.
   cases.push_back({"t", "aten.t.default", {T({3, 5})}});
@@ -287,7 +312,8 @@ std::vector<OpCase> Cases() {
   cases.push_back({"zeros", "aten.zeros.default", {Ints({2, 5})}});
   // Reductions.
   for (const auto& f : floats) {
-    cases.push_back({absl::StrCat("sum_dim_", f.n), "aten.sum.dim_IntList", {T({4, 7, 5}, f.d), Ints({1})}});
+    cases.push_back(
+        {absl::StrCat("sum_dim_", f.n), "aten.sum.dim_IntList", {T({4, 7, 5}, f.d), Ints({1})}});
   }
   cases.push_back({"sum_keepdim", "aten.sum.dim_IntList", {T({4, 7, 5}), Ints({0, 2}), B(true)}});
   cases.push_back({"sum_all", "aten.sum.default", {T({13, 3})}});
@@ -299,47 +325,64 @@ std::vector<OpCase> Cases() {
   cases.push_back({"amin", "aten.amin.default", {T({4, 9}), Ints({0})}});
   cases.push_back({"max_dim", "aten.max.dim", {T({4, 9}), I(1)}});
   cases.push_back({"argmax", "aten.argmax.default", {T({4, 9}), I(1)}});
-  cases.push_back({"var_mean", "aten.var_mean.correction", {T({4, 9}), Ints({1})},
+  cases.push_back({"var_mean",
+                   "aten.var_mean.correction",
+                   {T({4, 9}), Ints({1})},
                    {{"correction", I(1)}, {"keepdim", B(true)}}});
   // Normalization and losses.
   cases.push_back({"softmax", "aten._softmax.default", {T({3, 11}), I(-1), B(false)}});
   cases.push_back({"softmax_dim0", "aten._softmax.default", {T({5, 4}), I(0), B(false)}});
   cases.push_back({"log_softmax", "aten._log_softmax.default", {T({3, 11}), I(1), B(false)}});
-  cases.push_back({"softmax_backward", "aten._softmax_backward_data.default",
+  cases.push_back({"softmax_backward",
+                   "aten._softmax_backward_data.default",
                    {T({3, 11}), T({3, 11}), I(1), [] {
                       v1::Argument a;
                       a.set_dtype(v1::DTYPE_FLOAT32);
                       return a;
                     }()}});
-  cases.push_back({"log_softmax_backward", "aten._log_softmax_backward_data.default",
+  cases.push_back({"log_softmax_backward",
+                   "aten._log_softmax_backward_data.default",
                    {T({3, 11}), T({3, 11}), I(1), [] {
                       v1::Argument a;
                       a.set_dtype(v1::DTYPE_FLOAT32);
                       return a;
                     }()}});
-  cases.push_back({"layer_norm", "aten.native_layer_norm.default",
+  cases.push_back({"layer_norm",
+                   "aten.native_layer_norm.default",
                    {T({2, 3, 33}), Ints({33}), T({33}), T({33}), F(1e-5)}});
-  cases.push_back({"layer_norm_bf16", "aten.native_layer_norm.default",
+  cases.push_back({"layer_norm_bf16",
+                   "aten.native_layer_norm.default",
                    {T({4, 16}, bf16), Ints({16}), T({16}, bf16), T({16}, bf16), F(1e-5)}});
-  cases.push_back({"layer_norm_backward", "aten.native_layer_norm_backward.default",
+  cases.push_back({"layer_norm_backward",
+                   "aten.native_layer_norm_backward.default",
                    {T({2, 3, 17}), T({2, 3, 17}), Ints({17}), T({2, 3, 1}), T({2, 3, 1}), T({17}),
                     T({17}), Bools({true, true, true})}});
-  cases.push_back({"batch_norm", "aten._native_batch_norm_legit_functional.default",
+  cases.push_back({"batch_norm",
+                   "aten._native_batch_norm_legit_functional.default",
                    {T({2, 3, 4, 5}), T({3}), T({3}), T({3}), T({3}), B(true), F(0.1), F(1e-5)}});
-  cases.push_back({"batch_norm_backward", "aten.native_batch_norm_backward.default",
-                   {T({2, 3, 4, 5}), T({2, 3, 4, 5}), T({3}), T({3}), T({3}), T({3}), T({3}), B(true),
-                    F(1e-5), Bools({true, true, true})}});
+  cases.push_back({"batch_norm_backward",
+                   "aten.native_batch_norm_backward.default",
+                   {T({2, 3, 4, 5}), T({2, 3, 4, 5}), T({3}), T({3}), T({3}), T({3}), T({3}),
+                    B(true), F(1e-5), Bools({true, true, true})}});
   cases.push_back({"dropout", "aten.native_dropout.default", {T({7, 33}), F(0.3), B(true)}});
-  cases.push_back({"nll_loss", "aten.nll_loss_forward.default", {T({6, 10}), T({6}, i64), None(), I(1), I(-100)}});
-  cases.push_back({"nll_loss_sum", "aten.nll_loss_forward.default", {T({6, 10}), T({6}, i64), T({10}), I(2), I(-100)}});
-  cases.push_back({"nll_loss_backward", "aten.nll_loss_backward.default",
+  cases.push_back({"nll_loss",
+                   "aten.nll_loss_forward.default",
+                   {T({6, 10}), T({6}, i64), None(), I(1), I(-100)}});
+  cases.push_back({"nll_loss_sum",
+                   "aten.nll_loss_forward.default",
+                   {T({6, 10}), T({6}, i64), T({10}), I(2), I(-100)}});
+  cases.push_back({"nll_loss_backward",
+                   "aten.nll_loss_backward.default",
                    {T({}), T({6, 10}), T({6}, i64), None(), I(1), I(-100), T({})}});
   cases.push_back({"embedding", "aten.embedding.default", {T({11, 6}), T({2, 5}, i64)}});
-  cases.push_back({"embedding_backward", "aten.embedding_dense_backward.default",
+  cases.push_back({"embedding_backward",
+                   "aten.embedding_dense_backward.default",
                    {T({2, 5, 6}), T({2, 5}, i64), I(11), I(-1), B(false)}});
-  cases.push_back({"slice_backward", "aten.slice_backward.default",
+  cases.push_back({"slice_backward",
+                   "aten.slice_backward.default",
                    {T({2, 3}), Ints({2, 9}), I(1), I(1), I(7), I(2)}});
-  cases.push_back({"select_backward", "aten.select_backward.default", {T({4}), Ints({3, 4}), I(0), I(1)}});
+  cases.push_back(
+      {"select_backward", "aten.select_backward.default", {T({4}), Ints({3, 4}), I(0), I(1)}});
   cases.push_back({"index_select", "aten.index_select.default", {T({7, 4}), I(0), T({5}, i64)}});
   cases.push_back({"gather", "aten.gather.default", {T({4, 6}), I(1), T({4, 3}, i64)}});
   cases.push_back({"addmm", "aten.addmm.default", {T({6}), T({4, 5}), T({5, 6})}});
@@ -369,7 +412,8 @@ TEST(OpListTest, CatMatchesInterpreter) {
   for (size_t i = 0; i < shapes.size(); ++i) {
     v1::GraphInput* in = g.add_inputs();
     in->set_name(absl::StrCat("x", i));
-    SetMeta(in->mutable_meta()->mutable_tensor(), shapes[i], Contiguous(shapes[i]), 0, v1::DTYPE_FLOAT32);
+    SetMeta(in->mutable_meta()->mutable_tensor(), shapes[i], Contiguous(shapes[i]), 0,
+            v1::DTYPE_FLOAT32);
     list->add_items()->mutable_ref()->set_node(in->name());
   }
   node.add_args()->set_int_value(1);
