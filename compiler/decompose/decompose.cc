@@ -1632,10 +1632,11 @@ absl::Status Decomposer::CopyInPlace(uint32_t node) {
   if (owner.kind != Node::Kind::kInput || s.storage != self) {
     return Fallback(node, "copy_ into something other than a whole graph input");
   }
+  const int32_t input_index = owner.input_index;  // Copy below may move the node array
   if (auto st = Copy(node, 1); !st.ok()) return st;
   const graph::Value* o = Out(node, 0);
   if (o == nullptr) return absl::OkStatus();
-  out_.write_backs.push_back({owner.input_index, value_tensor_[ValueId(*o)]});
+  out_.write_backs.push_back({input_index, value_tensor_[ValueId(*o)]});
   return absl::OkStatus();
 }
 
@@ -1643,7 +1644,7 @@ absl::Status Decomposer::View(uint32_t node) {
   const int32_t src = In(node, 0);
   const graph::Node& gn = N(node);
   const std::string& target = g_.target(gn);
-  const Tensor& x = Tn(src);
+  const Tensor x = Tn(src);  // a copy: new tensors below may move the tensor array
   // reshape copies unless its input is laid out contiguously.
   for (size_t k = 0; k < gn.num_outputs; ++k) {
     const graph::Value& v = g_.outputs(gn)[k];
