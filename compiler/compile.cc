@@ -21,8 +21,7 @@ namespace {
 // Runs one phase: checks cancellation first, reports its span, and names the phase in
 // internal errors.
 template <typename Fn>
-auto RunPhase(const CompileContext& context, absl::string_view name, Fn fn)
-    -> decltype(fn()) {
+auto RunPhase(const CompileContext& context, absl::string_view name, Fn fn) -> decltype(fn()) {
   if (context.cancel != nullptr && context.cancel->load(std::memory_order_relaxed)) {
     return absl::CancelledError(absl::StrCat("compile cancelled before ", name));
   }
@@ -33,7 +32,8 @@ auto RunPhase(const CompileContext& context, absl::string_view name, Fn fn)
   if (!result.ok()) {
     const absl::Status& s = result.status();
     if (s.code() == absl::StatusCode::kInternal || s.code() == absl::StatusCode::kUnimplemented ||
-        s.code() == absl::StatusCode::kInvalidArgument || s.code() == absl::StatusCode::kOutOfRange) {
+        s.code() == absl::StatusCode::kInvalidArgument ||
+        s.code() == absl::StatusCode::kOutOfRange) {
       return absl::InternalError(absl::StrCat(name, ": ", s.message()));
     }
   }
@@ -81,7 +81,8 @@ absl::StatusOr<v1::CompiledGraph> Compile(const graph::Graph& graph,
   plan_options.graph_nodes = static_cast<int32_t>(graph.num_nodes());
   auto planned = RunPhase(context, "plan", [&] { return plan::Plan(*fused, plan_options); });
   if (!planned.ok()) return planned.status();
-  auto code = RunPhase(context, "codegen", [&] { return codegen::x86::GenerateSharedObject(*fused); });
+  auto code =
+      RunPhase(context, "codegen", [&] { return codegen::x86::GenerateSharedObject(*fused); });
   if (!code.ok()) return code.status();
 
   v1::CompiledGraph out = *std::move(planned);
@@ -91,7 +92,8 @@ absl::StatusOr<v1::CompiledGraph> Compile(const graph::Graph& graph,
   module->set_kind(v1::BINARY_KIND_SHARED_OBJECT);
   *module->mutable_digest() = DigestOf(code->shared_object);
   module->set_binary(std::move(code->shared_object));
-  for (int i = 0; i < out.kernels_size() && static_cast<size_t>(i) < code->vector_widths.size(); ++i) {
+  for (int i = 0; i < out.kernels_size() && static_cast<size_t>(i) < code->vector_widths.size();
+       ++i) {
     out.mutable_kernels(i)->set_vector_width(code->vector_widths[static_cast<size_t>(i)]);
   }
   for (const std::string& g : graph.shape_env_guards()) out.mutable_guards()->add_shape_env(g);
@@ -100,8 +102,8 @@ absl::StatusOr<v1::CompiledGraph> Compile(const graph::Graph& graph,
   if (options.require_cudagraph() && !out.cudagraph().capturable()) {
     std::string why;
     for (const v1::CaptureReason& r : out.cudagraph().reasons()) {
-      absl::StrAppend(&why, why.empty() ? "" : "; ", r.node(),
-                      r.node().empty() ? "" : ": ", r.detail());
+      absl::StrAppend(&why, why.empty() ? "" : "; ", r.node(), r.node().empty() ? "" : ": ",
+                      r.detail());
     }
     return absl::FailedPreconditionError(
         absl::StrCat("require_cudagraph: the plan cannot be captured: ", why));

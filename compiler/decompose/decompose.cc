@@ -55,13 +55,13 @@ const absl::flat_hash_set<std::string>& ExternOps() {
 // Ops whose result is a view of their first argument with the metadata's layout.
 const absl::flat_hash_set<std::string>& ViewOps() {
   static const auto* ops = new absl::flat_hash_set<std::string>{
-      "aten.view.default",        "aten._unsafe_view.default", "aten.t.default",
-      "aten.transpose.int",       "aten.permute.default",      "aten.expand.default",
-      "aten.slice.Tensor",        "aten.select.int",           "aten.narrow.default",
-      "aten.squeeze.default",     "aten.squeeze.dim",          "aten.squeeze.dims",
-      "aten.unsqueeze.default",   "aten.split.Tensor",         "aten.split_with_sizes.default",
-      "aten.unbind.int",          "aten.chunk.default",        "aten.alias.default",
-      "aten.detach.default",      "aten.diagonal.default",     "aten.unfold.default",
+      "aten.view.default",       "aten._unsafe_view.default", "aten.t.default",
+      "aten.transpose.int",      "aten.permute.default",      "aten.expand.default",
+      "aten.slice.Tensor",       "aten.select.int",           "aten.narrow.default",
+      "aten.squeeze.default",    "aten.squeeze.dim",          "aten.squeeze.dims",
+      "aten.unsqueeze.default",  "aten.split.Tensor",         "aten.split_with_sizes.default",
+      "aten.unbind.int",         "aten.chunk.default",        "aten.alias.default",
+      "aten.detach.default",     "aten.diagonal.default",     "aten.unfold.default",
       "aten.as_strided.default",
   };
   return *ops;
@@ -107,8 +107,8 @@ class Body {
     c_.body.push_back(std::move(in));
     return static_cast<int32_t>(c_.body.size() - 1);
   }
-  int32_t Load(int32_t tensor, ScalarType storage, std::vector<IndexExpr> coords,
-               int32_t mask = -1, std::vector<int32_t> dyn = {}) {
+  int32_t Load(int32_t tensor, ScalarType storage, std::vector<IndexExpr> coords, int32_t mask = -1,
+               std::vector<int32_t> dyn = {}) {
     LoadSite site;
     site.tensor = tensor;
     if (dyn.empty()) dyn.assign(coords.size(), -1);
@@ -248,11 +248,10 @@ class Decomposer {
 
   absl::StatusOr<PrimGraph> Run();
 
- using Rule = std::function<absl::Status(Decomposer&, uint32_t)>;
+  using Rule = std::function<absl::Status(Decomposer&, uint32_t)>;
   static const absl::flat_hash_map<std::string, Rule>& Rules();
 
  private:
-
   // --- Symbols and metadata.
   absl::StatusOr<IndexExpr> Sym(const graph::SymInt& s) {
     if (!s.is_symbolic()) return IndexExpr::Const(s.value());
@@ -345,9 +344,12 @@ class Decomposer {
   double Num(const Arg& a, double dflt = 0) const {
     switch (a.kind) {
       case ArgKind::kInt:
-      case ArgKind::kBool: return static_cast<double>(a.int_value);
-      case ArgKind::kFloat: return a.float_value;
-      default: return dflt;
+      case ArgKind::kBool:
+        return static_cast<double>(a.int_value);
+      case ArgKind::kFloat:
+        return a.float_value;
+      default:
+        return dflt;
     }
   }
   int64_t Int(const Arg& a, int64_t dflt = 0) const {
@@ -509,7 +511,8 @@ class Decomposer {
   }
 
   absl::Status Fallback(uint32_t node, const std::string& reason);
-  absl::Status Extern(uint32_t node, const std::string& op, bool fallback, const std::string& reason);
+  absl::Status Extern(uint32_t node, const std::string& op, bool fallback,
+                      const std::string& reason);
   absl::StatusOr<CallArg> ConvertArg(const Arg& a);
   absl::Status Visit(uint32_t node);
 
@@ -574,9 +577,9 @@ absl::StatusOr<CallArg> Decomposer::ConvertArg(const Arg& a) {
         if (out.tensor < 0) return absl::InternalError("a tensor argument has no value yet");
         return out;
       }
-      if (v != nullptr && (v->kind == graph::ValueKind::kSymInt ||
-                           v->kind == graph::ValueKind::kSymFloat ||
-                           v->kind == graph::ValueKind::kSymBool)) {
+      if (v != nullptr &&
+          (v->kind == graph::ValueKind::kSymInt || v->kind == graph::ValueKind::kSymFloat ||
+           v->kind == graph::ValueKind::kSymBool)) {
         auto e = Sym(v->scalar);
         if (!e.ok()) return e.status();
         out.value.mutable_symbolic()->set_expr(e->ToString(out_.symbols));
@@ -587,17 +590,31 @@ absl::StatusOr<CallArg> Decomposer::ConvertArg(const Arg& a) {
       return out;
     }
     case ArgKind::kAbsent:
-    case ArgKind::kNone: out.value.mutable_none(); return out;
-    case ArgKind::kInt: out.value.set_int_value(a.int_value); return out;
-    case ArgKind::kFloat: out.value.set_float_value(a.float_value); return out;
-    case ArgKind::kBool: out.value.set_bool_value(a.int_value != 0); return out;
-    case ArgKind::kString: out.value.set_string_value(g_.str(a.string_id)); return out;
-    case ArgKind::kDType: out.value.set_dtype(static_cast<v1::DType>(a.int_value)); return out;
+    case ArgKind::kNone:
+      out.value.mutable_none();
+      return out;
+    case ArgKind::kInt:
+      out.value.set_int_value(a.int_value);
+      return out;
+    case ArgKind::kFloat:
+      out.value.set_float_value(a.float_value);
+      return out;
+    case ArgKind::kBool:
+      out.value.set_bool_value(a.int_value != 0);
+      return out;
+    case ArgKind::kString:
+      out.value.set_string_value(g_.str(a.string_id));
+      return out;
+    case ArgKind::kDType:
+      out.value.set_dtype(static_cast<v1::DType>(a.int_value));
+      return out;
     case ArgKind::kDevice: {
       out.value.mutable_device()->set_type(std::string(graph::DeviceTypeName(a.device.type)));
       return out;
     }
-    case ArgKind::kLayout: out.value.set_layout(static_cast<v1::Layout>(a.int_value)); return out;
+    case ArgKind::kLayout:
+      out.value.set_layout(static_cast<v1::Layout>(a.int_value));
+      return out;
     case ArgKind::kMemoryFormat:
       out.value.set_memory_format(static_cast<v1::MemoryFormat>(a.int_value));
       return out;
@@ -614,9 +631,8 @@ absl::StatusOr<CallArg> Decomposer::ConvertArg(const Arg& a) {
       auto e = Sym(a.sym);
       if (!e.ok()) return e.status();
       out.value.mutable_symbolic()->set_expr(e->ToString(out_.symbols));
-      out.value.mutable_symbolic()->set_kind(a.sym_kind == graph::ValueKind::kSymFloat
-                                                 ? v1::SYM_KIND_FLOAT
-                                                 : v1::SYM_KIND_INT);
+      out.value.mutable_symbolic()->set_kind(
+          a.sym_kind == graph::ValueKind::kSymFloat ? v1::SYM_KIND_FLOAT : v1::SYM_KIND_INT);
       return out;
     }
   }
@@ -676,8 +692,7 @@ absl::Status Decomposer::Fallback(uint32_t node, const std::string& reason) {
 // Pointwise rules.
 
 absl::Status Decomposer::Pointwise(
-    uint32_t node, const std::function<absl::StatusOr<int32_t>(Body&, ScalarType)>& fn,
-    bool) {
+    uint32_t node, const std::function<absl::StatusOr<int32_t>(Body&, ScalarType)>& fn, bool) {
   const graph::Value* out = Out(node, 0);
   if (out == nullptr) return absl::InternalError("pointwise op without a tensor output");
   auto sizes = Syms(g_.sizes(*out));
@@ -732,8 +747,9 @@ absl::Status Decomposer::Compare(uint32_t node, Opcode op) {
         has_zero = true;
       }
     } else {
-      scalar_cat = std::max(scalar_cat, IsFloatScalar(A(node, i)) ? 2
-                                        : A(node, i).kind == ArgKind::kBool ? 0 : 1);
+      scalar_cat = std::max(scalar_cat, IsFloatScalar(A(node, i))           ? 2
+                                        : A(node, i).kind == ArgKind::kBool ? 0
+                                                                            : 1);
     }
   }
   ScalarType ct = has_dimmed ? dimmed : zero_dim;
@@ -932,8 +948,8 @@ absl::Status Decomposer::LayerNorm(uint32_t node) {
   const size_t r = Rank(x);
   std::vector<int64_t> dims;
   for (size_t i = r - k; i < r; ++i) dims.push_back(static_cast<int64_t>(i));
-  const ScalarType acc = loop::ComputeType(ST(x)) == ScalarType::kF64 ? ScalarType::kF64
-                                                                       : ScalarType::kF32;
+  const ScalarType acc =
+      loop::ComputeType(ST(x)) == ScalarType::kF64 ? ScalarType::kF64 : ScalarType::kF32;
   Body b1 = ReduceBody(x, dims);
   const std::vector<bool> red = reduced_;
   const IndexExpr n = NumelOf(Tn(x).sizes, red);
@@ -968,8 +984,8 @@ absl::Status Decomposer::LayerNormBackward(uint32_t node) {
   const size_t k = Ints(A(node, 2)).size();
   const int32_t mean = In(node, 3), rstd = In(node, 4), w = In(node, 5);
   const size_t r = Rank(x);
-  const ScalarType acc = loop::ComputeType(ST(x)) == ScalarType::kF64 ? ScalarType::kF64
-                                                                       : ScalarType::kF32;
+  const ScalarType acc =
+      loop::ComputeType(ST(x)) == ScalarType::kF64 ? ScalarType::kF64 : ScalarType::kF32;
   std::vector<int64_t> inner, outer;
   for (size_t i = 0; i < r; ++i) (i >= r - k ? inner : outer).push_back(static_cast<int64_t>(i));
   auto xhat = [&](Body& b) {
@@ -992,8 +1008,8 @@ absl::Status Decomposer::LayerNormBackward(uint32_t node) {
     if (!s2.ok()) return s2.status();
     Body b3(Tn(x).sizes);
     int32_t nn = b3.Cast(b3.Idx(n), acc);
-    int32_t t = b3.Sub(b3.Sub(b3.Mul(nn, gw(b3)), LoadB(b3, *s1)),
-                       b3.Mul(xhat(b3), LoadB(b3, *s2)));
+    int32_t t =
+        b3.Sub(b3.Sub(b3.Mul(nn, gw(b3)), LoadB(b3, *s1)), b3.Mul(xhat(b3), LoadB(b3, *s2)));
     int32_t gi = b3.Mul(b3.Div(b3.Cast(LoadB(b3, rstd), acc), nn), t);
     if (auto s = FinishPointwise(node, b3, gi, Tn(x).dtype, 0); !s.ok()) return s.status();
   }
@@ -1020,8 +1036,8 @@ absl::Status Decomposer::BatchNorm(uint32_t node, bool training_arg) {
   const double momentum = Num(A(node, training_arg ? 6 : 5));
   const double eps = Num(A(node, training_arg ? 7 : 6));
   const size_t r = Rank(x);
-  const ScalarType acc = loop::ComputeType(ST(x)) == ScalarType::kF64 ? ScalarType::kF64
-                                                                       : ScalarType::kF32;
+  const ScalarType acc =
+      loop::ComputeType(ST(x)) == ScalarType::kF64 ? ScalarType::kF64 : ScalarType::kF32;
   std::vector<int64_t> dims;
   for (size_t i = 0; i < r; ++i) {
     if (i != 1) dims.push_back(static_cast<int64_t>(i));
@@ -1046,8 +1062,8 @@ absl::Status Decomposer::BatchNorm(uint32_t node, bool training_arg) {
     Body b2(Tn(x).sizes, red);
     reduced_ = red;
     int32_t d = b2.Sub(b2.Cast(LoadB(b2, x), acc), channel(b2, *mean));
-    auto s2 = FinishReduce(node, b2, b2.Mul(d, d), ReduceKind::kSum, loop::DTypeOf(acc), false, 0,
-                           true);
+    auto s2 =
+        FinishReduce(node, b2, b2.Mul(d, d), ReduceKind::kSum, loop::DTypeOf(acc), false, 0, true);
     if (!s2.ok()) return s2.status();
     Body br({Tn(x).sizes[1]});
     int32_t var = br.Div(LoadB(br, *s2), br.Cast(br.Idx(n), acc));
@@ -1080,9 +1096,9 @@ absl::Status Decomposer::BatchNorm(uint32_t node, bool training_arg) {
                                 Out(node, 1) == nullptr);
     if (!mean.ok()) return mean.status();
     Body br({Tn(x).sizes[1]});
-    auto rstd = FinishPointwise(node, br,
-                                br.Un(Opcode::kRsqrt, br.AddC(br.Cast(LoadB(br, rv), acc), eps)),
-                                loop::DTypeOf(acc), 2, Out(node, 2) == nullptr);
+    auto rstd =
+        FinishPointwise(node, br, br.Un(Opcode::kRsqrt, br.AddC(br.Cast(LoadB(br, rv), acc), eps)),
+                        loop::DTypeOf(acc), 2, Out(node, 2) == nullptr);
     if (!rstd.ok()) return rstd.status();
     mean_t = *mean;
     rstd_t = *rstd;
@@ -1109,8 +1125,8 @@ absl::Status Decomposer::BatchNormBackward(uint32_t node) {
   const bool train = Int(A(node, 7)) != 0;
   const double eps = Num(A(node, 8));
   const size_t r = Rank(x);
-  const ScalarType acc = loop::ComputeType(ST(x)) == ScalarType::kF64 ? ScalarType::kF64
-                                                                       : ScalarType::kF32;
+  const ScalarType acc =
+      loop::ComputeType(ST(x)) == ScalarType::kF64 ? ScalarType::kF64 : ScalarType::kF32;
   std::vector<int64_t> dims;
   for (size_t i = 0; i < r; ++i) {
     if (i != 1) dims.push_back(static_cast<int64_t>(i));
@@ -1127,8 +1143,8 @@ absl::Status Decomposer::BatchNormBackward(uint32_t node) {
   Body b1 = ReduceBody(x, dims);
   const std::vector<bool> red = reduced_;
   const IndexExpr n = NumelOf(Tn(x).sizes, red);
-  auto sg = FinishReduce(node, b1, b1.Cast(LoadB(b1, g), acc), ReduceKind::kSum,
-                         loop::DTypeOf(acc), false, 0, true);
+  auto sg = FinishReduce(node, b1, b1.Cast(LoadB(b1, g), acc), ReduceKind::kSum, loop::DTypeOf(acc),
+                         false, 0, true);
   if (!sg.ok()) return sg.status();
   Body b2(Tn(x).sizes, red);
   reduced_ = red;
@@ -1156,9 +1172,11 @@ absl::Status Decomposer::BatchNormBackward(uint32_t node) {
   if (const graph::Value* o = Out(node, 1)) {
     Body b({Tn(x).sizes[1]});
     std::vector<IndexExpr> c = {Body::V(0)};
-    int32_t v = b.Mul(b.Load(*sgx, acc, c), b.Cast(b.Load(train ? si : rv, ST(train ? si : rv), c), acc));
-    if (!train) v = b.Div(b.Load(*sgx, acc, c),
-                          b.Un(Opcode::kSqrt, b.AddC(b.Cast(b.Load(rv, ST(rv), c), acc), eps)));
+    int32_t v =
+        b.Mul(b.Load(*sgx, acc, c), b.Cast(b.Load(train ? si : rv, ST(train ? si : rv), c), acc));
+    if (!train)
+      v = b.Div(b.Load(*sgx, acc, c),
+                b.Un(Opcode::kSqrt, b.AddC(b.Cast(b.Load(rv, ST(rv), c), acc), eps)));
     if (auto s = FinishPointwise(node, b, v, o->dtype, 1); !s.ok()) return s.status();
   }
   if (const graph::Value* o = Out(node, 2)) {
@@ -1231,8 +1249,8 @@ absl::Status Decomposer::NllLoss(uint32_t node) {
   const int64_t reduction = Int(A(node, 3), 1);
   const int64_t ignore = Int(A(node, 4), -100);
   const bool batched = Rank(x) == 2;
-  const ScalarType acc = loop::ComputeType(ST(x)) == ScalarType::kF64 ? ScalarType::kF64
-                                                                       : ScalarType::kF32;
+  const ScalarType acc =
+      loop::ComputeType(ST(x)) == ScalarType::kF64 ? ScalarType::kF64 : ScalarType::kF32;
   const IndexExpr rows = batched ? Tn(x).sizes[0] : IndexExpr::Const(1);
   const IndexExpr classes = Tn(x).sizes[batched ? 1 : 0];
   // Per row i: (valid, weight, -weight * x[i, t]).
@@ -1243,8 +1261,8 @@ absl::Status Decomposer::NllLoss(uint32_t node) {
     int32_t valid = b.Bin(Opcode::kAnd, b.Bin(Opcode::kNe, t, b.IConst(ignore)),
                           b.Bin(Opcode::kAnd, b.Bin(Opcode::kGe, t, b.IConst(0)),
                                 b.Bin(Opcode::kLt, t, b.Idx(classes))));
-    int32_t wv = w >= 0 ? b.Cast(b.Load(w, ST(w), {IndexExpr()}, valid, {t}), acc)
-                        : b.Const(1, acc);
+    int32_t wv =
+        w >= 0 ? b.Cast(b.Load(w, ST(w), {IndexExpr()}, valid, {t}), acc) : b.Const(1, acc);
     wv = b.Sel(valid, wv, b.Const(0, acc));
     if (!want_loss) return wv;
     std::vector<IndexExpr> xc;
@@ -1264,7 +1282,8 @@ absl::Status Decomposer::NllLoss(uint32_t node) {
   if (reduction == 0 && batched) {
     if (out != nullptr) {
       Body b({rows});
-      if (auto s = FinishPointwise(node, b, row(b, true), out->dtype, 0); !s.ok()) return s.status();
+      if (auto s = FinishPointwise(node, b, row(b, true), out->dtype, 0); !s.ok())
+        return s.status();
     }
   }
   // total_weight (and the reduced loss) are sums over rows.
@@ -1272,8 +1291,8 @@ absl::Status Decomposer::NllLoss(uint32_t node) {
   if (tw != nullptr || (reduction != 0 || !batched)) {
     reduced_ = {true};
     Body b({rows}, {true});
-    auto s = FinishReduce(node, b, row(b, false), ReduceKind::kSum, loop::DTypeOf(acc), false, 1,
-                          true);
+    auto s =
+        FinishReduce(node, b, row(b, false), ReduceKind::kSum, loop::DTypeOf(acc), false, 1, true);
     if (!s.ok()) return s.status();
     total = *s;
     if (tw != nullptr) {
@@ -1286,8 +1305,8 @@ absl::Status Decomposer::NllLoss(uint32_t node) {
   if (out != nullptr && (reduction != 0 || !batched)) {
     reduced_ = {true};
     Body b({rows}, {true});
-    auto s = FinishReduce(node, b, row(b, true), ReduceKind::kSum, loop::DTypeOf(acc), false, 0,
-                          true);
+    auto s =
+        FinishReduce(node, b, row(b, true), ReduceKind::kSum, loop::DTypeOf(acc), false, 0, true);
     if (!s.ok()) return s.status();
     Body e({});
     int32_t v = e.Load(*s, acc, {});
@@ -1310,7 +1329,8 @@ absl::Status Decomposer::NllLossBackward(uint32_t node) {
     if (Rank(target) == 1) tc.push_back(Body::V(0));
     int32_t t = b.Cast(b.Load(target, ST(target), tc), ScalarType::kI64);
     int32_t c = b.Idx(Body::V(batched ? 1 : 0));
-    int32_t hit = b.Bin(Opcode::kAnd, b.Bin(Opcode::kEq, c, t), b.Bin(Opcode::kNe, t, b.IConst(ignore)));
+    int32_t hit =
+        b.Bin(Opcode::kAnd, b.Bin(Opcode::kEq, c, t), b.Bin(Opcode::kNe, t, b.IConst(ignore)));
     int32_t wv = w >= 0 ? b.Cast(b.Load(w, ST(w), {Body::V(batched ? 1 : 0)}), ct) : b.Const(1, ct);
     std::vector<IndexExpr> gc;
     if (Rank(g) == 1) gc.push_back(Body::V(0));
@@ -1495,8 +1515,9 @@ absl::Status Decomposer::SelectBackward(uint32_t node) {
   const int32_t g = In(node, 0);
   const graph::Value* o = Out(node, 0);
   const int64_t dim = WrapDim(Int(A(node, 2)), g_.sizes(*o).size());
-  auto index = Sym(A(node, 3).kind == ArgKind::kSymbolic ? A(node, 3).sym
-                                                         : graph::SymInt::Constant(Int(A(node, 3))));
+  auto index =
+      Sym(A(node, 3).kind == ArgKind::kSymbolic ? A(node, 3).sym
+                                                : graph::SymInt::Constant(Int(A(node, 3))));
   if (!index.ok()) return index.status();
   return Pointwise(node, [&](Body& b, ScalarType ct) -> absl::StatusOr<int32_t> {
     IndexExpr idx = *index;
@@ -1611,10 +1632,11 @@ absl::Status Decomposer::CopyInPlace(uint32_t node) {
   if (owner.kind != Node::Kind::kInput || s.storage != self) {
     return Fallback(node, "copy_ into something other than a whole graph input");
   }
+  const int32_t input_index = owner.input_index;  // Copy below may move the node array
   if (auto st = Copy(node, 1); !st.ok()) return st;
   const graph::Value* o = Out(node, 0);
   if (o == nullptr) return absl::OkStatus();
-  out_.write_backs.push_back({owner.input_index, value_tensor_[ValueId(*o)]});
+  out_.write_backs.push_back({input_index, value_tensor_[ValueId(*o)]});
   return absl::OkStatus();
 }
 
@@ -1622,7 +1644,7 @@ absl::Status Decomposer::View(uint32_t node) {
   const int32_t src = In(node, 0);
   const graph::Node& gn = N(node);
   const std::string& target = g_.target(gn);
-  const Tensor& x = Tn(src);
+  const Tensor x = Tn(src);  // a copy: new tensors below may move the tensor array
   // reshape copies unless its input is laid out contiguously.
   for (size_t k = 0; k < gn.num_outputs; ++k) {
     const graph::Value& v = g_.outputs(gn)[k];
@@ -1736,7 +1758,9 @@ const absl::flat_hash_map<std::string, Decomposer::Rule>& Decomposer::Rules() {
   static const auto* rules = [] {
     auto* r = new absl::flat_hash_map<std::string, Rule>();
     auto unary = [&](const std::string& name, Opcode op) {
-      (*r)["aten." + name + ".default"] = [op](Decomposer& d, uint32_t n) { return d.Unary(n, op); };
+      (*r)["aten." + name + ".default"] = [op](Decomposer& d, uint32_t n) {
+        return d.Unary(n, op);
+      };
     };
     unary("abs", Opcode::kAbs);
     unary("neg", Opcode::kNeg);
@@ -1774,14 +1798,15 @@ const absl::flat_hash_map<std::string, Decomposer::Rule>& Decomposer::Rules() {
     unary("lgamma", Opcode::kLgamma);
 
     // Pointwise ops written as formulas over a loaded x.
-    auto formula = [&](const std::string& target,
-                       std::function<int32_t(Decomposer&, uint32_t, Body&, int32_t, ScalarType)> f) {
-      (*r)[target] = [f](Decomposer& d, uint32_t n) {
-        return d.Pointwise(n, [&](Body& b, ScalarType ct) -> absl::StatusOr<int32_t> {
-          return f(d, n, b, b.Cast(d.LoadB(b, d.In(n, 0)), ct), ct);
-        });
-      };
-    };
+    auto formula =
+        [&](const std::string& target,
+            std::function<int32_t(Decomposer&, uint32_t, Body&, int32_t, ScalarType)> f) {
+          (*r)[target] = [f](Decomposer& d, uint32_t n) {
+            return d.Pointwise(n, [&](Body& b, ScalarType ct) -> absl::StatusOr<int32_t> {
+              return f(d, n, b, b.Cast(d.LoadB(b, d.In(n, 0)), ct), ct);
+            });
+          };
+        };
     formula("aten.relu.default", [](Decomposer&, uint32_t, Body& b, int32_t x, ScalarType ct) {
       return b.Bin(Opcode::kMax, x, b.Const(0, ct));
     });
@@ -1799,27 +1824,33 @@ const absl::flat_hash_map<std::string, Decomposer::Rule>& Decomposer::Rules() {
     formula("aten.mish.default", [](Decomposer&, uint32_t, Body& b, int32_t x, ScalarType) {
       return b.Mul(x, b.Un(Opcode::kTanh, b.Un(Opcode::kLog1p, b.Un(Opcode::kExp, x))));
     });
-    formula("aten.hardsigmoid.default", [](Decomposer&, uint32_t, Body& b, int32_t x, ScalarType ct) {
-      int32_t c = b.Bin(Opcode::kMin, b.Bin(Opcode::kMax, b.AddC(x, 3), b.Const(0, ct)), b.Const(6, ct));
-      return b.Div(c, b.Const(6, ct));
-    });
+    formula("aten.hardsigmoid.default",
+            [](Decomposer&, uint32_t, Body& b, int32_t x, ScalarType ct) {
+              int32_t c = b.Bin(Opcode::kMin, b.Bin(Opcode::kMax, b.AddC(x, 3), b.Const(0, ct)),
+                                b.Const(6, ct));
+              return b.Div(c, b.Const(6, ct));
+            });
     formula("aten.hardswish.default", [](Decomposer&, uint32_t, Body& b, int32_t x, ScalarType ct) {
-      int32_t c = b.Bin(Opcode::kMin, b.Bin(Opcode::kMax, b.AddC(x, 3), b.Const(0, ct)), b.Const(6, ct));
+      int32_t c =
+          b.Bin(Opcode::kMin, b.Bin(Opcode::kMax, b.AddC(x, 3), b.Const(0, ct)), b.Const(6, ct));
       return b.Div(b.Mul(x, c), b.Const(6, ct));
     });
-    formula("aten.leaky_relu.default", [](Decomposer& d, uint32_t n, Body& b, int32_t x, ScalarType ct) {
+    formula("aten.leaky_relu.default", [](Decomposer& d, uint32_t n, Body& b, int32_t x,
+                                          ScalarType ct) {
       return b.Sel(b.Bin(Opcode::kGt, x, b.Const(0, ct)), x, b.MulC(x, d.Num(d.A(n, 1), 0.01)));
     });
-    formula("aten.hardtanh.default", [](Decomposer& d, uint32_t n, Body& b, int32_t x, ScalarType ct) {
-      return b.Bin(Opcode::kMin, b.Bin(Opcode::kMax, x, b.Const(d.Num(d.A(n, 1), -1), ct)),
-                   b.Const(d.Num(d.A(n, 2), 1), ct));
-    });
-    formula("aten.softplus.default", [](Decomposer& d, uint32_t n, Body& b, int32_t x, ScalarType ct) {
-      const double beta = d.Num(d.A(n, 1), 1), th = d.Num(d.A(n, 2), 20);
-      int32_t xb = b.MulC(x, beta);
-      int32_t soft = b.Div(b.Un(Opcode::kLog1p, b.Un(Opcode::kExp, xb)), b.Const(beta, ct));
-      return b.Sel(b.Bin(Opcode::kGt, xb, b.Const(th, ct)), x, soft);
-    });
+    formula("aten.hardtanh.default",
+            [](Decomposer& d, uint32_t n, Body& b, int32_t x, ScalarType ct) {
+              return b.Bin(Opcode::kMin, b.Bin(Opcode::kMax, x, b.Const(d.Num(d.A(n, 1), -1), ct)),
+                           b.Const(d.Num(d.A(n, 2), 1), ct));
+            });
+    formula("aten.softplus.default",
+            [](Decomposer& d, uint32_t n, Body& b, int32_t x, ScalarType ct) {
+              const double beta = d.Num(d.A(n, 1), 1), th = d.Num(d.A(n, 2), 20);
+              int32_t xb = b.MulC(x, beta);
+              int32_t soft = b.Div(b.Un(Opcode::kLog1p, b.Un(Opcode::kExp, xb)), b.Const(beta, ct));
+              return b.Sel(b.Bin(Opcode::kGt, xb, b.Const(th, ct)), x, soft);
+            });
     formula("aten.elu.default", [](Decomposer& d, uint32_t n, Body& b, int32_t x, ScalarType ct) {
       const double alpha = d.Num(d.A(n, 1), 1), scale = d.Num(d.A(n, 2), 1),
                    input_scale = d.Num(d.A(n, 3), 1);
@@ -1840,34 +1871,34 @@ const absl::flat_hash_map<std::string, Decomposer::Rule>& Decomposer::Rules() {
       }
       return x;
     };
-    formula("aten.clamp.default", [clamp](Decomposer& d, uint32_t n, Body& b, int32_t x, ScalarType ct) {
-      return clamp(d, n, b, x, ct, false);
-    });
-    formula("aten.clamp.Tensor", [clamp](Decomposer& d, uint32_t n, Body& b, int32_t x, ScalarType ct) {
-      return clamp(d, n, b, x, ct, true);
-    });
-    formula("aten.clamp_min.default", [](Decomposer& d, uint32_t n, Body& b, int32_t x, ScalarType ct) {
-      return b.Bin(Opcode::kMax, x, b.Const(d.Num(d.A(n, 1)), ct));
-    });
-    formula("aten.clamp_max.default", [](Decomposer& d, uint32_t n, Body& b, int32_t x, ScalarType ct) {
-      return b.Bin(Opcode::kMin, x, b.Const(d.Num(d.A(n, 1)), ct));
-    });
+    formula("aten.clamp.default", [clamp](Decomposer& d, uint32_t n, Body& b, int32_t x,
+                                          ScalarType ct) { return clamp(d, n, b, x, ct, false); });
+    formula("aten.clamp.Tensor", [clamp](Decomposer& d, uint32_t n, Body& b, int32_t x,
+                                         ScalarType ct) { return clamp(d, n, b, x, ct, true); });
+    formula("aten.clamp_min.default",
+            [](Decomposer& d, uint32_t n, Body& b, int32_t x, ScalarType ct) {
+              return b.Bin(Opcode::kMax, x, b.Const(d.Num(d.A(n, 1)), ct));
+            });
+    formula("aten.clamp_max.default",
+            [](Decomposer& d, uint32_t n, Body& b, int32_t x, ScalarType ct) {
+              return b.Bin(Opcode::kMin, x, b.Const(d.Num(d.A(n, 1)), ct));
+            });
     formula("aten.frac.default", [](Decomposer&, uint32_t, Body& b, int32_t x, ScalarType) {
       return b.Sub(x, b.Un(Opcode::kTrunc, x));
     });
 
     // Backward pointwise ops: (grad, x or y, ...).
-    auto backward = [&](const std::string& target,
-                        std::function<int32_t(Decomposer&, uint32_t, Body&, int32_t, int32_t,
-                                              ScalarType)> f) {
-      (*r)[target] = [f](Decomposer& d, uint32_t n) {
-        return d.Pointwise(n, [&](Body& b, ScalarType ct) -> absl::StatusOr<int32_t> {
-          int32_t g = b.Cast(d.LoadB(b, d.In(n, 0)), ct);
-          int32_t x = b.Cast(d.LoadB(b, d.In(n, 1)), ct);
-          return f(d, n, b, g, x, ct);
-        });
-      };
-    };
+    auto backward =
+        [&](const std::string& target,
+            std::function<int32_t(Decomposer&, uint32_t, Body&, int32_t, int32_t, ScalarType)> f) {
+          (*r)[target] = [f](Decomposer& d, uint32_t n) {
+            return d.Pointwise(n, [&](Body& b, ScalarType ct) -> absl::StatusOr<int32_t> {
+              int32_t g = b.Cast(d.LoadB(b, d.In(n, 0)), ct);
+              int32_t x = b.Cast(d.LoadB(b, d.In(n, 1)), ct);
+              return f(d, n, b, g, x, ct);
+            });
+          };
+        };
     backward("aten.gelu_backward.default",
              [](Decomposer& d, uint32_t n, Body& b, int32_t g, int32_t x, ScalarType) {
                const Arg& a = d.A(n, 2);
@@ -1903,16 +1934,16 @@ const absl::flat_hash_map<std::string, Decomposer::Rule>& Decomposer::Rules() {
              [](Decomposer&, uint32_t, Body& b, int32_t g, int32_t y, ScalarType ct) {
                return b.Mul(b.Mul(g, b.Sub(b.Const(1, ct), y)), y);
              });
-    backward("aten.threshold_backward.default",
-             [](Decomposer& d, uint32_t n, Body& b, int32_t g, int32_t x, ScalarType ct) {
-               return b.Sel(b.Bin(Opcode::kLe, x, b.Const(d.Num(d.A(n, 2)), ct)), b.Const(0, ct), g);
-             });
-    backward("aten.hardtanh_backward.default",
-             [](Decomposer& d, uint32_t n, Body& b, int32_t g, int32_t x, ScalarType ct) {
-               int32_t out = b.Bin(Opcode::kOr, b.Bin(Opcode::kLe, x, b.Const(d.Num(d.A(n, 2)), ct)),
-                                   b.Bin(Opcode::kGe, x, b.Const(d.Num(d.A(n, 3)), ct)));
-               return b.Sel(out, b.Const(0, ct), g);
-             });
+    backward("aten.threshold_backward.default", [](Decomposer& d, uint32_t n, Body& b, int32_t g,
+                                                   int32_t x, ScalarType ct) {
+      return b.Sel(b.Bin(Opcode::kLe, x, b.Const(d.Num(d.A(n, 2)), ct)), b.Const(0, ct), g);
+    });
+    backward("aten.hardtanh_backward.default", [](Decomposer& d, uint32_t n, Body& b, int32_t g,
+                                                  int32_t x, ScalarType ct) {
+      int32_t out = b.Bin(Opcode::kOr, b.Bin(Opcode::kLe, x, b.Const(d.Num(d.A(n, 2)), ct)),
+                          b.Bin(Opcode::kGe, x, b.Const(d.Num(d.A(n, 3)), ct)));
+      return b.Sel(out, b.Const(0, ct), g);
+    });
     backward("aten.leaky_relu_backward.default",
              [](Decomposer& d, uint32_t n, Body& b, int32_t g, int32_t x, ScalarType ct) {
                return b.Sel(b.Bin(Opcode::kGt, x, b.Const(0, ct)), g, b.MulC(g, d.Num(d.A(n, 2))));
@@ -2021,8 +2052,12 @@ const absl::flat_hash_map<std::string, Decomposer::Rule>& Decomposer::Rules() {
       });
     };
     auto compare = [&](const std::string& name, Opcode op) {
-      (*r)["aten." + name + ".Tensor"] = [op](Decomposer& d, uint32_t n) { return d.Compare(n, op); };
-      (*r)["aten." + name + ".Scalar"] = [op](Decomposer& d, uint32_t n) { return d.Compare(n, op); };
+      (*r)["aten." + name + ".Tensor"] = [op](Decomposer& d, uint32_t n) {
+        return d.Compare(n, op);
+      };
+      (*r)["aten." + name + ".Scalar"] = [op](Decomposer& d, uint32_t n) {
+        return d.Compare(n, op);
+      };
     };
     compare("eq", Opcode::kEq);
     compare("ne", Opcode::kNe);
@@ -2111,9 +2146,8 @@ const absl::flat_hash_map<std::string, Decomposer::Rule>& Decomposer::Rules() {
     };
     auto fill_const = [](double v) {
       return [v](Decomposer& d, uint32_t n) {
-        return d.Pointwise(n, [&](Body& b, ScalarType ct) -> absl::StatusOr<int32_t> {
-          return b.Const(v, ct);
-        });
+        return d.Pointwise(
+            n, [&](Body& b, ScalarType ct) -> absl::StatusOr<int32_t> { return b.Const(v, ct); });
       };
     };
     (*r)["aten.full.default"] = fill_arg(1);
@@ -2208,7 +2242,9 @@ const absl::flat_hash_map<std::string, Decomposer::Rule>& Decomposer::Rules() {
       return d.Variance(n, dims_of(d, n, 1), correction(d, n), d.Int(d.A(n, 3)) != 0, 0, 1, false);
     };
     (*r)["aten._softmax.default"] = [](Decomposer& d, uint32_t n) { return d.Softmax(n, false); };
-    (*r)["aten._log_softmax.default"] = [](Decomposer& d, uint32_t n) { return d.Softmax(n, true); };
+    (*r)["aten._log_softmax.default"] = [](Decomposer& d, uint32_t n) {
+      return d.Softmax(n, true);
+    };
     (*r)["aten._softmax_backward_data.default"] = [](Decomposer& d, uint32_t n) {
       return d.SoftmaxBackward(n, false);
     };
@@ -2217,7 +2253,9 @@ const absl::flat_hash_map<std::string, Decomposer::Rule>& Decomposer::Rules() {
     };
 
     // Composite ops.
-    (*r)["aten.native_layer_norm.default"] = [](Decomposer& d, uint32_t n) { return d.LayerNorm(n); };
+    (*r)["aten.native_layer_norm.default"] = [](Decomposer& d, uint32_t n) {
+      return d.LayerNorm(n);
+    };
     (*r)["aten.native_layer_norm_backward.default"] = [](Decomposer& d, uint32_t n) {
       return d.LayerNormBackward(n);
     };
@@ -2279,7 +2317,8 @@ absl::Status Decomposer::Visit(uint32_t node) {
       if (v.kind != graph::ValueKind::kTensor || a.kind != ArgKind::kRef) continue;
       const graph::Node& src = N(a.ref.node);
       if (k < 0 || static_cast<uint32_t>(k) >= src.num_outputs) {
-        return absl::InternalError(absl::StrCat("getitem ", k, " out of range at ", NodeName(node)));
+        return absl::InternalError(
+            absl::StrCat("getitem ", k, " out of range at ", NodeName(node)));
       }
       const graph::Value& sv = g_.outputs(src)[static_cast<size_t>(k)];
       value_tensor_[ValueId(v)] = value_tensor_[ValueId(sv)];

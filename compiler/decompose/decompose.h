@@ -54,10 +54,10 @@ struct Compute {
   std::vector<bool> reduced;          // per dim
   std::vector<loop::Inst> body;       // loads use LoadSite `iimm`; no stores
   std::vector<LoadSite> loads;
-  int32_t result = -1;                // SSA value yielded per point
+  int32_t result = -1;                               // SSA value yielded per point
   loop::ReduceKind reduce = loop::ReduceKind::kSum;  // when some dim is reduced
-  int32_t reduce_index = -1;          // arg reductions: the i64 SSA index
-  bool store_index = false;           // arg reductions: yield the index, not the value
+  int32_t reduce_index = -1;                         // arg reductions: the i64 SSA index
+  bool store_index = false;  // arg reductions: yield the index, not the value
   // Output dimension d is iteration dimension out_dims[d], or -1 for a kept size-1 dim.
   std::vector<int32_t> out_dims;
 };
@@ -72,22 +72,22 @@ struct CallArg {
 };
 
 struct ScatterAdd {
-  int32_t indices = -1;           // i64 tensor, flattened: N entries
-  int32_t src = -1;               // [N, D] rows (flattened leading dims)
-  loop::IndexExpr rows;           // N
-  loop::IndexExpr cols;           // D
-  int64_t skip_index = -1;        // rows whose index equals this are skipped (padding_idx)
+  int32_t indices = -1;     // i64 tensor, flattened: N entries
+  int32_t src = -1;         // [N, D] rows (flattened leading dims)
+  loop::IndexExpr rows;     // N
+  loop::IndexExpr cols;     // D
+  int64_t skip_index = -1;  // rows whose index equals this are skipped (padding_idx)
 };
 
 struct Node {
   enum class Kind : uint8_t { kInput, kCompute, kView, kExtern, kScatterAdd };
   Kind kind = Kind::kCompute;
-  std::string name;         // canonical name of the graph node it comes from
-  std::string stack_trace;  // for diagnostics
-  int32_t input_index = -1; // kInput
-  Compute compute;          // kCompute
-  ScatterAdd scatter;       // kScatterAdd
-  int32_t view_of = -1;     // kView: the tensor viewed
+  std::string name;          // canonical name of the graph node it comes from
+  std::string stack_trace;   // for diagnostics
+  int32_t input_index = -1;  // kInput
+  Compute compute;           // kCompute
+  ScatterAdd scatter;        // kScatterAdd
+  int32_t view_of = -1;      // kView: the tensor viewed
   // kExtern.
   std::string op;
   std::vector<CallArg> args;
@@ -114,7 +114,7 @@ struct WriteBack {
 
 struct PrimGraph {
   std::vector<loop::InputDesc> inputs;  // one per graph input
-  std::vector<std::string> symbols;  // canonical names, sorted
+  std::vector<std::string> symbols;     // canonical names, sorted
   std::vector<int64_t> symbol_hints;
   std::vector<Tensor> tensors;
   std::vector<Node> nodes;  // in execution order

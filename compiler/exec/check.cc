@@ -16,8 +16,8 @@ namespace {
 interp::Value Copy(const interp::Value& v) {
   if (const interp::Tensor* t = std::get_if<interp::Tensor>(&v)) {
     if (!t->defined()) return v;
-    interp::Tensor c = interp::Tensor::ZerosStrided(t->sizes(), t->strides(), t->storage_offset(),
-                                                    t->dtype());
+    interp::Tensor c =
+        interp::Tensor::ZerosStrided(t->sizes(), t->strides(), t->storage_offset(), t->dtype());
     c.CopyFrom(*t);
     return c;
   }
@@ -28,11 +28,15 @@ interp::Value Copy(const interp::Value& v) {
 
 double RelativeTolerance(v1::DType dtype) {
   switch (dtype) {
-    case v1::DTYPE_FLOAT32: return 1e-5;
+    case v1::DTYPE_FLOAT32:
+      return 1e-5;
     case v1::DTYPE_FLOAT16:
-    case v1::DTYPE_BFLOAT16: return 1e-2;
-    case v1::DTYPE_FLOAT64: return 1e-9;
-    default: return 0;
+    case v1::DTYPE_BFLOAT16:
+      return 1e-2;
+    case v1::DTYPE_FLOAT64:
+      return 1e-9;
+    default:
+      return 0;
   }
 }
 

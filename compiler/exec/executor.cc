@@ -9,6 +9,8 @@
 #include <map>
 #include <thread>
 
+#include "absl/time/clock.h"
+
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "compiler/interp/dtype.h"
@@ -26,15 +28,19 @@ int ItemSize(v1::DType d) {
     case v1::DTYPE_FLOAT64:
     case v1::DTYPE_INT64:
     case v1::DTYPE_UINT64:
-    case v1::DTYPE_COMPLEX64: return 8;
+    case v1::DTYPE_COMPLEX64:
+      return 8;
     case v1::DTYPE_FLOAT32:
     case v1::DTYPE_INT32:
-    case v1::DTYPE_UINT32: return 4;
+    case v1::DTYPE_UINT32:
+      return 4;
     case v1::DTYPE_FLOAT16:
     case v1::DTYPE_BFLOAT16:
     case v1::DTYPE_INT16:
-    case v1::DTYPE_UINT16: return 2;
-    default: return 1;
+    case v1::DTYPE_UINT16:
+      return 2;
+    default:
+      return 1;
   }
 }
 
@@ -96,7 +102,8 @@ void WriteElement(uint8_t* p, v1::DType d, double v, int64_t iv, bool is_int) {
       float f = static_cast<float>(is_int ? static_cast<double>(iv) : v);
       uint32_t x;
       std::memcpy(&x, &f, 4);
-      uint16_t b = std::isnan(f) ? 0x7FC0 : static_cast<uint16_t>((x + 0x7FFF + ((x >> 16) & 1)) >> 16);
+      uint16_t b =
+          std::isnan(f) ? 0x7FC0 : static_cast<uint16_t>((x + 0x7FFF + ((x >> 16) & 1)) >> 16);
       std::memcpy(p, &b, 2);
       break;
     }
@@ -119,7 +126,9 @@ void ReadElement(const uint8_t* p, v1::DType d, double* v, int64_t* iv) {
       *v = f;
       return;
     }
-    case v1::DTYPE_FLOAT64: std::memcpy(v, p, 8); return;
+    case v1::DTYPE_FLOAT64:
+      std::memcpy(v, p, 8);
+      return;
     case v1::DTYPE_FLOAT16: {
       uint16_t h;
       std::memcpy(&h, p, 2);
@@ -135,7 +144,9 @@ void ReadElement(const uint8_t* p, v1::DType d, double* v, int64_t* iv) {
       *v = f;
       return;
     }
-    case v1::DTYPE_INT64: std::memcpy(iv, p, 8); break;
+    case v1::DTYPE_INT64:
+      std::memcpy(iv, p, 8);
+      break;
     case v1::DTYPE_INT32: {
       int32_t i;
       std::memcpy(&i, p, 4);
@@ -148,10 +159,18 @@ void ReadElement(const uint8_t* p, v1::DType d, double* v, int64_t* iv) {
       *iv = i;
       break;
     }
-    case v1::DTYPE_INT8: *iv = static_cast<int8_t>(*p); break;
-    case v1::DTYPE_UINT8: *iv = *p; break;
-    case v1::DTYPE_BOOL: *iv = *p; break;
-    default: *iv = 0; break;
+    case v1::DTYPE_INT8:
+      *iv = static_cast<int8_t>(*p);
+      break;
+    case v1::DTYPE_UINT8:
+      *iv = *p;
+      break;
+    case v1::DTYPE_BOOL:
+      *iv = *p;
+      break;
+    default:
+      *iv = 0;
+      break;
   }
   *v = static_cast<double>(*iv);
 }
@@ -250,9 +269,11 @@ class Executor {
   absl::StatusOr<interp::Arg> ToArg(const v1::CallArgument& a);
   absl::StatusOr<interp::Arg> ValueArg(const v1::Argument& a);
   absl::Status Launch(int32_t kernel);
-  absl::Status Call(const std::string& op, const google::protobuf::RepeatedPtrField<v1::CallArgument>& args,
+  absl::Status Call(const std::string& op,
+                    const google::protobuf::RepeatedPtrField<v1::CallArgument>& args,
                     const google::protobuf::RepeatedPtrField<v1::NamedCallArgument>& kwargs,
-                    const google::protobuf::RepeatedPtrField<v1::TensorView>& outputs, int64_t rng_stream);
+                    const google::protobuf::RepeatedPtrField<v1::TensorView>& outputs,
+                    int64_t rng_stream);
 
   const v1::CompiledGraph& a_;
   absl::Span<const interp::Value> inputs_;
@@ -291,7 +312,8 @@ absl::Status Executor::Load() {
   if (handle_ == nullptr) return absl::InternalError(absl::StrCat("dlopen: ", dlerror()));
   for (const v1::Kernel& k : a_.kernels()) {
     void* f = dlsym(handle_, k.name().c_str());
-    if (f == nullptr) return absl::NotFoundError(absl::StrCat("kernel ", k.name(), " not exported"));
+    if (f == nullptr)
+      return absl::NotFoundError(absl::StrCat("kernel ", k.name(), " not exported"));
     fns_.push_back(reinterpret_cast<CpuKernelFn>(f));
   }
   return absl::OkStatus();
@@ -308,7 +330,8 @@ absl::Status Executor::BindSymbols() {
       if (const int64_t* i = std::get_if<int64_t>(&v)) {
         value = *i;
       } else {
-        return absl::InvalidArgumentError(absl::StrCat("input ", s.input_index(), " is not an int"));
+        return absl::InvalidArgumentError(
+            absl::StrCat("input ", s.input_index(), " is not an int"));
       }
     } else {
       const Tensor* t = std::get_if<Tensor>(&v);
@@ -336,7 +359,8 @@ absl::Status Executor::Allocate() {
     if (buf.kind() == v1::BUFFER_KIND_INTERMEDIATE) {
       auto off = Eval(buf.arena_offset());
       if (!off.ok()) return off.status();
-      if (*off + size_[b] > *ws) return absl::InternalError(absl::StrCat("buffer ", b, " exceeds the arena"));
+      if (*off + size_[b] > *ws)
+        return absl::InternalError(absl::StrCat("buffer ", b, " exceeds the arena"));
       base_[b] = arena_.data() + *off;
       continue;
     }
@@ -365,7 +389,9 @@ absl::Status Executor::Allocate() {
         WriteElement(base + pos * isz, buf.dtype(), ints ? 0 : fv[static_cast<size_t>(e)],
                      ints ? iv[static_cast<size_t>(e)] : 0, ints);
       });
-      if (oob) return absl::InvalidArgumentError(absl::StrCat("input ", buf.input_index(), " exceeds its buffer"));
+      if (oob)
+        return absl::InvalidArgumentError(
+            absl::StrCat("input ", buf.input_index(), " exceeds its buffer"));
     }
   }
   return absl::OkStatus();
@@ -378,7 +404,9 @@ absl::Status Executor::Launch(int32_t kernel) {
   for (int i = 0; i < k.params_size(); ++i) {
     const v1::KernelParam& p = k.params(i);
     switch (p.kind()) {
-      case v1::PARAM_KIND_BUFFER: params[static_cast<size_t>(i)] = Base(p.buffer()); break;
+      case v1::PARAM_KIND_BUFFER:
+        params[static_cast<size_t>(i)] = Base(p.buffer());
+        break;
       case v1::PARAM_KIND_SYMBOL: {
         auto it = bindings_.symbols.find(p.symbol());
         if (it == bindings_.symbols.end()) return absl::InternalError("unbound kernel symbol");
@@ -394,7 +422,8 @@ absl::Status Executor::Launch(int32_t kernel) {
         scalars[static_cast<size_t>(i)] = static_cast<int64_t>(o_.rng_offset);
         params[static_cast<size_t>(i)] = &scalars[static_cast<size_t>(i)];
         break;
-      default: return absl::UnimplementedError("kernel parameter kind");
+      default:
+        return absl::UnimplementedError("kernel parameter kind");
     }
   }
   auto grid = Eval(k.launch().grid(0));
@@ -419,12 +448,18 @@ absl::Status Executor::Launch(int32_t kernel) {
 
 absl::StatusOr<interp::Arg> Executor::ValueArg(const v1::Argument& a) {
   switch (a.kind_case()) {
-    case v1::Argument::kIntValue: return interp::Arg(static_cast<int64_t>(a.int_value()));
-    case v1::Argument::kFloatValue: return interp::Arg(a.float_value());
-    case v1::Argument::kBoolValue: return interp::Arg(a.bool_value());
-    case v1::Argument::kStringValue: return interp::Arg(a.string_value());
-    case v1::Argument::kNone: return interp::Arg();
-    case v1::Argument::kDtype: return interp::Arg(a.dtype());
+    case v1::Argument::kIntValue:
+      return interp::Arg(static_cast<int64_t>(a.int_value()));
+    case v1::Argument::kFloatValue:
+      return interp::Arg(a.float_value());
+    case v1::Argument::kBoolValue:
+      return interp::Arg(a.bool_value());
+    case v1::Argument::kStringValue:
+      return interp::Arg(a.string_value());
+    case v1::Argument::kNone:
+      return interp::Arg();
+    case v1::Argument::kDtype:
+      return interp::Arg(a.dtype());
     case v1::Argument::kDevice: {
       interp::Arg out;
       out.v = a.device();
@@ -435,7 +470,8 @@ absl::StatusOr<interp::Arg> Executor::ValueArg(const v1::Argument& a) {
       out.v = a.layout();
       return out;
     }
-    case v1::Argument::kMemoryFormat: return interp::Arg(a.memory_format());
+    case v1::Argument::kMemoryFormat:
+      return interp::Arg(a.memory_format());
     case v1::Argument::kList: {
       interp::Arg::List items;
       for (const v1::Argument& x : a.list().items()) {
@@ -454,7 +490,8 @@ absl::StatusOr<interp::Arg> Executor::ValueArg(const v1::Argument& a) {
       if (const double* d = std::get_if<double>(&*v)) return interp::Arg(*d);
       return interp::Arg(std::get<bool>(*v));
     }
-    default: return absl::UnimplementedError("argument kind");
+    default:
+      return absl::UnimplementedError("argument kind");
   }
 }
 
@@ -465,7 +502,8 @@ absl::StatusOr<interp::Arg> Executor::ToArg(const v1::CallArgument& a) {
       if (!t.ok()) return t.status();
       return interp::Arg(*std::move(t));
     }
-    case v1::CallArgument::kValue: return ValueArg(a.value());
+    case v1::CallArgument::kValue:
+      return ValueArg(a.value());
     case v1::CallArgument::kList: {
       interp::Arg::List items;
       for (const v1::CallArgument& x : a.list().items()) {
@@ -475,7 +513,8 @@ absl::StatusOr<interp::Arg> Executor::ToArg(const v1::CallArgument& a) {
       }
       return interp::Arg(std::move(items));
     }
-    default: return interp::Arg();
+    default:
+      return interp::Arg();
   }
 }
 
@@ -508,7 +547,8 @@ absl::Status Executor::Call(const std::string& op,
   if (!results.ok()) return results.status();
   for (int i = 0; i < outputs.size(); ++i) {
     if (outputs[i].buffer() < 0) continue;
-    if (static_cast<size_t>(i) >= results->size()) return absl::InternalError(absl::StrCat(op, ": too few results"));
+    if (static_cast<size_t>(i) >= results->size())
+      return absl::InternalError(absl::StrCat(op, ": too few results"));
     const Tensor* t = std::get_if<Tensor>(&(*results)[static_cast<size_t>(i)]);
     if (t == nullptr || !t->defined()) continue;
     if (absl::Status s = WriteView(outputs[i], *t); !s.ok()) return s;
@@ -522,8 +562,11 @@ absl::StatusOr<std::vector<interp::Value>> Executor::Run() {
   if (absl::Status s = Allocate(); !s.ok()) return s;
   for (const v1::PlanStep& step : a_.steps()) {
     absl::Status s;
+    const absl::Time t0 = absl::Now();
     switch (step.kind_case()) {
-      case v1::PlanStep::kLaunch: s = Launch(step.launch().kernel()); break;
+      case v1::PlanStep::kLaunch:
+        s = Launch(step.launch().kernel());
+        break;
       case v1::PlanStep::kExternCall:
         s = Call(step.extern_call().op(), step.extern_call().args(), step.extern_call().kwargs(),
                  step.extern_call().outputs(), step.extern_call().rng_stream());
@@ -551,9 +594,15 @@ absl::StatusOr<std::vector<interp::Value>> Executor::Run() {
         std::memset(Base(b), 0xFF, static_cast<size_t>(size_[static_cast<size_t>(b)]));
         break;
       }
-      default: s = absl::UnimplementedError("plan step kind");
+      default:
+        s = absl::UnimplementedError("plan step kind");
     }
     if (!s.ok()) return s;
+    if (o_.stats != nullptr) {
+      const double ms = absl::ToDoubleMilliseconds(absl::Now() - t0);
+      if (step.has_launch()) o_.stats->kernel_ms += ms;
+      if (step.has_extern_call() || step.has_fallback()) o_.stats->extern_ms += ms;
+    }
   }
   std::vector<interp::Value> out;
   for (const v1::OutputBinding& o : a_.outputs()) {

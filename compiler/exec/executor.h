@@ -22,11 +22,18 @@
 
 namespace kiln::exec {
 
+// Where a run spent its time.
+struct ExecStats {
+  double kernel_ms = 0;  // launches of generated kernels
+  double extern_ms = 0;  // extern and fallback steps (through the interpreter)
+};
+
 struct ExecOptions {
   uint64_t rng_seed = 0;
   uint64_t rng_offset = 0;
-  int pieces = 3;  // each launch's [0, grid) is split into this many ranges
-  int threads = 1; // ranges run on this many threads
+  int pieces = 3;              // each launch's [0, grid) is split into this many ranges
+  int threads = 1;             // ranges run on this many threads
+  ExecStats* stats = nullptr;  // filled when set
 };
 
 // Runs `artifact` on `inputs` (one per graph input, as interp::MakeRandomInputs makes them).

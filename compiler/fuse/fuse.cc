@@ -1,10 +1,591 @@
 #include "compiler/fuse/fuse.h"
 
+#include <algorithm>
+#include <map>
+#include <set>
+#include <utility>
+
+#include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
+
 namespace kiln::fuse {
+namespace {
+
+using loop::IndexExpr;
+using loop::Inst;
+using loop::Kernel;
+using loop::Opcode;
+using loop::Program;
+using loop::Step;
+
+bool Reads(const Inst& in) { return in.op == Opcode::kLoad; }
+bool Writes(const Inst& in) { return in.op == Opcode::kStore; }
+
+void Remap(Inst* in, const std::vector<int32_t>& map) {
+  auto m = [&](int32_t v) { return v < 0 ? v : map[static_cast<size_t>(v)]; };
+  in->a = m(in->a);
+  in->b = m(in->b);
+  in->c = m(in->c);
+  in->mask = m(in->mask);
+  for (loop::DynIndex& d : in->dyn) d.value = m(d.value);
+}
+
+// Buffers that must stay in memory whatever kernels do with them: inputs, what outputs and
+// write-backs view, what extern and fallback steps read or write.
+std::vector<bool> PinnedBuffers(const Program& p) {
+  std::vector<bool> pinned(p.buffers.size(), false);
+  for (size_t b = 0; b < p.buffers.size(); ++b) {
+    if (p.buffers[b].kind == loop::Buffer::Kind::kInput) pinned[b] = true;
+  }
+  for (const loop::Output& o : p.outputs) {
+    if (o.kind == loop::Output::Kind::kTensor) pinned[static_cast<size_t>(o.tensor.buffer)] = true;
+  }
+  std::function<void(const loop::CallArg&)> arg = [&](const loop::CallArg& a) {
+    if (a.kind == loop::CallArg::Kind::kTensor) pinned[static_cast<size_t>(a.tensor.buffer)] = true;
+    for (const loop::CallArg& x : a.items) arg(x);
+  };
+  for (const Step& s : p.steps) {
+    if (s.kind == Step::Kind::kWriteBack) pinned[static_cast<size_t>(s.src.buffer)] = true;
+    if (s.kind != Step::Kind::kExtern) continue;
+    for (const loop::CallArg& a : s.call.args) arg(a);
+    for (const auto& kv : s.call.kwargs) arg(kv.second);
+    for (const loop::TensorRef& r : s.call.outputs) {
+      if (r.buffer >= 0) pinned[static_cast<size_t>(r.buffer)] = true;
+    }
+  }
+  return pinned;
+}
+
+bool HasLoops(const Kernel& k) { return loop::HasLoopStage(k); }
+
+bool SameExtents(const std::vector<IndexExpr>& a, const std::vector<IndexExpr>& b) {
+  if (a.size() != b.size()) return false;
+  for (size_t i = 0; i < a.size(); ++i) {
+    if (a[i] != b[i]) return false;
+  }
+  return true;
+}
+
+// The order of a dense store layout, outermost first, or empty when the store index is not
+// a dense (permuted row-major) layout of the kernel's parallel space.
+std::vector<int32_t> DenseOrder(const Kernel& k, const Inst& store) {
+  const size_t n = k.parallel.size();
+  if (!store.dyn.empty() || store.mask >= 0) return {};
+  std::vector<IndexExpr> stride(n);
+  IndexExpr rest = store.index;
+  for (size_t d = 0; d < n; ++d) {
+    // The coefficient of p_d: the terms with exactly the factor p_d.
+    IndexExpr coef;
+    for (const loop::Term& t : store.index.terms()) {
+      int count = 0;
+      for (const loop::Atom& a : t.factors) {
+        if (a.kind == loop::Atom::Kind::kVar && a.id == static_cast<int32_t>(d)) ++count;
+        if (a.kind != loop::Atom::Kind::kVar && a.kind != loop::Atom::Kind::kSym) return {};
+      }
+      if (count == 1) {
+        IndexExpr term = IndexExpr::Const(t.coef);
+        for (const loop::Atom& a : t.factors) {
+          if (a.kind == loop::Atom::Kind::kSym) term = term * IndexExpr::Sym(a.id);
+          if (a.kind == loop::Atom::Kind::kVar && a.id != static_cast<int32_t>(d)) return {};
+        }
+        coef = coef + term;
+      } else if (count > 1) {
+        return {};
+      }
+    }
+    stride[d] = coef;
+    rest = rest - coef * IndexExpr::Var(static_cast<int32_t>(d));
+  }
+  if (!rest.is_zero()) return {};
+  // Innermost first: stride 1, then each stride the previous one times its extent.
+  std::vector<int32_t> order;
+  std::vector<bool> used(n, false);
+  IndexExpr expect = IndexExpr::Const(1);
+  for (size_t step = 0; step < n; ++step) {
+    int32_t found = -1;
+    for (size_t d = 0; d < n; ++d) {
+      if (!used[d] && stride[d] == expect) {
+        found = static_cast<int32_t>(d);
+        break;
+      }
+    }
+    if (found < 0) return {};
+    used[static_cast<size_t>(found)] = true;
+    order.push_back(found);
+    expect = expect * k.parallel[static_cast<size_t>(found)];
+  }
+  std::reverse(order.begin(), order.end());
+  return order;
+}
+
+class Fuser {
+ public:
+  Fuser(Program p, const FuseOptions& o) : p_(std::move(p)), o_(o) {}
+
+  absl::StatusOr<Program> Run() {
+    if (o_.vertical) Inline();
+    if (o_.merge) Merge();
+    RemoveDeadStores();
+    Compact();
+    return std::move(p_);
+  }
+
+ private:
+  Kernel& K(int32_t k) { return p_.kernels[static_cast<size_t>(k)]; }
+
+  // --- Vertical inlining of pointwise producers.
+  void Inline() {
+    for (size_t si = 0; si < p_.steps.size(); ++si) {
+      if (p_.steps[si].kind != Step::Kind::kKernel) continue;
+      const int32_t kid = p_.steps[si].kernel;
+      if (kid < 0) continue;
+      Kernel& k = K(kid);
+      if (!k.fusible || HasLoops(k) || !k.reduction.empty() || k.stages.size() != 1) continue;
+      int32_t store = -1, stores = 0;
+      for (size_t i = 0; i < k.insts.size(); ++i) {
+        if (Writes(k.insts[i])) {
+          store = static_cast<int32_t>(i);
+          ++stores;
+        }
+      }
+      if (stores != 1) continue;
+      const Inst& st = k.insts[static_cast<size_t>(store)];
+      const int32_t buffer = st.buffer;
+      const std::vector<bool> pinned = PinnedBuffers(p_);
+      if (pinned[static_cast<size_t>(buffer)]) continue;
+      const std::vector<int32_t> order = DenseOrder(k, st);
+      if (order.size() != k.parallel.size()) continue;
+      // Every reader must be a later kernel reading without data-dependent terms.
+      int sites = 0;
+      bool ok = true;
+      for (size_t sj = 0; sj < p_.steps.size() && ok; ++sj) {
+        if (p_.steps[sj].kind != Step::Kind::kKernel || p_.steps[sj].kernel < 0 || sj == si)
+          continue;
+        const Kernel& c = K(p_.steps[sj].kernel);
+        for (const Inst& in : c.insts) {
+          if (Reads(in) && in.buffer == buffer) {
+            if (sj < si || !in.dyn.empty()) ok = false;
+            ++sites;
+          }
+          if (Writes(in) && in.buffer == buffer) ok = false;
+        }
+      }
+      if (!ok || sites == 0 || sites > o_.max_inline_sites) continue;
+      if (sites > 1 && k.insts.size() > 200) continue;
+      for (size_t sj = si + 1; sj < p_.steps.size(); ++sj) {
+        if (p_.steps[sj].kind != Step::Kind::kKernel || p_.steps[sj].kernel < 0) continue;
+        InlineInto(K(p_.steps[sj].kernel), k, store, order);
+      }
+      p_.steps[si].kernel = -1;  // removed
+    }
+    std::vector<Step> steps;
+    for (Step& s : p_.steps) {
+      if (s.kind == Step::Kind::kKernel && s.kernel < 0) continue;
+      steps.push_back(std::move(s));
+    }
+    p_.steps = std::move(steps);
+  }
+
+  void InlineInto(Kernel& c, const Kernel& k, int32_t store, const std::vector<int32_t>& order) {
+    const int32_t buffer = k.insts[static_cast<size_t>(store)].buffer;
+    bool any = false;
+    for (const Inst& in : c.insts) any |= Reads(in) && in.buffer == buffer;
+    if (!any) return;
+    // Strides of the producer's dense layout, per dim.
+    std::vector<IndexExpr> stride(k.parallel.size());
+    {
+      IndexExpr s = IndexExpr::Const(1);
+      for (size_t i = order.size(); i-- > 0;) {
+        stride[static_cast<size_t>(order[i])] = s;
+        s = s * k.parallel[static_cast<size_t>(order[i])];
+      }
+    }
+    const loop::VarExtents ext = c.Extents();
+    std::vector<Inst> out;
+    std::vector<int32_t> map(c.insts.size(), -1);
+    std::vector<loop::Stage> stages;
+    for (const loop::Stage& s : c.stages) {
+      loop::Stage ns{s.loops, static_cast<int32_t>(out.size()), 0};
+      for (int32_t i = s.begin; i < s.end; ++i) {
+        Inst in = c.insts[static_cast<size_t>(i)];
+        if (Reads(in) && in.buffer == buffer) {
+          const int32_t mask = in.mask >= 0 ? map[static_cast<size_t>(in.mask)] : -1;
+          // The producer's point for this element: unravel the index by the dense layout.
+          std::vector<IndexExpr> point(k.parallel.size());
+          for (size_t j = 0; j < order.size(); ++j) {
+            const size_t d = static_cast<size_t>(order[j]);
+            IndexExpr q = IndexExpr::FloorDiv(in.index, stride[d], ext);
+            point[d] = j == 0 ? q : IndexExpr::Mod(q, k.parallel[d], ext);
+          }
+          std::vector<int32_t> kmap(k.insts.size(), -1);
+          for (size_t ki = 0; ki < k.insts.size(); ++ki) {
+            if (static_cast<int32_t>(ki) == store) continue;
+            Inst x = k.insts[ki];
+            Remap(&x, kmap);
+            if (x.op == Opcode::kLoad || x.op == Opcode::kIndex) {
+              x.index = x.index.SubstituteVars(
+                  [&](int32_t v) { return point[static_cast<size_t>(v)]; }, ext);
+              for (loop::DynIndex& d : x.dyn) {
+                d.stride = d.stride.SubstituteVars(
+                    [&](int32_t v) { return point[static_cast<size_t>(v)]; }, ext);
+              }
+            }
+            if (x.op == Opcode::kLoad && mask >= 0) {
+              if (x.mask >= 0) {
+                Inst both;
+                both.op = Opcode::kAnd;
+                both.type = loop::ScalarType::kBool;
+                both.a = x.mask;
+                both.b = mask;
+                out.push_back(both);
+                x.mask = static_cast<int32_t>(out.size() - 1);
+              } else {
+                x.mask = mask;
+              }
+            }
+            out.push_back(std::move(x));
+            kmap[ki] = static_cast<int32_t>(out.size() - 1);
+          }
+          int32_t value = kmap[static_cast<size_t>(k.insts[static_cast<size_t>(store)].a)];
+          // A load yields the buffer's compute type: convert the stored value the same way
+          // (half types keep f32 precision, as fused kernels in PyTorch do).
+          const loop::ScalarType want =
+              loop::ComputeType(loop::ScalarTypeOf(p_.buffers[static_cast<size_t>(buffer)].dtype));
+          if (out[static_cast<size_t>(value)].type != want) {
+            Inst cast;
+            cast.op = Opcode::kCast;
+            cast.type = want;
+            cast.a = value;
+            out.push_back(cast);
+            value = static_cast<int32_t>(out.size() - 1);
+          }
+          if (mask >= 0) {
+            Inst zero;
+            zero.op = Opcode::kConst;
+            zero.type = out[static_cast<size_t>(value)].type;
+            out.push_back(zero);
+            Inst sel;
+            sel.op = Opcode::kSelect;
+            sel.type = zero.type;
+            sel.a = mask;
+            sel.b = value;
+            sel.c = static_cast<int32_t>(out.size() - 1);
+            out.push_back(sel);
+            value = static_cast<int32_t>(out.size() - 1);
+          }
+          map[static_cast<size_t>(i)] = value;
+          continue;
+        }
+        Remap(&in, map);
+        out.push_back(std::move(in));
+        map[static_cast<size_t>(i)] = static_cast<int32_t>(out.size() - 1);
+      }
+      ns.end = static_cast<int32_t>(out.size());
+      stages.push_back(ns);
+    }
+    c.insts = std::move(out);
+    c.stages = std::move(stages);
+    for (const std::string& n : k.nodes) {
+      if (std::find(c.nodes.begin(), c.nodes.end(), n) == c.nodes.end()) c.nodes.push_back(n);
+    }
+  }
+
+  // --- Merging kernels into earlier kernels over the same space.
+
+  // Buffers a kernel reads and writes.
+  static std::set<int32_t> ReadSet(const Kernel& k) {
+    std::set<int32_t> s;
+    for (const Inst& in : k.insts) {
+      if (Reads(in)) s.insert(in.buffer);
+    }
+    return s;
+  }
+  static std::set<int32_t> WriteSet(const Kernel& k) {
+    std::set<int32_t> s;
+    for (const Inst& in : k.insts) {
+      if (Writes(in)) s.insert(in.buffer);
+    }
+    return s;
+  }
+
+  enum class Join { kNone, kParallelStage, kFullStage, kStages, kHorizontal };
+
+  Join Compatible(const Kernel& a, const Kernel& c) const {
+    if (!a.fusible || !c.fusible) return Join::kNone;
+    const bool a_red = HasLoops(a), c_red = HasLoops(c);
+    if (!c_red && c.reduction.empty()) {
+      if (a_red && SameExtents(a.parallel, c.parallel)) return Join::kParallelStage;
+      if (a_red) {
+        std::vector<IndexExpr> full = a.parallel;
+        full.insert(full.end(), a.reduction.begin(), a.reduction.end());
+        if (SameExtents(full, c.parallel)) return Join::kFullStage;
+      }
+      if (!a_red && a.reduction.empty() && SameExtents(a.parallel, c.parallel))
+        return Join::kHorizontal;
+      return Join::kNone;
+    }
+    if (a_red && c_red && SameExtents(a.parallel, c.parallel) &&
+        SameExtents(a.reduction, c.reduction)) {
+      return Join::kStages;
+    }
+    return Join::kNone;
+  }
+
+  // Stores of `a`, by buffer: the index and the stored value and whether it is P-scope.
+  struct StoreInfo {
+    IndexExpr index;
+    int32_t value = -1;
+    bool parallel_scope = false;  // in a stage that does not loop
+    bool simple = true;
+  };
+  static std::map<int32_t, StoreInfo> Stores(const Kernel& a) {
+    std::map<int32_t, StoreInfo> out;
+    for (const loop::Stage& s : a.stages) {
+      for (int32_t i = s.begin; i < s.end; ++i) {
+        const Inst& in = a.insts[static_cast<size_t>(i)];
+        if (!Writes(in)) continue;
+        StoreInfo info;
+        info.index = in.index;
+        info.value = in.a;
+        info.parallel_scope = !s.loops;
+        info.simple = in.dyn.empty() && in.mask < 0;
+        if (out.count(in.buffer)) info.simple = false;
+        out[in.buffer] = info;
+      }
+    }
+    return out;
+  }
+
+  void Merge() {
+    // Position of each buffer's producing step.
+    bool changed = true;
+    while (changed) {
+      changed = false;
+      std::map<int32_t, size_t> producer;
+      for (size_t i = 0; i < p_.steps.size(); ++i) {
+        for (int32_t b : StepWrites(p_.steps[i])) producer[b] = i;
+      }
+      for (size_t j = 0; j < p_.steps.size() && !changed; ++j) {
+        if (p_.steps[j].kind != Step::Kind::kKernel) continue;
+        const Kernel& c = K(p_.steps[j].kernel);
+        const std::set<int32_t> creads = ReadSet(c);
+        for (size_t i = j; i-- > 0;) {
+          const Step& s = p_.steps[i];
+          if (s.kind == Step::Kind::kExtern && s.call.collective) break;
+          if (s.kind != Step::Kind::kKernel) continue;
+          const Kernel& a = K(s.kernel);
+          const Join join = Compatible(a, c);
+          if (join == Join::kNone) continue;
+          // Everything c reads exists at i, or comes from a at the same point.
+          const std::set<int32_t> awrites = WriteSet(a);
+          const std::map<int32_t, StoreInfo> stores = Stores(a);
+          bool legal = true;
+          for (int32_t b : creads) {
+            if (awrites.count(b)) {
+              auto it = stores.find(b);
+              if (it == stores.end() || !it->second.simple) {
+                legal = false;
+                break;
+              }
+              for (const Inst& in : c.insts) {
+                if (Reads(in) && in.buffer == b &&
+                    (in.index != it->second.index || !in.dyn.empty() || in.mask >= 0)) {
+                  legal = false;
+                }
+              }
+              continue;
+            }
+            auto it = producer.find(b);
+            if (it != producer.end() && it->second > i) legal = false;
+          }
+          if (!legal) continue;
+          if (join == Join::kHorizontal) {
+            // Siblings join when they share data (or one of them reads nothing).
+            const std::set<int32_t> areads = ReadSet(a);
+            bool share = areads.empty() || creads.empty();
+            for (int32_t b : creads) share = share || areads.count(b) || awrites.count(b);
+            if (!share) continue;
+          }
+          Append(K(s.kernel), c, join, stores);
+          p_.steps.erase(p_.steps.begin() + static_cast<std::ptrdiff_t>(j));
+          changed = true;
+          break;
+        }
+      }
+    }
+  }
+
+  std::vector<int32_t> StepWrites(const Step& s) const {
+    std::vector<int32_t> out;
+    if (s.kind == Step::Kind::kKernel) {
+      for (int32_t b : WriteSet(p_.kernels[static_cast<size_t>(s.kernel)])) out.push_back(b);
+    } else if (s.kind == Step::Kind::kExtern) {
+      for (const loop::TensorRef& r : s.call.outputs) {
+        if (r.buffer >= 0) out.push_back(r.buffer);
+      }
+    }
+    return out;
+  }
+
+  // Appends c to a; loads of what a stored at the same index read the stored value instead
+  // when it is visible (stored in a stage that does not loop, or in the same stage).
+  void Append(Kernel& a, const Kernel& c, Join join, const std::map<int32_t, StoreInfo>& stores) {
+    const int32_t base = static_cast<int32_t>(a.insts.size());
+    std::vector<int32_t> map(c.insts.size(), -1);
+    const bool same_stage = join == Join::kHorizontal;
+    std::vector<loop::Stage> cstages = c.stages;
+    for (const loop::Stage& s : cstages) {
+      loop::Stage ns{s.loops, static_cast<int32_t>(a.insts.size()), 0};
+      if (join == Join::kFullStage) ns.loops = true;
+      for (int32_t i = s.begin; i < s.end; ++i) {
+        Inst in = c.insts[static_cast<size_t>(i)];
+        if (Reads(in)) {
+          auto it = stores.find(in.buffer);
+          if (it != stores.end() && in.index == it->second.index && in.dyn.empty() && in.mask < 0 &&
+              (it->second.parallel_scope || same_stage)) {
+            map[static_cast<size_t>(i)] = it->second.value;
+            continue;
+          }
+        }
+        Remap(&in, map);
+        a.insts.push_back(std::move(in));
+        map[static_cast<size_t>(i)] = static_cast<int32_t>(a.insts.size() - 1);
+      }
+      ns.end = static_cast<int32_t>(a.insts.size());
+      if (same_stage && !a.stages.empty()) {
+        a.stages.back().end = ns.end;
+      } else {
+        a.stages.push_back(ns);
+      }
+    }
+    (void)base;
+    for (const std::string& n : c.nodes) {
+      if (std::find(a.nodes.begin(), a.nodes.end(), n) == a.nodes.end()) a.nodes.push_back(n);
+    }
+  }
+
+  // Stores nobody reads any more, into buffers nothing else needs.
+  void RemoveDeadStores() {
+    const std::vector<bool> pinned = PinnedBuffers(p_);
+    std::vector<int> reads(p_.buffers.size(), 0);
+    for (const Step& s : p_.steps) {
+      if (s.kind != Step::Kind::kKernel) continue;
+      for (const Inst& in : K(s.kernel).insts) {
+        if (Reads(in)) ++reads[static_cast<size_t>(in.buffer)];
+      }
+    }
+    for (const Step& s : p_.steps) {
+      if (s.kind != Step::Kind::kKernel) continue;
+      Kernel& k = K(s.kernel);
+      std::vector<bool> drop(k.insts.size(), false);
+      bool any = false;
+      for (size_t i = 0; i < k.insts.size(); ++i) {
+        const Inst& in = k.insts[i];
+        if (Writes(in) && !pinned[static_cast<size_t>(in.buffer)] &&
+            reads[static_cast<size_t>(in.buffer)] == 0 && k.fusible) {
+          drop[i] = true;
+          any = true;
+        }
+      }
+      if (!any) continue;
+      // Also drop instructions no longer used (loads and arithmetic feeding only the stores).
+      std::vector<int> uses(k.insts.size(), 0);
+      for (size_t i = k.insts.size(); i-- > 0;) {
+        const Inst& in = k.insts[i];
+        const bool live = !drop[i] && (Writes(in) || in.op == Opcode::kReduce || uses[i] > 0);
+        if (!live) {
+          drop[i] = true;
+          continue;
+        }
+        for (int32_t v : {in.a, in.b, in.c, in.mask}) {
+          if (v >= 0) ++uses[static_cast<size_t>(v)];
+        }
+        for (const loop::DynIndex& d : in.dyn) ++uses[static_cast<size_t>(d.value)];
+      }
+      Compress(k, drop);
+    }
+  }
+
+  static void Compress(Kernel& k, const std::vector<bool>& drop) {
+    std::vector<int32_t> map(k.insts.size(), -1);
+    std::vector<Inst> out;
+    std::vector<loop::Stage> stages;
+    for (const loop::Stage& s : k.stages) {
+      loop::Stage ns{s.loops, static_cast<int32_t>(out.size()), 0};
+      for (int32_t i = s.begin; i < s.end; ++i) {
+        if (drop[static_cast<size_t>(i)]) continue;
+        Inst in = k.insts[static_cast<size_t>(i)];
+        Remap(&in, map);
+        out.push_back(std::move(in));
+        map[static_cast<size_t>(i)] = static_cast<int32_t>(out.size() - 1);
+      }
+      ns.end = static_cast<int32_t>(out.size());
+      if (ns.end > ns.begin) stages.push_back(ns);
+    }
+    k.insts = std::move(out);
+    k.stages = std::move(stages);
+  }
+
+  // Drops kernels that no step launches and buffers nothing refers to; renumbers both.
+  void Compact() {
+    std::vector<Kernel> kernels;
+    for (Step& s : p_.steps) {
+      if (s.kind != Step::Kind::kKernel) continue;
+      kernels.push_back(std::move(p_.kernels[static_cast<size_t>(s.kernel)]));
+      s.kernel = static_cast<int32_t>(kernels.size() - 1);
+    }
+    p_.kernels = std::move(kernels);
+    std::vector<bool> used(p_.buffers.size(), false);
+    for (size_t b = 0; b < p_.buffers.size(); ++b) {
+      if (p_.buffers[b].kind == loop::Buffer::Kind::kInput) used[b] = true;
+    }
+    const std::vector<bool> pinned = PinnedBuffers(p_);
+    for (size_t b = 0; b < pinned.size(); ++b) used[b] = used[b] || pinned[b];
+    for (const Kernel& k : p_.kernels) {
+      for (const Inst& in : k.insts) {
+        if (Reads(in) || Writes(in)) used[static_cast<size_t>(in.buffer)] = true;
+      }
+    }
+    std::vector<int32_t> map(p_.buffers.size(), -1);
+    std::vector<loop::Buffer> buffers;
+    for (size_t b = 0; b < p_.buffers.size(); ++b) {
+      if (!used[b]) continue;
+      map[b] = static_cast<int32_t>(buffers.size());
+      buffers.push_back(std::move(p_.buffers[b]));
+    }
+    p_.buffers = std::move(buffers);
+    auto m = [&](int32_t& b) {
+      if (b >= 0) b = map[static_cast<size_t>(b)];
+    };
+    for (Kernel& k : p_.kernels) {
+      for (Inst& in : k.insts) {
+        if (Reads(in) || Writes(in)) m(in.buffer);
+      }
+    }
+    std::function<void(loop::CallArg&)> arg = [&](loop::CallArg& a) {
+      if (a.kind == loop::CallArg::Kind::kTensor) m(a.tensor.buffer);
+      for (loop::CallArg& x : a.items) arg(x);
+    };
+    for (Step& s : p_.steps) {
+      if (s.kind == Step::Kind::kWriteBack) m(s.src.buffer);
+      if (s.kind != Step::Kind::kExtern) continue;
+      for (loop::CallArg& a : s.call.args) arg(a);
+      for (auto& kv : s.call.kwargs) arg(kv.second);
+      for (loop::TensorRef& r : s.call.outputs) m(r.buffer);
+    }
+    for (loop::Output& o : p_.outputs) {
+      if (o.kind == loop::Output::Kind::kTensor) m(o.tensor.buffer);
+    }
+  }
+
+  Program p_;
+  FuseOptions o_;
+};
+
+}  // namespace
 
 absl::StatusOr<loop::Program> Fuse(loop::Program program, const FuseOptions& options) {
-  (void)options;
-  return program;
+  return Fuser(std::move(program), options).Run();
 }
 
 }  // namespace kiln::fuse

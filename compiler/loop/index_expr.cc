@@ -120,7 +120,6 @@ IndexExpr IndexExpr::Sym(int32_t id) {
   return e;
 }
 
-
 void IndexExpr::Normalize() {
   for (Term& t : terms_) {
     std::sort(t.factors.begin(), t.factors.end(),
@@ -270,8 +269,12 @@ IndexExpr IndexExpr::SubstituteVars(const std::function<IndexExpr(int32_t)>& map
     IndexExpr prod = Const(t.coef);
     for (const Atom& a : t.factors) {
       switch (a.kind) {
-        case Atom::Kind::kVar: prod = prod * map(a.id); break;
-        case Atom::Kind::kSym: prod = prod * Sym(a.id); break;
+        case Atom::Kind::kVar:
+          prod = prod * map(a.id);
+          break;
+        case Atom::Kind::kSym:
+          prod = prod * Sym(a.id);
+          break;
         case Atom::Kind::kDiv:
           prod = prod * FloorDiv(a.operands->first.SubstituteVars(map, extents),
                                  a.operands->second.SubstituteVars(map, extents), extents);
@@ -293,15 +296,19 @@ IndexExpr IndexExpr::RenameSyms(const std::function<int32_t(int32_t)>& map) cons
     IndexExpr prod = Const(t.coef);
     for (const Atom& a : t.factors) {
       switch (a.kind) {
-        case Atom::Kind::kVar: prod = prod * Var(a.id); break;
-        case Atom::Kind::kSym: prod = prod * Sym(map(a.id)); break;
+        case Atom::Kind::kVar:
+          prod = prod * Var(a.id);
+          break;
+        case Atom::Kind::kSym:
+          prod = prod * Sym(map(a.id));
+          break;
         case Atom::Kind::kDiv:
           prod = prod * FloorDiv(a.operands->first.RenameSyms(map),
                                  a.operands->second.RenameSyms(map), nullptr);
           break;
         case Atom::Kind::kMod:
-          prod = prod *
-                 Mod(a.operands->first.RenameSyms(map), a.operands->second.RenameSyms(map), nullptr);
+          prod = prod * Mod(a.operands->first.RenameSyms(map), a.operands->second.RenameSyms(map),
+                            nullptr);
           break;
       }
     }
@@ -390,10 +397,11 @@ absl::StatusOr<int64_t> IndexExpr::Evaluate(absl::Span<const int64_t> syms,
 namespace {
 std::string AtomText(const Atom& a, absl::Span<const std::string> names) {
   switch (a.kind) {
-    case Atom::Kind::kVar: return absl::StrCat("p", a.id);
+    case Atom::Kind::kVar:
+      return absl::StrCat("p", a.id);
     case Atom::Kind::kSym:
       return a.id >= 0 && static_cast<size_t>(a.id) < names.size() ? names[a.id]
-                                                                    : absl::StrCat("sym", a.id);
+                                                                   : absl::StrCat("sym", a.id);
     case Atom::Kind::kDiv:
       return absl::StrCat("FloorDiv(", a.operands->first.ToString(names), ", ",
                           a.operands->second.ToString(names), ")");
@@ -539,16 +547,15 @@ class Parser {
     if (pos_ < text_.size() && absl::ascii_isdigit(static_cast<unsigned char>(text_[pos_]))) {
       int64_t v = 0;
       while (pos_ < text_.size() && absl::ascii_isdigit(static_cast<unsigned char>(text_[pos_]))) {
-        if (__builtin_mul_overflow(v, 10, &v) ||
-            __builtin_add_overflow(v, text_[pos_] - '0', &v)) {
+        if (__builtin_mul_overflow(v, 10, &v) || __builtin_add_overflow(v, text_[pos_] - '0', &v)) {
           return Unsupported();
         }
         ++pos_;
       }
       return IndexExpr::Const(v);
     }
-    while (pos_ < text_.size() && (absl::ascii_isalnum(static_cast<unsigned char>(text_[pos_])) ||
-                                   text_[pos_] == '_')) {
+    while (pos_ < text_.size() &&
+           (absl::ascii_isalnum(static_cast<unsigned char>(text_[pos_])) || text_[pos_] == '_')) {
       ++pos_;
     }
     if (pos_ == start) return Unsupported();

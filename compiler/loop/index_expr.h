@@ -30,7 +30,7 @@ class IndexExpr;
 struct Atom {
   enum class Kind : uint8_t { kVar, kSym, kDiv, kMod };
   Kind kind = Kind::kVar;
-  int32_t id = 0;                                            // kVar, kSym
+  int32_t id = 0;                                                   // kVar, kSym
   std::shared_ptr<const std::pair<IndexExpr, IndexExpr>> operands;  // kDiv, kMod
   std::string key;  // canonical text; atoms order and compare by it
 };

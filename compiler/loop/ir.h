@@ -41,9 +41,9 @@ enum class ScalarType : uint8_t { kBool, kI8, kU8, kI16, kI32, kI64, kF16, kBF16
 
 ScalarType ScalarTypeOf(graph::DType dtype);  // storage type of a dtype
 graph::DType DTypeOf(ScalarType type);
-int ByteSize(ScalarType type);          // storage bytes (bool: 1)
-bool IsFloat(ScalarType type);          // f16, bf16, f32, f64
-bool IsSigned(ScalarType type);         // signed ints
+int ByteSize(ScalarType type);            // storage bytes (bool: 1)
+bool IsFloat(ScalarType type);            // f16, bf16, f32, f64
+bool IsSigned(ScalarType type);           // signed ints
 ScalarType ComputeType(ScalarType type);  // f16/bf16 -> f32, others unchanged
 const char* ScalarTypeName(ScalarType type);
 
@@ -58,12 +58,61 @@ enum class Opcode : uint8_t {
   kCast,      // a to `type`
   kSelect,    // a ? b : c
   // Unary.
-  kNeg, kAbs, kExp, kExpm1, kExp2, kLog, kLog1p, kLog2, kLog10, kSqrt, kRsqrt, kRecip,
-  kSin, kCos, kTan, kAsin, kAcos, kAtan, kSinh, kCosh, kTanh, kSigmoid, kErf, kErfc,
-  kFloor, kCeil, kRound, kTrunc, kSign, kIsNan, kIsInf, kNot, kBitNot, kLgamma,
+  kNeg,
+  kAbs,
+  kExp,
+  kExpm1,
+  kExp2,
+  kLog,
+  kLog1p,
+  kLog2,
+  kLog10,
+  kSqrt,
+  kRsqrt,
+  kRecip,
+  kSin,
+  kCos,
+  kTan,
+  kAsin,
+  kAcos,
+  kAtan,
+  kSinh,
+  kCosh,
+  kTanh,
+  kSigmoid,
+  kErf,
+  kErfc,
+  kFloor,
+  kCeil,
+  kRound,
+  kTrunc,
+  kSign,
+  kIsNan,
+  kIsInf,
+  kNot,
+  kBitNot,
+  kLgamma,
   // Binary.
-  kAdd, kSub, kMul, kDiv, kFloorDiv, kRemainder, kFmod, kPow, kAtan2, kMax, kMin,
-  kAnd, kOr, kXor, kEq, kNe, kLt, kLe, kGt, kGe,
+  kAdd,
+  kSub,
+  kMul,
+  kDiv,
+  kFloorDiv,
+  kRemainder,
+  kFmod,
+  kPow,
+  kAtan2,
+  kMax,
+  kMin,
+  kAnd,
+  kOr,
+  kXor,
+  kEq,
+  kNe,
+  kLt,
+  kLe,
+  kGt,
+  kGe,
 };
 
 enum class ReduceKind : uint8_t { kSum, kProd, kMax, kMin, kArgMax, kArgMin, kAny, kAll };
@@ -100,9 +149,9 @@ struct Stage {
 
 // Choices for code generation, recorded so every backend reads the same decisions.
 struct Schedule {
-  int32_t vector_width = 1;     // elements per vector operation of the innermost loop
-  int32_t block_threads = 128;  // GPU: threads per block
-  bool block_reduction = false; // GPU: one block per parallel point, reduction across threads
+  int32_t vector_width = 1;      // elements per vector operation of the innermost loop
+  int32_t block_threads = 128;   // GPU: threads per block
+  bool block_reduction = false;  // GPU: one block per parallel point, reduction across threads
 };
 
 struct Kernel {
@@ -136,9 +185,9 @@ struct Buffer {
   enum class Kind : uint8_t { kInput, kIntermediate };
   Kind kind = Kind::kIntermediate;
   graph::DType dtype = graph::DType::kFloat32;
-  IndexExpr elements;       // storage size in elements
-  int32_t input_index = -1; // kInput: position among the graph inputs
-  std::string name;         // canonical name of the value that owns the storage
+  IndexExpr elements;        // storage size in elements
+  int32_t input_index = -1;  // kInput: position among the graph inputs
+  std::string name;          // canonical name of the value that owns the storage
 };
 
 // A strided view of a buffer, as extern calls and outputs see tensors.
@@ -154,8 +203,8 @@ struct TensorRef {
 struct CallArg {
   enum class Kind : uint8_t { kTensor, kValue, kList, kNoneTensor };
   Kind kind = Kind::kValue;
-  TensorRef tensor;       // kTensor
-  v1::Argument value;     // kValue (never a reference)
+  TensorRef tensor;            // kTensor
+  v1::Argument value;          // kValue (never a reference)
   std::vector<CallArg> items;  // kList
 };
 
@@ -175,8 +224,8 @@ struct ExternCall {
 struct Step {
   enum class Kind : uint8_t { kKernel, kExtern, kWriteBack };
   Kind kind = Kind::kKernel;
-  int32_t kernel = -1;   // kKernel
-  ExternCall call;       // kExtern (fallbacks too)
+  int32_t kernel = -1;       // kKernel
+  ExternCall call;           // kExtern (fallbacks too)
   int32_t input_index = -1;  // kWriteBack: the mutated input
   TensorRef src;             // kWriteBack: the new value
 };
@@ -201,7 +250,7 @@ struct InputDesc {
 };
 
 struct Program {
-  std::vector<InputDesc> inputs;  // one per graph input, in calling order
+  std::vector<InputDesc> inputs;     // one per graph input, in calling order
   std::vector<std::string> symbols;  // canonical names; IndexExpr symbol ids index this
   std::vector<int64_t> symbol_hints;
   std::vector<Buffer> buffers;

@@ -26,11 +26,20 @@ class Lowerer {
     for (const decompose::Node& n : g_.nodes) {
       absl::Status s;
       switch (n.kind) {
-        case decompose::Node::Kind::kInput: s = Input(n); break;
-        case decompose::Node::Kind::kView: break;
-        case decompose::Node::Kind::kCompute: s = Compute(n); break;
-        case decompose::Node::Kind::kExtern: s = Extern(n); break;
-        case decompose::Node::Kind::kScatterAdd: s = Scatter(n); break;
+        case decompose::Node::Kind::kInput:
+          s = Input(n);
+          break;
+        case decompose::Node::Kind::kView:
+          break;
+        case decompose::Node::Kind::kCompute:
+          s = Compute(n);
+          break;
+        case decompose::Node::Kind::kExtern:
+          s = Extern(n);
+          break;
+        case decompose::Node::Kind::kScatterAdd:
+          s = Scatter(n);
+          break;
       }
       if (!s.ok()) return s;
     }
@@ -48,7 +57,8 @@ class Lowerer {
           out.kind = loop::Output::Kind::kSymbol;
           out.symbol = o.symbol;
           break;
-        case decompose::Output::Kind::kNone: break;
+        case decompose::Output::Kind::kNone:
+          break;
       }
       p_.outputs.push_back(std::move(out));
     }
@@ -95,7 +105,8 @@ class Lowerer {
     if (tensor < 0) return absl::InternalError("lower: a missing tensor");
     const int32_t root = T(tensor).storage;
     int32_t b = buffer_of_[static_cast<size_t>(root)];
-    if (b < 0) return absl::InternalError(absl::StrCat("lower: ", T(tensor).name, " has no buffer"));
+    if (b < 0)
+      return absl::InternalError(absl::StrCat("lower: ", T(tensor).name, " has no buffer"));
     return b;
   }
 
@@ -131,7 +142,9 @@ class Lowerer {
         out.kind = loop::CallArg::Kind::kValue;
         out.value = a.value;
         break;
-      case decompose::CallArg::Kind::kNoneTensor: out.kind = loop::CallArg::Kind::kNoneTensor; break;
+      case decompose::CallArg::Kind::kNoneTensor:
+        out.kind = loop::CallArg::Kind::kNoneTensor;
+        break;
       case decompose::CallArg::Kind::kList:
         out.kind = loop::CallArg::Kind::kList;
         for (const decompose::CallArg& x : a.items) {
@@ -239,8 +252,8 @@ class Lowerer {
       out_coords.push_back(d < 0 ? IndexExpr() : var_of[static_cast<size_t>(d)]);
     }
     int32_t value = c.result;
-    const bool reduces = !red.empty() || std::any_of(c.reduced.begin(), c.reduced.end(),
-                                                     [](bool r) { return r; });
+    const bool reduces =
+        !red.empty() || std::any_of(c.reduced.begin(), c.reduced.end(), [](bool r) { return r; });
     if (reduces) {
       Inst r;
       r.op = Opcode::kReduce;

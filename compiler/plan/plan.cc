@@ -37,9 +37,15 @@ v1::TensorView View(const loop::TensorRef& r, const std::vector<std::string>& sy
 v1::CallArgument Arg(const loop::CallArg& a, const std::vector<std::string>& syms) {
   v1::CallArgument out;
   switch (a.kind) {
-    case loop::CallArg::Kind::kTensor: *out.mutable_tensor() = View(a.tensor, syms); break;
-    case loop::CallArg::Kind::kValue: *out.mutable_value() = a.value; break;
-    case loop::CallArg::Kind::kNoneTensor: out.mutable_value()->mutable_none(); break;
+    case loop::CallArg::Kind::kTensor:
+      *out.mutable_tensor() = View(a.tensor, syms);
+      break;
+    case loop::CallArg::Kind::kValue:
+      *out.mutable_value() = a.value;
+      break;
+    case loop::CallArg::Kind::kNoneTensor:
+      out.mutable_value()->mutable_none();
+      break;
     case loop::CallArg::Kind::kList:
       for (const loop::CallArg& x : a.items) *out.mutable_list()->add_items() = Arg(x, syms);
       break;
@@ -68,7 +74,9 @@ std::vector<int32_t> StepBuffers(const loop::Program& p, const loop::Step& s) {
         if (r.buffer >= 0) out.push_back(r.buffer);
       }
       break;
-    case loop::Step::Kind::kWriteBack: out.push_back(s.src.buffer); break;
+    case loop::Step::Kind::kWriteBack:
+      out.push_back(s.src.buffer);
+      break;
   }
   std::sort(out.begin(), out.end());
   out.erase(std::unique(out.begin(), out.end()), out.end());
@@ -96,7 +104,8 @@ v1::SymInt ToSymInt(const IndexExpr& e, const std::vector<std::string>& symbols)
 KernelParams ParamsOf(const loop::Kernel& k) {
   KernelParams p;
   for (const loop::Inst& in : k.insts) {
-    if (in.op == loop::Opcode::kLoad || in.op == loop::Opcode::kStore) p.buffers.push_back(in.buffer);
+    if (in.op == loop::Opcode::kLoad || in.op == loop::Opcode::kStore)
+      p.buffers.push_back(in.buffer);
     if (in.op == loop::Opcode::kRandBits) p.rng = true;
   }
   std::sort(p.buffers.begin(), p.buffers.end());
@@ -154,7 +163,8 @@ absl::StatusOr<v1::CompiledGraph> Plan(const loop::Program& p, const PlanOptions
   std::vector<int32_t> first(nb, -1), last(nb, -1);
   for (size_t i = 0; i < p.steps.size(); ++i) {
     for (int32_t b : StepBuffers(p, p.steps[i])) {
-      if (first[static_cast<size_t>(b)] < 0) first[static_cast<size_t>(b)] = static_cast<int32_t>(i);
+      if (first[static_cast<size_t>(b)] < 0)
+        first[static_cast<size_t>(b)] = static_cast<int32_t>(i);
       last[static_cast<size_t>(b)] = static_cast<int32_t>(i);
     }
   }
@@ -176,11 +186,13 @@ absl::StatusOr<v1::CompiledGraph> Plan(const loop::Program& p, const PlanOptions
       order.push_back(static_cast<int32_t>(b));
     }
   }
-  std::stable_sort(order.begin(), order.end(),
-                   [&](int32_t a, int32_t b) { return first[static_cast<size_t>(a)] < first[static_cast<size_t>(b)]; });
+  std::stable_sort(order.begin(), order.end(), [&](int32_t a, int32_t b) {
+    return first[static_cast<size_t>(a)] < first[static_cast<size_t>(b)];
+  });
   for (int32_t b : order) {
     const loop::Buffer& buf = p.buffers[static_cast<size_t>(b)];
-    const IndexExpr bytes = AlignUp(buf.elements * IndexExpr::Const(loop::ByteSize(loop::ScalarTypeOf(buf.dtype))));
+    const IndexExpr bytes =
+        AlignUp(buf.elements * IndexExpr::Const(loop::ByteSize(loop::ScalarTypeOf(buf.dtype))));
     const int32_t start = first[static_cast<size_t>(b)];
     // Release slots whose buffers died before this one starts.
     for (size_t s = 0; s < slots.size(); ++s) {
@@ -189,9 +201,9 @@ absl::StatusOr<v1::CompiledGraph> Plan(const loop::Program& p, const PlanOptions
     int32_t chosen = -1;
     for (size_t s = 0; s < slots.size(); ++s) {
       if (slots[s].busy) continue;
-      const bool fits = slots[s].size == bytes ||
-                        (bytes.is_const() && slots[s].size.is_const() &&
-                         slots[s].size.const_value() >= bytes.const_value());
+      const bool fits =
+          slots[s].size == bytes || (bytes.is_const() && slots[s].size.is_const() &&
+                                     slots[s].size.const_value() >= bytes.const_value());
       if (fits) {
         chosen = static_cast<int32_t>(s);
         break;
@@ -214,8 +226,8 @@ absl::StatusOr<v1::CompiledGraph> Plan(const loop::Program& p, const PlanOptions
     pb->set_dtype(static_cast<v1::DType>(buf.dtype));
     pb->set_name(buf.name);
     pb->set_alignment(static_cast<int32_t>(kAlign));
-    *pb->mutable_size_bytes() =
-        ToSymInt(buf.elements * IndexExpr::Const(loop::ByteSize(loop::ScalarTypeOf(buf.dtype))), syms);
+    *pb->mutable_size_bytes() = ToSymInt(
+        buf.elements * IndexExpr::Const(loop::ByteSize(loop::ScalarTypeOf(buf.dtype))), syms);
     if (buf.kind == loop::Buffer::Kind::kInput) {
       pb->set_kind(v1::BUFFER_KIND_INPUT);
       pb->set_input_index(buf.input_index);
@@ -233,7 +245,9 @@ absl::StatusOr<v1::CompiledGraph> Plan(const loop::Program& p, const PlanOptions
     const loop::Step& s = p.steps[i];
     v1::PlanStep* ps = out.add_steps();
     switch (s.kind) {
-      case loop::Step::Kind::kKernel: ps->mutable_launch()->set_kernel(s.kernel); break;
+      case loop::Step::Kind::kKernel:
+        ps->mutable_launch()->set_kernel(s.kernel);
+        break;
       case loop::Step::Kind::kWriteBack:
         ps->mutable_write_back()->set_input_index(s.input_index);
         *ps->mutable_write_back()->mutable_src() = View(s.src, syms);
@@ -279,7 +293,8 @@ absl::StatusOr<v1::CompiledGraph> Plan(const loop::Program& p, const PlanOptions
       }
     }
     for (int32_t b : StepBuffers(p, s)) {
-      if (slot_of[static_cast<size_t>(b)] >= 0 && last[static_cast<size_t>(b)] == static_cast<int32_t>(i)) {
+      if (slot_of[static_cast<size_t>(b)] >= 0 &&
+          last[static_cast<size_t>(b)] == static_cast<int32_t>(i)) {
         out.add_steps()->mutable_free()->set_buffer(b);
       }
     }
@@ -291,8 +306,12 @@ absl::StatusOr<v1::CompiledGraph> Plan(const loop::Program& p, const PlanOptions
     const loop::Output& o = p.outputs[i];
     v1::OutputBinding* ob = out.add_outputs();
     switch (o.kind) {
-      case loop::Output::Kind::kNone: ob->set_none(true); break;
-      case loop::Output::Kind::kSymbol: ob->set_symbol(o.symbol.ToString(syms)); break;
+      case loop::Output::Kind::kNone:
+        ob->set_none(true);
+        break;
+      case loop::Output::Kind::kSymbol:
+        ob->set_symbol(o.symbol.ToString(syms));
+        break;
       case loop::Output::Kind::kTensor: {
         *ob->mutable_view() = View(o.tensor, syms);
         const loop::Buffer& buf = p.buffers[static_cast<size_t>(o.tensor.buffer)];
@@ -362,7 +381,8 @@ absl::StatusOr<v1::CompiledGraph> Plan(const loop::Program& p, const PlanOptions
   for (size_t i = 0; i < p.inputs.size(); ++i) {
     const loop::InputDesc& in = p.inputs[i];
     if (in.kind == loop::InputDesc::Kind::kTensor && in.on_cpu) {
-      reason(v1::CAPTURE_BLOCKER_CPU_TENSOR, in.name, absl::StrCat("input ", i, " is on the CPU"), "");
+      reason(v1::CAPTURE_BLOCKER_CPU_TENSOR, in.name, absl::StrCat("input ", i, " is on the CPU"),
+             "");
     }
     if (in.role == graph::InputRole::kParameter || in.role == graph::InputRole::kBuffer) {
       cg->add_static_inputs(static_cast<int32_t>(i));

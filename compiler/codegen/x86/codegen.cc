@@ -60,11 +60,11 @@ const absl::flat_hash_set<std::string>& AllowedImports() {
   static const auto* names = [] {
     auto* s = new absl::flat_hash_set<std::string>{"memset", "memcpy", "memmove"};
     for (const char* f :
-         {"exp",   "exp2",  "expm1", "log",   "log2",  "log10", "log1p", "sin",   "cos",
-          "tan",   "asin",  "acos",  "atan",  "sinh",  "cosh",  "tanh",  "erf",   "erfc",
-          "pow",   "atan2", "fmod",  "lgamma", "sqrt", "ldexp", "floor", "ceil",  "trunc",
-          "round", "rint",  "nearbyint", "fmax", "fmin", "cbrt", "exp10", "sincos", "hypot",
-          "roundeven"}) {
+         {"exp",   "exp2",  "expm1",  "log",   "log2",     "log10",     "log1p", "sin",
+          "cos",   "tan",   "asin",   "acos",  "atan",     "sinh",      "cosh",  "tanh",
+          "erf",   "erfc",  "pow",    "atan2", "fmod",     "lgamma",    "sqrt",  "ldexp",
+          "floor", "ceil",  "trunc",  "round", "rint",     "nearbyint", "fmax",  "fmin",
+          "cbrt",  "exp10", "sincos", "hypot", "roundeven"}) {
       s->insert(f);
       s->insert(absl::StrCat(f, "f"));
     }
@@ -84,16 +84,25 @@ class KernelEmitter {
   llvm::Type* I64() { return b_.getInt64Ty(); }
   llvm::Type* LlvmType(ScalarType t) {
     switch (t) {
-      case ScalarType::kBool: return b_.getInt1Ty();
+      case ScalarType::kBool:
+        return b_.getInt1Ty();
       case ScalarType::kI8:
-      case ScalarType::kU8: return b_.getInt8Ty();
-      case ScalarType::kI16: return b_.getInt16Ty();
-      case ScalarType::kI32: return b_.getInt32Ty();
-      case ScalarType::kI64: return b_.getInt64Ty();
-      case ScalarType::kF16: return b_.getHalfTy();
-      case ScalarType::kBF16: return b_.getInt16Ty();
-      case ScalarType::kF32: return b_.getFloatTy();
-      case ScalarType::kF64: return b_.getDoubleTy();
+      case ScalarType::kU8:
+        return b_.getInt8Ty();
+      case ScalarType::kI16:
+        return b_.getInt16Ty();
+      case ScalarType::kI32:
+        return b_.getInt32Ty();
+      case ScalarType::kI64:
+        return b_.getInt64Ty();
+      case ScalarType::kF16:
+        return b_.getHalfTy();
+      case ScalarType::kBF16:
+        return b_.getInt16Ty();
+      case ScalarType::kF32:
+        return b_.getFloatTy();
+      case ScalarType::kF64:
+        return b_.getDoubleTy();
     }
     return b_.getFloatTy();
   }
@@ -109,8 +118,12 @@ class KernelEmitter {
       for (const loop::Atom& a : t.factors) {
         llvm::Value* v = nullptr;
         switch (a.kind) {
-          case loop::Atom::Kind::kVar: v = vars_[static_cast<size_t>(a.id)]; break;
-          case loop::Atom::Kind::kSym: v = syms_[static_cast<size_t>(a.id)]; break;
+          case loop::Atom::Kind::kVar:
+            v = vars_[static_cast<size_t>(a.id)];
+            break;
+          case loop::Atom::Kind::kSym:
+            v = syms_[static_cast<size_t>(a.id)];
+            break;
           case loop::Atom::Kind::kDiv:
             v = b_.CreateUDiv(Index(a.operands->first), Index(a.operands->second));
             break;
@@ -152,12 +165,17 @@ class KernelEmitter {
     raw->setAlignment(llvm::Align(loop::ByteSize(st)));
     llvm::Value* v = raw;
     switch (st) {
-      case ScalarType::kBool: v = b_.CreateICmpNE(v, b_.getInt8(0)); break;
-      case ScalarType::kF16: v = b_.CreateFPExt(v, b_.getFloatTy()); break;
+      case ScalarType::kBool:
+        v = b_.CreateICmpNE(v, b_.getInt8(0));
+        break;
+      case ScalarType::kF16:
+        v = b_.CreateFPExt(v, b_.getFloatTy());
+        break;
       case ScalarType::kBF16:
         v = b_.CreateBitCast(b_.CreateShl(b_.CreateZExt(v, b_.getInt32Ty()), 16), b_.getFloatTy());
         break;
-      default: break;
+      default:
+        break;
     }
     if (mask != nullptr) v = b_.CreateSelect(mask, v, Zero(loop::ComputeType(st)));
     return v;
@@ -165,8 +183,10 @@ class KernelEmitter {
 
   llvm::Value* ToStorage(llvm::Value* v, ScalarType from, ScalarType st) {
     switch (st) {
-      case ScalarType::kBool: return b_.CreateZExt(Convert(v, from, ScalarType::kBool), b_.getInt8Ty());
-      case ScalarType::kF16: return b_.CreateFPTrunc(Convert(v, from, ScalarType::kF32), b_.getHalfTy());
+      case ScalarType::kBool:
+        return b_.CreateZExt(Convert(v, from, ScalarType::kBool), b_.getInt8Ty());
+      case ScalarType::kF16:
+        return b_.CreateFPTrunc(Convert(v, from, ScalarType::kF32), b_.getHalfTy());
       case ScalarType::kBF16: {
         // Round to nearest even; NaN stays a quiet NaN.
         llvm::Value* f = Convert(v, from, ScalarType::kF32);
@@ -177,7 +197,8 @@ class KernelEmitter {
         llvm::Value* nan = b_.CreateFCmpUNO(f, f);
         return b_.CreateSelect(nan, b_.getInt16(0x7FC0), out);
       }
-      default: return Convert(v, from, st);
+      default:
+        return Convert(v, from, st);
     }
   }
 
@@ -187,10 +208,12 @@ class KernelEmitter {
     llvm::Type* tt = LlvmType(to);
     const bool ff = loop::IsFloat(from), tf = loop::IsFloat(to);
     if (ff && tf) {
-      return loop::ByteSize(to) > loop::ByteSize(from) ? b_.CreateFPExt(v, tt) : b_.CreateFPTrunc(v, tt);
+      return loop::ByteSize(to) > loop::ByteSize(from) ? b_.CreateFPExt(v, tt)
+                                                       : b_.CreateFPTrunc(v, tt);
     }
     if (ff) {
-      if (to == ScalarType::kBool) return b_.CreateFCmpUNE(v, llvm::ConstantFP::get(v->getType(), 0));
+      if (to == ScalarType::kBool)
+        return b_.CreateFCmpUNE(v, llvm::ConstantFP::get(v->getType(), 0));
       return b_.CreateTrunc(b_.CreateFPToSI(v, I64()), tt);
     }
     if (tf) return Unsigned(from) ? b_.CreateUIToFP(v, tt) : b_.CreateSIToFP(v, tt);
@@ -235,21 +258,27 @@ class KernelEmitter {
     const ScalarType at = k_.insts[static_cast<size_t>(in.a)].type;
     if (!loop::IsFloat(at)) {
       switch (in.op) {
-        case Opcode::kNeg: return b_.CreateNeg(a);
-        case Opcode::kAbs: return Intrinsic(llvm::Intrinsic::abs, a, b_.getFalse());
-        case Opcode::kNot: return b_.CreateNot(a);
-        case Opcode::kBitNot: return b_.CreateNot(a);
+        case Opcode::kNeg:
+          return b_.CreateNeg(a);
+        case Opcode::kAbs:
+          return Intrinsic(llvm::Intrinsic::abs, a, b_.getFalse());
+        case Opcode::kNot:
+          return b_.CreateNot(a);
+        case Opcode::kBitNot:
+          return b_.CreateNot(a);
         case Opcode::kSign: {
           llvm::Value* pos = b_.CreateZExt(b_.CreateICmpSGT(a, Zero(at)), a->getType());
           llvm::Value* neg = b_.CreateZExt(b_.CreateICmpSLT(a, Zero(at)), a->getType());
           return b_.CreateSub(pos, neg);
         }
         case Opcode::kIsNan:
-        case Opcode::kIsInf: return b_.getFalse();
+        case Opcode::kIsInf:
+          return b_.getFalse();
         case Opcode::kFloor:
         case Opcode::kCeil:
         case Opcode::kRound:
-        case Opcode::kTrunc: return a;
+        case Opcode::kTrunc:
+          return a;
         default: {
           // Float functions of integers compute in double.
           llvm::Value* d = Convert(a, at, ScalarType::kF64);
@@ -271,42 +300,73 @@ class KernelEmitter {
     llvm::Type* ty = a->getType();
     auto one = [&] { return llvm::ConstantFP::get(ty, 1.0); };
     switch (op) {
-      case Opcode::kNeg: return b_.CreateFNeg(a);
-      case Opcode::kAbs: return Intrinsic(llvm::Intrinsic::fabs, a);
-      case Opcode::kExp: return Intrinsic(llvm::Intrinsic::exp, a);
-      case Opcode::kExp2: return Intrinsic(llvm::Intrinsic::exp2, a);
-      case Opcode::kLog: return Intrinsic(llvm::Intrinsic::log, a);
-      case Opcode::kLog2: return Intrinsic(llvm::Intrinsic::log2, a);
-      case Opcode::kLog10: return Intrinsic(llvm::Intrinsic::log10, a);
-      case Opcode::kSqrt: return Intrinsic(llvm::Intrinsic::sqrt, a);
-      case Opcode::kRsqrt: return b_.CreateFDiv(one(), Intrinsic(llvm::Intrinsic::sqrt, a));
-      case Opcode::kRecip: return b_.CreateFDiv(one(), a);
-      case Opcode::kSin: return Intrinsic(llvm::Intrinsic::sin, a);
-      case Opcode::kCos: return Intrinsic(llvm::Intrinsic::cos, a);
-      case Opcode::kFloor: return Intrinsic(llvm::Intrinsic::floor, a);
-      case Opcode::kCeil: return Intrinsic(llvm::Intrinsic::ceil, a);
-      case Opcode::kRound: return Intrinsic(llvm::Intrinsic::roundeven, a);
-      case Opcode::kTrunc: return Intrinsic(llvm::Intrinsic::trunc, a);
+      case Opcode::kNeg:
+        return b_.CreateFNeg(a);
+      case Opcode::kAbs:
+        return Intrinsic(llvm::Intrinsic::fabs, a);
+      case Opcode::kExp:
+        return Intrinsic(llvm::Intrinsic::exp, a);
+      case Opcode::kExp2:
+        return Intrinsic(llvm::Intrinsic::exp2, a);
+      case Opcode::kLog:
+        return Intrinsic(llvm::Intrinsic::log, a);
+      case Opcode::kLog2:
+        return Intrinsic(llvm::Intrinsic::log2, a);
+      case Opcode::kLog10:
+        return Intrinsic(llvm::Intrinsic::log10, a);
+      case Opcode::kSqrt:
+        return Intrinsic(llvm::Intrinsic::sqrt, a);
+      case Opcode::kRsqrt:
+        return b_.CreateFDiv(one(), Intrinsic(llvm::Intrinsic::sqrt, a));
+      case Opcode::kRecip:
+        return b_.CreateFDiv(one(), a);
+      case Opcode::kSin:
+        return Intrinsic(llvm::Intrinsic::sin, a);
+      case Opcode::kCos:
+        return Intrinsic(llvm::Intrinsic::cos, a);
+      case Opcode::kFloor:
+        return Intrinsic(llvm::Intrinsic::floor, a);
+      case Opcode::kCeil:
+        return Intrinsic(llvm::Intrinsic::ceil, a);
+      case Opcode::kRound:
+        return Intrinsic(llvm::Intrinsic::roundeven, a);
+      case Opcode::kTrunc:
+        return Intrinsic(llvm::Intrinsic::trunc, a);
       case Opcode::kSigmoid:
-        return b_.CreateFDiv(one(), b_.CreateFAdd(one(), Intrinsic(llvm::Intrinsic::exp, b_.CreateFNeg(a))));
+        return b_.CreateFDiv(
+            one(), b_.CreateFAdd(one(), Intrinsic(llvm::Intrinsic::exp, b_.CreateFNeg(a))));
       case Opcode::kSign: {
         llvm::Value* pos = b_.CreateFCmpOGT(a, llvm::ConstantFP::get(ty, 0.0));
         llvm::Value* neg = b_.CreateFCmpOLT(a, llvm::ConstantFP::get(ty, 0.0));
-        return b_.CreateSelect(pos, one(), b_.CreateSelect(neg, llvm::ConstantFP::get(ty, -1.0), a));
+        return b_.CreateSelect(pos, one(),
+                               b_.CreateSelect(neg, llvm::ConstantFP::get(ty, -1.0), a));
       }
-      case Opcode::kExpm1: return LibCall("expm1", a);
-      case Opcode::kLog1p: return LibCall("log1p", a);
-      case Opcode::kTan: return LibCall("tan", a);
-      case Opcode::kAsin: return LibCall("asin", a);
-      case Opcode::kAcos: return LibCall("acos", a);
-      case Opcode::kAtan: return LibCall("atan", a);
-      case Opcode::kSinh: return LibCall("sinh", a);
-      case Opcode::kCosh: return LibCall("cosh", a);
-      case Opcode::kTanh: return LibCall("tanh", a);
-      case Opcode::kErf: return LibCall("erf", a);
-      case Opcode::kErfc: return LibCall("erfc", a);
-      case Opcode::kLgamma: return LibCall("lgamma", a);
-      default: break;
+      case Opcode::kExpm1:
+        return LibCall("expm1", a);
+      case Opcode::kLog1p:
+        return LibCall("log1p", a);
+      case Opcode::kTan:
+        return LibCall("tan", a);
+      case Opcode::kAsin:
+        return LibCall("asin", a);
+      case Opcode::kAcos:
+        return LibCall("acos", a);
+      case Opcode::kAtan:
+        return LibCall("atan", a);
+      case Opcode::kSinh:
+        return LibCall("sinh", a);
+      case Opcode::kCosh:
+        return LibCall("cosh", a);
+      case Opcode::kTanh:
+        return LibCall("tanh", a);
+      case Opcode::kErf:
+        return LibCall("erf", a);
+      case Opcode::kErfc:
+        return LibCall("erfc", a);
+      case Opcode::kLgamma:
+        return LibCall("lgamma", a);
+      default:
+        break;
     }
     (void)t;
     return a;
@@ -316,30 +376,48 @@ class KernelEmitter {
     const ScalarType t = k_.insts[static_cast<size_t>(in.a)].type;
     if (loop::IsFloat(t)) {
       switch (in.op) {
-        case Opcode::kAdd: return b_.CreateFAdd(a, b);
-        case Opcode::kSub: return b_.CreateFSub(a, b);
-        case Opcode::kMul: return b_.CreateFMul(a, b);
-        case Opcode::kDiv: return b_.CreateFDiv(a, b);
-        case Opcode::kFloorDiv: return Intrinsic(llvm::Intrinsic::floor, b_.CreateFDiv(a, b));
-        case Opcode::kFmod: return b_.CreateFRem(a, b);
+        case Opcode::kAdd:
+          return b_.CreateFAdd(a, b);
+        case Opcode::kSub:
+          return b_.CreateFSub(a, b);
+        case Opcode::kMul:
+          return b_.CreateFMul(a, b);
+        case Opcode::kDiv:
+          return b_.CreateFDiv(a, b);
+        case Opcode::kFloorDiv:
+          return Intrinsic(llvm::Intrinsic::floor, b_.CreateFDiv(a, b));
+        case Opcode::kFmod:
+          return b_.CreateFRem(a, b);
         case Opcode::kRemainder: {
           llvm::Value* r = b_.CreateFRem(a, b);
           llvm::Value* zero = llvm::ConstantFP::get(a->getType(), 0.0);
-          llvm::Value* fix = b_.CreateAnd(b_.CreateFCmpONE(r, zero),
-                                          b_.CreateXor(b_.CreateFCmpOLT(r, zero), b_.CreateFCmpOLT(b, zero)));
+          llvm::Value* fix =
+              b_.CreateAnd(b_.CreateFCmpONE(r, zero),
+                           b_.CreateXor(b_.CreateFCmpOLT(r, zero), b_.CreateFCmpOLT(b, zero)));
           return b_.CreateSelect(fix, b_.CreateFAdd(r, b), r);
         }
-        case Opcode::kPow: return Intrinsic(llvm::Intrinsic::pow, a, b);
-        case Opcode::kAtan2: return LibCall("atan2", a, b);
-        case Opcode::kMax: return NanMax(a, b, true);
-        case Opcode::kMin: return NanMax(a, b, false);
-        case Opcode::kEq: return b_.CreateFCmpOEQ(a, b);
-        case Opcode::kNe: return b_.CreateFCmpUNE(a, b);
-        case Opcode::kLt: return b_.CreateFCmpOLT(a, b);
-        case Opcode::kLe: return b_.CreateFCmpOLE(a, b);
-        case Opcode::kGt: return b_.CreateFCmpOGT(a, b);
-        case Opcode::kGe: return b_.CreateFCmpOGE(a, b);
-        default: break;
+        case Opcode::kPow:
+          return Intrinsic(llvm::Intrinsic::pow, a, b);
+        case Opcode::kAtan2:
+          return LibCall("atan2", a, b);
+        case Opcode::kMax:
+          return NanMax(a, b, true);
+        case Opcode::kMin:
+          return NanMax(a, b, false);
+        case Opcode::kEq:
+          return b_.CreateFCmpOEQ(a, b);
+        case Opcode::kNe:
+          return b_.CreateFCmpUNE(a, b);
+        case Opcode::kLt:
+          return b_.CreateFCmpOLT(a, b);
+        case Opcode::kLe:
+          return b_.CreateFCmpOLE(a, b);
+        case Opcode::kGt:
+          return b_.CreateFCmpOGT(a, b);
+        case Opcode::kGe:
+          return b_.CreateFCmpOGE(a, b);
+        default:
+          break;
       }
       return a;
     }
@@ -349,20 +427,28 @@ class KernelEmitter {
       return b_.CreateSelect(b_.CreateICmpEQ(d, Zero(t)), ConstOf(t, 1, 1), d);
     };
     switch (in.op) {
-      case Opcode::kAdd: return b_.CreateAdd(a, b);
-      case Opcode::kSub: return b_.CreateSub(a, b);
-      case Opcode::kMul: return b_.CreateMul(a, b);
-      case Opcode::kDiv: return u ? b_.CreateUDiv(a, safe(b)) : b_.CreateSDiv(a, safe(b));
-      case Opcode::kFmod: return u ? b_.CreateURem(a, safe(b)) : b_.CreateSRem(a, safe(b));
+      case Opcode::kAdd:
+        return b_.CreateAdd(a, b);
+      case Opcode::kSub:
+        return b_.CreateSub(a, b);
+      case Opcode::kMul:
+        return b_.CreateMul(a, b);
+      case Opcode::kDiv:
+        return u ? b_.CreateUDiv(a, safe(b)) : b_.CreateSDiv(a, safe(b));
+      case Opcode::kFmod:
+        return u ? b_.CreateURem(a, safe(b)) : b_.CreateSRem(a, safe(b));
       case Opcode::kFloorDiv:
       case Opcode::kRemainder: {
-        if (u) return in.op == Opcode::kFloorDiv ? b_.CreateUDiv(a, safe(b)) : b_.CreateURem(a, safe(b));
+        if (u)
+          return in.op == Opcode::kFloorDiv ? b_.CreateUDiv(a, safe(b)) : b_.CreateURem(a, safe(b));
         llvm::Value* d = safe(b);
         llvm::Value* q = b_.CreateSDiv(a, d);
         llvm::Value* r = b_.CreateSRem(a, d);
-        llvm::Value* fix = b_.CreateAnd(b_.CreateICmpNE(r, Zero(t)),
-                                        b_.CreateXor(b_.CreateICmpSLT(r, Zero(t)), b_.CreateICmpSLT(d, Zero(t))));
-        if (in.op == Opcode::kFloorDiv) return b_.CreateSelect(fix, b_.CreateSub(q, ConstOf(t, 1, 1)), q);
+        llvm::Value* fix =
+            b_.CreateAnd(b_.CreateICmpNE(r, Zero(t)),
+                         b_.CreateXor(b_.CreateICmpSLT(r, Zero(t)), b_.CreateICmpSLT(d, Zero(t))));
+        if (in.op == Opcode::kFloorDiv)
+          return b_.CreateSelect(fix, b_.CreateSub(q, ConstOf(t, 1, 1)), q);
         return b_.CreateSelect(fix, b_.CreateAdd(r, d), r);
       }
       case Opcode::kPow: {
@@ -371,21 +457,34 @@ class KernelEmitter {
         return Convert(r, ScalarType::kF64, t);
       }
       case Opcode::kAtan2: {
-        llvm::Value* r = LibCall("atan2", Convert(a, t, ScalarType::kF64), Convert(b, t, ScalarType::kF64));
+        llvm::Value* r =
+            LibCall("atan2", Convert(a, t, ScalarType::kF64), Convert(b, t, ScalarType::kF64));
         return Convert(r, ScalarType::kF64, t);
       }
-      case Opcode::kMax: return Intrinsic(u ? llvm::Intrinsic::umax : llvm::Intrinsic::smax, a, b);
-      case Opcode::kMin: return Intrinsic(u ? llvm::Intrinsic::umin : llvm::Intrinsic::smin, a, b);
-      case Opcode::kAnd: return b_.CreateAnd(a, b);
-      case Opcode::kOr: return b_.CreateOr(a, b);
-      case Opcode::kXor: return b_.CreateXor(a, b);
-      case Opcode::kEq: return b_.CreateICmpEQ(a, b);
-      case Opcode::kNe: return b_.CreateICmpNE(a, b);
-      case Opcode::kLt: return u ? b_.CreateICmpULT(a, b) : b_.CreateICmpSLT(a, b);
-      case Opcode::kLe: return u ? b_.CreateICmpULE(a, b) : b_.CreateICmpSLE(a, b);
-      case Opcode::kGt: return u ? b_.CreateICmpUGT(a, b) : b_.CreateICmpSGT(a, b);
-      case Opcode::kGe: return u ? b_.CreateICmpUGE(a, b) : b_.CreateICmpSGE(a, b);
-      default: break;
+      case Opcode::kMax:
+        return Intrinsic(u ? llvm::Intrinsic::umax : llvm::Intrinsic::smax, a, b);
+      case Opcode::kMin:
+        return Intrinsic(u ? llvm::Intrinsic::umin : llvm::Intrinsic::smin, a, b);
+      case Opcode::kAnd:
+        return b_.CreateAnd(a, b);
+      case Opcode::kOr:
+        return b_.CreateOr(a, b);
+      case Opcode::kXor:
+        return b_.CreateXor(a, b);
+      case Opcode::kEq:
+        return b_.CreateICmpEQ(a, b);
+      case Opcode::kNe:
+        return b_.CreateICmpNE(a, b);
+      case Opcode::kLt:
+        return u ? b_.CreateICmpULT(a, b) : b_.CreateICmpSLT(a, b);
+      case Opcode::kLe:
+        return u ? b_.CreateICmpULE(a, b) : b_.CreateICmpSLE(a, b);
+      case Opcode::kGt:
+        return u ? b_.CreateICmpUGT(a, b) : b_.CreateICmpSGT(a, b);
+      case Opcode::kGe:
+        return u ? b_.CreateICmpUGE(a, b) : b_.CreateICmpSGE(a, b);
+      default:
+        break;
     }
     return a;
   }
@@ -424,10 +523,10 @@ class KernelEmitter {
       c[3] = n3;
     }
     llvm::Value* lane = b.CreateTrunc(b.CreateAnd(index, 3), i32);
-    llvm::Value* v = b.CreateSelect(b.CreateICmpEQ(lane, b.getInt32(0)), c[0],
-                                    b.CreateSelect(b.CreateICmpEQ(lane, b.getInt32(1)), c[1],
-                                                   b.CreateSelect(b.CreateICmpEQ(lane, b.getInt32(2)),
-                                                                  c[2], c[3])));
+    llvm::Value* v = b.CreateSelect(
+        b.CreateICmpEQ(lane, b.getInt32(0)), c[0],
+        b.CreateSelect(b.CreateICmpEQ(lane, b.getInt32(1)), c[1],
+                       b.CreateSelect(b.CreateICmpEQ(lane, b.getInt32(2)), c[2], c[3])));
     b.CreateRet(v);
     return f;
   }
@@ -451,8 +550,8 @@ class KernelEmitter {
     llvm::BranchInst* back = b_.CreateBr(header);
     iv->addIncoming(next, b_.GetInsertBlock());
     if (innermost) {
-      llvm::MDNode* enable = llvm::MDNode::get(
-          ctx_, {llvm::MDString::get(ctx_, "llvm.loop.mustprogress")});
+      llvm::MDNode* enable =
+          llvm::MDNode::get(ctx_, {llvm::MDString::get(ctx_, "llvm.loop.mustprogress")});
       llvm::MDNode* self = llvm::MDNode::getDistinct(ctx_, {nullptr, enable});
       self->replaceOperandWith(0, self);
       back->setMetadata(llvm::LLVMContext::MD_loop, self);
@@ -465,7 +564,8 @@ class KernelEmitter {
   absl::Status Body(int32_t begin, int32_t end, bool loops);
   absl::Status Stage(const loop::Stage& s);
   absl::Status ReductionLoops(size_t d, const loop::Stage& s);
-  absl::Status ParallelInner(size_t d, size_t np, const loop::LaunchSplit& split, llvm::Value* outer);
+  absl::Status ParallelInner(size_t d, size_t np, const loop::LaunchSplit& split,
+                             llvm::Value* outer);
 
   llvm::Module& m_;
   llvm::LLVMContext& ctx_;
@@ -489,9 +589,15 @@ absl::Status KernelEmitter::Body(int32_t begin, int32_t end, bool loops) {
     auto v = [&](int32_t id) { return vals_[static_cast<size_t>(id)]; };
     llvm::Value* out = nullptr;
     switch (in.op) {
-      case Opcode::kConst: out = ConstOf(in.type, in.fimm, in.iimm); break;
-      case Opcode::kIndex: out = Index(in.index); break;
-      case Opcode::kLoad: out = Load(in); break;
+      case Opcode::kConst:
+        out = ConstOf(in.type, in.fimm, in.iimm);
+        break;
+      case Opcode::kIndex:
+        out = Index(in.index);
+        break;
+      case Opcode::kLoad:
+        out = Load(in);
+        break;
       case Opcode::kStore: {
         const ScalarType st = loop::ScalarTypeOf(p_.buffers[static_cast<size_t>(in.buffer)].dtype);
         llvm::Value* mask = in.mask >= 0 ? v(in.mask) : nullptr;
@@ -558,15 +664,20 @@ absl::Status KernelEmitter::Body(int32_t begin, int32_t end, bool loops) {
             }
             break;
           }
-          case ReduceKind::kAny: next = b_.CreateOr(cur, x); break;
-          case ReduceKind::kAll: next = b_.CreateAnd(cur, x); break;
+          case ReduceKind::kAny:
+            next = b_.CreateOr(cur, x);
+            break;
+          case ReduceKind::kAll:
+            next = b_.CreateAnd(cur, x);
+            break;
           case ReduceKind::kArgMax:
           case ReduceKind::kArgMin: {
             const bool mx = in.reduce == ReduceKind::kArgMax;
             llvm::Value* better;
             if (fl) {
               better = mx ? b_.CreateFCmpOGT(x, cur) : b_.CreateFCmpOLT(x, cur);
-              llvm::Value* nan_new = b_.CreateAnd(b_.CreateFCmpUNO(x, x), b_.CreateFCmpORD(cur, cur));
+              llvm::Value* nan_new =
+                  b_.CreateAnd(b_.CreateFCmpUNO(x, x), b_.CreateFCmpORD(cur, cur));
               better = b_.CreateOr(better, nan_new);
             } else {
               const bool u = Unsigned(t);
@@ -590,7 +701,9 @@ absl::Status KernelEmitter::Body(int32_t begin, int32_t end, bool loops) {
       case Opcode::kCast:
         out = Convert(v(in.a), k_.insts[static_cast<size_t>(in.a)].type, in.type);
         break;
-      case Opcode::kSelect: out = b_.CreateSelect(v(in.a), v(in.b), v(in.c)); break;
+      case Opcode::kSelect:
+        out = b_.CreateSelect(v(in.a), v(in.b), v(in.c));
+        break;
       default:
         if (loop::IsUnary(in.op)) {
           out = Unary(in, v(in.a));
@@ -608,12 +721,13 @@ absl::Status KernelEmitter::Body(int32_t begin, int32_t end, bool loops) {
 absl::Status KernelEmitter::ReductionLoops(size_t d, const loop::Stage& s) {
   const size_t np = k_.parallel.size();
   if (d == k_.reduction.size()) return Body(s.begin, s.end, true);
-  return Loop(b_.getInt64(0), Index(k_.reduction[d]),
-              [&](llvm::Value* iv) -> absl::Status {
-                vars_[np + d] = iv;
-                return ReductionLoops(d + 1, s);
-              },
-              d + 1 == k_.reduction.size());
+  return Loop(
+      b_.getInt64(0), Index(k_.reduction[d]),
+      [&](llvm::Value* iv) -> absl::Status {
+        vars_[np + d] = iv;
+        return ReductionLoops(d + 1, s);
+      },
+      d + 1 == k_.reduction.size());
 }
 
 absl::Status KernelEmitter::Stage(const loop::Stage& s) {
@@ -632,8 +746,12 @@ absl::Status KernelEmitter::Stage(const loop::Stage& s) {
     const bool u = Unsigned(t);
     const int bits = fl ? 0 : ty->getIntegerBitWidth();
     switch (in.reduce) {
-      case ReduceKind::kSum: init = Zero(t); break;
-      case ReduceKind::kProd: init = ConstOf(t, 1, 1); break;
+      case ReduceKind::kSum:
+        init = Zero(t);
+        break;
+      case ReduceKind::kProd:
+        init = ConstOf(t, 1, 1);
+        break;
       case ReduceKind::kMax:
       case ReduceKind::kArgMax:
         init = fl ? llvm::ConstantFP::getInfinity(ty, true)
@@ -646,8 +764,12 @@ absl::Status KernelEmitter::Stage(const loop::Stage& s) {
                   : llvm::ConstantInt::get(ty, u ? llvm::APInt::getMaxValue(bits)
                                                  : llvm::APInt::getSignedMaxValue(bits));
         break;
-      case ReduceKind::kAny: init = b_.getFalse(); break;
-      case ReduceKind::kAll: init = b_.getTrue(); break;
+      case ReduceKind::kAny:
+        init = b_.getFalse();
+        break;
+      case ReduceKind::kAll:
+        init = b_.getTrue();
+        break;
     }
     b_.CreateStore(init, acc);
     if (in.reduce == ReduceKind::kArgMax || in.reduce == ReduceKind::kArgMin) {
@@ -662,8 +784,8 @@ absl::Status KernelEmitter::Stage(const loop::Stage& s) {
     if (in.op != Opcode::kReduce) continue;
     if ((in.reduce == ReduceKind::kArgMax || in.reduce == ReduceKind::kArgMin) && in.iimm == 1) {
       llvm::Value* idx = b_.CreateLoad(I64(), acc_index_[static_cast<size_t>(i)]);
-      vals_[static_cast<size_t>(i)] = b_.CreateSelect(b_.CreateICmpSLT(idx, b_.getInt64(0)),
-                                                      b_.getInt64(0), idx);
+      vals_[static_cast<size_t>(i)] =
+          b_.CreateSelect(b_.CreateICmpSLT(idx, b_.getInt64(0)), b_.getInt64(0), idx);
     } else {
       llvm::AllocaInst* acc = acc_[static_cast<size_t>(i)];
       vals_[static_cast<size_t>(i)] = b_.CreateLoad(acc->getAllocatedType(), acc);
@@ -687,12 +809,13 @@ absl::Status KernelEmitter::ParallelInner(size_t d, size_t np, const loop::Launc
     llvm::Value* lim = b_.CreateAdd(lo, b_.getInt64(static_cast<uint64_t>(split.chunk)));
     hi = b_.CreateSelect(b_.CreateICmpSLT(lim, hi), lim, hi);
   }
-  return Loop(lo, hi,
-              [&](llvm::Value* iv) -> absl::Status {
-                vars_[d] = iv;
-                return ParallelInner(d + 1, np, split, outer);
-              },
-              d + 1 == np);
+  return Loop(
+      lo, hi,
+      [&](llvm::Value* iv) -> absl::Status {
+        vars_[d] = iv;
+        return ParallelInner(d + 1, np, split, outer);
+      },
+      d + 1 == np);
 }
 
 absl::Status KernelEmitter::Emit() {
@@ -710,7 +833,8 @@ absl::Status KernelEmitter::Emit() {
   body_params.push_back(I64());
   body_params.push_back(I64());
   auto* body_ty = llvm::FunctionType::get(b_.getVoidTy(), body_params, false);
-  auto* body = llvm::Function::Create(body_ty, llvm::Function::InternalLinkage, name_ + "_body", m_);
+  auto* body =
+      llvm::Function::Create(body_ty, llvm::Function::InternalLinkage, name_ + "_body", m_);
   body->addFnAttr(llvm::Attribute::AlwaysInline);
   body->addFnAttr(llvm::Attribute::NoUnwind);
   for (size_t i = 0; i < params.buffers.size(); ++i) {
@@ -725,11 +849,13 @@ absl::Status KernelEmitter::Emit() {
     std::vector<llvm::Value*> args;
     unsigned slot = 0;
     auto param_ptr = [&]() {
-      llvm::Value* p = eb.CreateLoad(ptr, eb.CreateConstInBoundsGEP1_64(ptr, entry->getArg(0), slot++));
+      llvm::Value* p =
+          eb.CreateLoad(ptr, eb.CreateConstInBoundsGEP1_64(ptr, entry->getArg(0), slot++));
       return p;
     };
     for (size_t i = 0; i < params.buffers.size(); ++i) args.push_back(param_ptr());
-    for (size_t i = 0; i < params.symbols.size(); ++i) args.push_back(eb.CreateLoad(I64(), param_ptr()));
+    for (size_t i = 0; i < params.symbols.size(); ++i)
+      args.push_back(eb.CreateLoad(I64(), param_ptr()));
     if (params.rng) {
       args.push_back(eb.CreateLoad(I64(), param_ptr()));
       args.push_back(eb.CreateLoad(I64(), param_ptr()));
@@ -789,7 +915,8 @@ kiln::Mutex& LinkerMutex() {
 absl::StatusOr<std::string> LinkSharedObject(absl::string_view object) {
   const char* tmp = getenv("TMPDIR");
   std::string dir = absl::StrCat(tmp && *tmp ? tmp : "/tmp", "/kiln-link-XXXXXX");
-  if (mkdtemp(dir.data()) == nullptr) return absl::InternalError("codegen: cannot create a temporary directory");
+  if (mkdtemp(dir.data()) == nullptr)
+    return absl::InternalError("codegen: cannot create a temporary directory");
   const std::string obj_path = dir + "/kernels.o";
   const std::string so_path = dir + "/kernels.so";
   auto cleanup = [&] {
@@ -809,11 +936,10 @@ absl::StatusOr<std::string> LinkSharedObject(absl::string_view object) {
   bool ok;
   {
     kiln::MutexLock lock(&LinkerMutex());
-    std::vector<const char*> args = {"ld.lld",        "-shared",     "--build-id=none",
-                                     "-z",            "noexecstack", "-z",
-                                     "now",           "--hash-style=gnu", "-soname",
-                                     "libkiln_kernels.so", "-o",     so_path.c_str(),
-                                     obj_path.c_str()};
+    std::vector<const char*> args = {
+        "ld.lld", "-shared",       "--build-id=none",  "-z",      "noexecstack",
+        "-z",     "now",           "--hash-style=gnu", "-soname", "libkiln_kernels.so",
+        "-o",     so_path.c_str(), obj_path.c_str()};
     llvm::raw_string_ostream out(errors), err(errors);
     ok = lld::elf::link(args, out, err, /*exitEarly=*/false, /*disableOutput=*/false);
     lld::CommonLinkerContext::destroy();
@@ -841,7 +967,7 @@ absl::StatusOr<CodegenResult> GenerateSharedObject(const loop::Program& program,
   to.AllowFPOpFusion = llvm::FPOpFusion::Strict;
   std::unique_ptr<llvm::TargetMachine> tm(target->createTargetMachine(
       kTargetTriple, kTargetCpu, "", to, llvm::Reloc::PIC_, llvm::CodeModel::Small,
-      options.opt_level >= 2 ? llvm::CodeGenOpt::Aggressive : llvm::CodeGenOpt::Default));
+      options.opt_level >= 3 ? llvm::CodeGenOpt::Aggressive : llvm::CodeGenOpt::Default));
   if (!tm) return absl::InternalError("codegen: no target machine for x86-64");
 
   llvm::LLVMContext ctx;
@@ -920,11 +1046,12 @@ absl::StatusOr<CodegenResult> GenerateSharedObject(const loop::Program& program,
 
   // Only libc/libm may remain undefined.
   {
-    auto buffer = llvm::MemoryBuffer::getMemBuffer(llvm::StringRef(object.data(), object.size()), "kernels.o",
-                                                   false);
+    auto buffer = llvm::MemoryBuffer::getMemBuffer(llvm::StringRef(object.data(), object.size()),
+                                                   "kernels.o", false);
     auto file = llvm::object::ObjectFile::createObjectFile(buffer->getMemBufferRef());
     if (!file) {
-      return absl::InternalError(absl::StrCat("codegen: unreadable object: ", llvm::toString(file.takeError())));
+      return absl::InternalError(
+          absl::StrCat("codegen: unreadable object: ", llvm::toString(file.takeError())));
     }
     for (const llvm::object::SymbolRef& sym : (*file)->symbols()) {
       auto flags = sym.getFlags();
@@ -940,8 +1067,8 @@ absl::StatusOr<CodegenResult> GenerateSharedObject(const loop::Program& program,
       }
       if (name->empty()) continue;
       if (!AllowedImports().contains(name->str())) {
-        return absl::InternalError(
-            absl::StrCat("codegen: generated code needs `", name->str(), "`, which is not in libc or libm"));
+        return absl::InternalError(absl::StrCat("codegen: generated code needs `", name->str(),
+                                                "`, which is not in libc or libm"));
       }
     }
   }

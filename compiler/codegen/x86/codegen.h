@@ -24,13 +24,13 @@ inline constexpr char kTargetCpu[] = "x86-64-v3";
 inline constexpr char kTargetTriple[] = "x86_64-unknown-linux-gnu";
 
 struct CodegenOptions {
-  int opt_level = 2;             // 0..3
-  bool emit_llvm_ir = false;     // also return the optimized IR text (for tests and debugging)
+  int opt_level = 2;          // 0..3
+  bool emit_llvm_ir = false;  // also return the optimized IR text (for tests and debugging)
 };
 
 struct CodegenResult {
-  std::string shared_object;  // ELF bytes
-  std::string llvm_ir;        // when asked for
+  std::string shared_object;           // ELF bytes
+  std::string llvm_ir;                 // when asked for
   std::vector<int32_t> vector_widths;  // per kernel: the widest vector the innermost loop got
 };
 

@@ -1,0 +1,112 @@
+// Fusion is real: known patterns become a known number of kernels, and views never copy.
+
+#include <string>
+
+#include "compiler/canon/canonical_graph.h"
+#include "compiler/decompose/decompose.h"
+#include "compiler/fuse/fuse.h"
+#include "compiler/graph/import.h"
+#include "compiler/lower/lower.h"
+#include "gtest/gtest.h"
+#include "tests/compiler/graph_testing.h"
+
+namespace kiln {
+namespace {
+
+struct Compiled {
+  graph::Graph graph;
+  loop::Program unfused;
+  loop::Program fused;
+  std::string NodeName(const std::string& original) const {
+    const canon::CanonicalGraph c(graph);
+    for (uint32_t i = 0; i < graph.num_nodes(); ++i) {
+      if (graph.name(graph.node(i)) == original) return "%" + std::to_string(c.position(i));
+    }
+    return "";
+  }
+};
+
+Compiled Build(const std::string& file) {
+  auto g = graph::Import(testing::LoadSharedGraph(file));
+  EXPECT_TRUE(g.ok()) << g.status();
+  Compiled out{*std::move(g), {}, {}};
+  const canon::CanonicalGraph c(out.graph);
+  auto prims = decompose::Decompose(out.graph, c);
+  EXPECT_TRUE(prims.ok()) << prims.status();
+  auto lowered = lower::Lower(*prims);
+  EXPECT_TRUE(lowered.ok()) << lowered.status();
+  out.unfused = *lowered;
+  auto fused = fuse::Fuse(*std::move(lowered));
+  EXPECT_TRUE(fused.ok()) << fused.status();
+  out.fused = *std::move(fused);
+  return out;
+}
+
+int KernelsWith(const loop::Program& p, const std::string& node) {
+  int n = 0;
+  for (const loop::Kernel& k : p.kernels) {
+    for (const std::string& x : k.nodes) n += x == node;
+  }
+  return n;
+}
+
+TEST(FusionTest, LayerNormIsOneKernel) {
+  for (const char* file : {"mlp_fp32.fw.json", "mlp_automatic_dynamic2.fw.json"}) {
+    const Compiled c = Build(file);
+    const std::string ln = c.NodeName("native_layer_norm");
+    ASSERT_FALSE(ln.empty());
+    EXPECT_GE(KernelsWith(c.unfused, ln), 4) << "layer norm lowers to several kernels";
+    EXPECT_EQ(KernelsWith(c.fused, ln), 1) << file << "\n" << loop::ToString(c.fused);
+  }
+}
+
+TEST(FusionTest, LayerNormBackwardIsTwoKernels) {
+  const Compiled c = Build("mlp_fp32.bw.json");
+  const std::string ln = c.NodeName("native_layer_norm_backward");
+  ASSERT_FALSE(ln.empty());
+  // grad_input: two row reductions and the epilogue; grad_weight and grad_bias: two column
+  // reductions over the same space.
+  EXPECT_EQ(KernelsWith(c.fused, ln), 2) << loop::ToString(c.fused);
+}
+
+TEST(FusionTest, MlpForwardBetweenMatmulsIsAtMostTwoKernels) {
+  for (const char* file : {"mlp_fp32.fw.json", "mlp_automatic_dynamic.fw.json"}) {
+    const Compiled c = Build(file);
+    std::vector<size_t> mms;
+    for (size_t i = 0; i < c.fused.steps.size(); ++i) {
+      const loop::Step& s = c.fused.steps[i];
+      if (s.kind == loop::Step::Kind::kExtern && s.call.op == "aten.mm.default") mms.push_back(i);
+    }
+    ASSERT_EQ(mms.size(), 2u);
+    int kernels = 0;
+    for (size_t i = mms[0] + 1; i < mms[1]; ++i) {
+      kernels += c.fused.steps[i].kind == loop::Step::Kind::kKernel;
+    }
+    EXPECT_GE(kernels, 1);
+    EXPECT_LE(kernels, 2) << loop::ToString(c.fused);
+    EXPECT_LT(c.fused.kernels.size(), c.unfused.kernels.size());
+  }
+}
+
+// A view is an index map: no kernel of any shared graph computes a view node.
+TEST(FusionTest, ViewsProduceNoCopies) {
+  int views = 0;
+  for (const testing::NamedGraph& ng : testing::LoadSharedGraphs()) {
+    const Compiled c = Build(ng.name);
+    const canon::CanonicalGraph canonical(c.graph);
+    for (uint32_t i = c.graph.num_inputs(); i < c.graph.num_nodes(); ++i) {
+      const graph::Node& n = c.graph.node(i);
+      if (n.schema == nullptr ||
+          !(n.schema->is_view || c.graph.target(n) == "aten._unsafe_view.default")) {
+        continue;
+      }
+      ++views;
+      const std::string name = "%" + std::to_string(canonical.position(i));
+      EXPECT_EQ(KernelsWith(c.unfused, name), 0) << ng.name << ": view " << name << " copies";
+    }
+  }
+  EXPECT_GT(views, 100);
+}
+
+}  // namespace
+}  // namespace kiln

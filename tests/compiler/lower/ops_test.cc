@@ -1,0 +1,458 @@
+// Every lowered op, alone in a graph, compiled for x86-64 and compared with the reference
+// interpreter on fresh random inputs: broadcasting, non-contiguous strides, storage offsets,
+// sizes 0, 1 and odd, the dtypes each op supports. Outputs are poisoned before each run.
+
+#include <functional>
+#include <string>
+#include <variant>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "compiler/compile.h"
+#include "compiler/decompose/decompose.h"
+#include "compiler/exec/check.h"
+#include "compiler/graph/import.h"
+#include "compiler/interp/interpreter.h"
+#include "gtest/gtest.h"
+
+namespace kiln {
+namespace {
+
+struct TensorSpec {
+  std::vector<int64_t> sizes;
+  v1::DType dtype = v1::DTYPE_FLOAT32;
+  std::vector<int64_t> strides;  // empty: contiguous
+  int64_t offset = 0;
+};
+
+using ArgSpec = std::variant<TensorSpec, v1::Argument>;
+
+TensorSpec T(std::vector<int64_t> sizes, v1::DType dtype = v1::DTYPE_FLOAT32,
+             std::vector<int64_t> strides = {}, int64_t offset = 0) {
+  return TensorSpec{std::move(sizes), dtype, std::move(strides), offset};
+}
+v1::Argument I(int64_t v) {
+  v1::Argument a;
+  a.set_int_value(v);
+  return a;
+}
+v1::Argument F(double v) {
+  v1::Argument a;
+  a.set_float_value(v);
+  return a;
+}
+v1::Argument B(bool v) {
+  v1::Argument a;
+  a.set_bool_value(v);
+  return a;
+}
+v1::Argument S(const std::string& v) {
+  v1::Argument a;
+  a.set_string_value(v);
+  return a;
+}
+v1::Argument None() {
+  v1::Argument a;
+  a.mutable_none();
+  return a;
+}
+v1::Argument Ints(std::vector<int64_t> v) {
+  v1::Argument a;
+  for (int64_t x : v) a.mutable_list()->add_items()->set_int_value(x);
+  return a;
+}
+v1::Argument Bools(std::vector<bool> v) {
+  v1::Argument a;
+  for (bool x : v) a.mutable_list()->add_items()->set_bool_value(x);
+  return a;
+}
+
+std::vector<int64_t> Contiguous(const std::vector<int64_t>& sizes) {
+  std::vector<int64_t> s(sizes.size());
+  int64_t st = 1;
+  for (size_t i = sizes.size(); i-- > 0;) {
+    s[i] = st;
+    st *= std::max<int64_t>(sizes[i], 1);
+  }
+  return s;
+}
+
+void SetMeta(v1::TensorMeta* m, const std::vector<int64_t>& sizes,
+             const std::vector<int64_t>& strides, int64_t offset, v1::DType dtype) {
+  for (int64_t s : sizes) m->add_sizes()->set_value(s);
+  for (int64_t s : strides) m->add_strides()->set_value(s);
+  m->mutable_storage_offset()->set_value(offset);
+  m->set_dtype(dtype);
+  m->mutable_device()->set_type("cuda");
+  m->mutable_device()->set_index(0);
+}
+
+absl::StatusOr<interp::Arg> ToInterp(const v1::Argument& a) {
+  switch (a.kind_case()) {
+    case v1::Argument::kIntValue:
+      return interp::Arg(static_cast<int64_t>(a.int_value()));
+    case v1::Argument::kFloatValue:
+      return interp::Arg(a.float_value());
+    case v1::Argument::kBoolValue:
+      return interp::Arg(a.bool_value());
+    case v1::Argument::kStringValue:
+      return interp::Arg(a.string_value());
+    case v1::Argument::kDtype:
+      return interp::Arg(a.dtype());
+    case v1::Argument::kList: {
+      interp::Arg::List items;
+      for (const v1::Argument& x : a.list().items()) {
+        auto i = ToInterp(x);
+        if (!i.ok()) return i.status();
+        items.push_back(*i);
+      }
+      return interp::Arg(std::move(items));
+    }
+    default:
+      return interp::Arg();
+  }
+}
+
+// One node of `target` over the given arguments; its outputs' metadata come from running
+// the op once in the interpreter.
+absl::StatusOr<v1::Graph> OneOpGraph(
+    const std::string& target, const std::vector<ArgSpec>& args,
+    const std::vector<std::pair<std::string, v1::Argument>>& kwargs) {
+  v1::Graph g;
+  v1::Node node;
+  node.set_name("op");
+  node.set_target(target);
+  std::vector<interp::Arg> iargs;
+  int n = 0;
+  for (const ArgSpec& a : args) {
+    if (const TensorSpec* t = std::get_if<TensorSpec>(&a)) {
+      const std::string name = absl::StrCat("x", n++);
+      v1::GraphInput* in = g.add_inputs();
+      in->set_name(name);
+      const std::vector<int64_t> strides = t->strides.empty() ? Contiguous(t->sizes) : t->strides;
+      SetMeta(in->mutable_meta()->mutable_tensor(), t->sizes, strides, t->offset, t->dtype);
+      in->set_role(v1::INPUT_ROLE_USER_INPUT);
+      node.add_args()->mutable_ref()->set_node(name);
+      iargs.emplace_back(interp::Tensor::ZerosStrided(t->sizes, strides, t->offset, t->dtype));
+    } else {
+      *node.add_args() = std::get<v1::Argument>(a);
+      auto ia = ToInterp(std::get<v1::Argument>(a));
+      if (!ia.ok()) return ia.status();
+      iargs.push_back(*ia);
+    }
+  }
+  std::vector<std::pair<std::string, interp::Arg>> ikw;
+  for (const auto& [name, v] : kwargs) {
+    v1::NamedArgument* kw = node.add_kwargs();
+    kw->set_name(name);
+    *kw->mutable_value() = v;
+    auto ia = ToInterp(v);
+    if (!ia.ok()) return ia.status();
+    ikw.emplace_back(name, *ia);
+  }
+  auto results = interp::RunOp(target, iargs, ikw);
+  if (!results.ok()) return results.status();
+  node.set_multi_output(results->size() > 1);
+  v1::ArgumentList* outs = g.mutable_output()->mutable_list();
+  for (size_t k = 0; k < results->size(); ++k) {
+    const interp::Tensor* t = std::get_if<interp::Tensor>(&(*results)[k]);
+    if (t == nullptr || !t->defined()) {
+      node.add_outputs()->mutable_none();
+      continue;
+    }
+    SetMeta(node.add_outputs()->mutable_tensor(), t->sizes(), t->strides(), t->storage_offset(),
+            t->dtype());
+    v1::ValueRef* ref = outs->add_items()->mutable_ref();
+    ref->set_node("op");
+    if (results->size() > 1) ref->set_output(static_cast<int32_t>(k));
+  }
+  *g.add_nodes() = std::move(node);
+  return g;
+}
+
+struct OpCase {
+  std::string name;
+  std::string target;
+  std::vector<ArgSpec> args;
+  std::vector<std::pair<std::string, v1::Argument>> kwargs = {};
+};
+
+void PrintTo(const OpCase& c, std::ostream* os) { *os << c.name; }
+
+class OpTest : public ::testing::TestWithParam<OpCase> {};
+
+TEST_P(OpTest, MatchesInterpreter) {
+  const OpCase& c = GetParam();
+  auto proto = OneOpGraph(c.target, c.args, c.kwargs);
+  ASSERT_TRUE(proto.ok()) << proto.status();
+  auto g = graph::Import(*proto);
+  ASSERT_TRUE(g.ok()) << g.status();
+  v1::CompileOptions options;
+  options.set_target("x86_64");
+  auto artifact = compiler::Compile(*g, options, "op-test");
+  ASSERT_TRUE(artifact.ok()) << artifact.status();
+  EXPECT_EQ(artifact->summary().fallback_steps(), 0) << artifact->summary().fallbacks(0).reason();
+  for (uint64_t seed : {3, 4}) {
+    exec::CheckOptions co;
+    co.input_seed = seed;
+    auto report = exec::CheckAgainstInterpreter(*proto, *artifact, co);
+    ASSERT_TRUE(report.ok()) << report.status();
+    EXPECT_TRUE(report->ok) << c.name << ": " << report->message;
+  }
+}
+
+std::vector<OpCase> Cases() {
+  std::vector<OpCase> cases;
+  const v1::DType f32 = v1::DTYPE_FLOAT32, bf16 = v1::DTYPE_BFLOAT16, f16 = v1::DTYPE_FLOAT16,
+                  f64 = v1::DTYPE_FLOAT64, i64 = v1::DTYPE_INT64, i32 = v1::DTYPE_INT32,
+                  boolean = v1::DTYPE_BOOL;
+  const struct {
+    v1::DType d;
+    const char* n;
+  } floats[] = {{f32, "f32"}, {bf16, "bf16"}, {f16, "f16"}, {f64, "f64"}};
+  // Unary ops over layouts: contiguous odd sizes, transposed with an offset, size 0 and 1.
+  for (const char* op :
+       {"abs",   "neg",     "exp",  "log",   "sqrt",  "rsqrt", "sin",        "cos",
+        "tanh",  "sigmoid", "erf",  "relu",  "silu",  "gelu",  "reciprocal", "floor",
+        "expm1", "log1p",   "sign", "round", "trunc", "exp2",  "atan"}) {
+    for (const auto& f : floats) {
+      cases.push_back(
+          {absl::StrCat(op, "_", f.n), absl::StrCat("aten.", op, ".default"), {T({5, 7}, f.d)}});
+    }
+    cases.push_back({absl::StrCat(op, "_strided"),
+                     absl::StrCat("aten.", op, ".default"),
+                     {T({3, 4}, f32, {1, 5}, 2)}});
+    cases.push_back(
+        {absl::StrCat(op, "_empty"), absl::StrCat("aten.", op, ".default"), {T({0, 3}, f32)}});
+    cases.push_back(
+        {absl::StrCat(op, "_scalar"), absl::StrCat("aten.", op, ".default"), {T({}, f32)}});
+  }
+  cases.push_back({"gelu_tanh", "aten.gelu.default", {T({9, 5})}, {{"approximate", S("tanh")}}});
+  cases.push_back({"isnan", "aten.isnan.default", {T({6})}});
+  cases.push_back({"logical_not_bool", "aten.logical_not.default", {T({6}, boolean)}});
+  cases.push_back({"neg_i64", "aten.neg.default", {T({4, 3}, i64)}});
+  cases.push_back({"abs_i32", "aten.abs.default", {T({7}, i32)}});
+  // Binary ops with broadcasting, mixed dtypes and scalars.
+  for (const char* op : {"add.Tensor", "sub.Tensor", "mul.Tensor", "div.Tensor", "maximum.default",
+                         "minimum.default", "atan2.default", "pow.Tensor_Tensor"}) {
+    cases.push_back(
+        {absl::StrCat(op, "_bcast"), absl::StrCat("aten.", op), {T({3, 1, 5}), T({4, 5})}});
+    cases.push_back(
+        {absl::StrCat(op, "_bf16"), absl::StrCat("aten.", op), {T({2, 9}, bf16), T({9}, bf16)}});
+    cases.push_back({absl::StrCat(op, "_strided"),
+                     absl::StrCat("aten.", op),
+                     {T({4, 3}, f32, {1, 4}), T({4, 3}, f32, {3, 1}, 5)}});
+  }
+  cases.push_back({"add_alpha", "aten.add.Tensor", {T({5, 4}), T({5, 4})}, {{"alpha", F(2.5)}}});
+  cases.push_back({"add_mixed", "aten.add.Tensor", {T({5, 4}, f32), T({4}, i64)}});
+  cases.push_back({"add_i64", "aten.add.Tensor", {T({5, 4}, i64), T({5, 4}, i64)}});
+  cases.push_back({"add_scalar", "aten.add.Tensor", {T({5, 4}, f64), T({}, f32)}});
+  cases.push_back({"sub_scalar", "aten.sub.Scalar", {T({6}), F(1.5)}});
+  cases.push_back({"mul_scalar", "aten.mul.Scalar", {T({6}, bf16), F(0.3)}});
+  cases.push_back({"div_scalar", "aten.div.Scalar", {T({6}), F(3.0)}});
+  cases.push_back(
+      {"div_floor", "aten.div.Tensor_mode", {T({7}), T({7})}, {{"rounding_mode", S("floor")}}});
+  cases.push_back({"rsub", "aten.rsub.Scalar", {T({7}), F(2.0)}});
+  cases.push_back({"pow_scalar2", "aten.pow.Tensor_Scalar", {T({3, 5}), F(2.0)}});
+  cases.push_back({"pow_scalar3.5", "aten.pow.Tensor_Scalar", {T({3, 5}), F(-1.5)}});
+  cases.push_back({"remainder", "aten.remainder.Tensor", {T({9}), T({9})}});
+  for (const char* op : {"eq", "ne", "lt", "le", "gt", "ge"}) {
+    cases.push_back(
+        {absl::StrCat(op, "_tensor"), absl::StrCat("aten.", op, ".Tensor"), {T({4, 5}), T({5})}});
+    cases.push_back(
+        {absl::StrCat(op, "_scalar"), absl::StrCat("aten.", op, ".Scalar"), {T({4, 5}), F(0.1)}});
+    cases.push_back({absl::StrCat(op, "_int"),
+                     absl::StrCat("aten.", op, ".Tensor"),
+                     {T({4}, i64), T({4}, i64)}});
+  }
+  cases.push_back({"where", "aten.where.self", {T({4, 5}, boolean), T({4, 5}), T({5})}});
+  cases.push_back(
+      {"where_scalar", "aten.where.ScalarOther", {T({4, 5}, boolean), T({4, 5}), F(-1.0)}});
+  cases.push_back(
+      {"masked_fill", "aten.masked_fill.Scalar", {T({3, 6}), T({3, 6}, boolean), F(-1e9)}});
+  cases.push_back({"logical_and", "aten.logical_and.default", {T({6}, boolean), T({6}, boolean)}});
+  cases.push_back({"clamp", "aten.clamp.default", {T({9}), F(-0.2), F(0.3)}});
+  cases.push_back({"hardtanh", "aten.hardtanh.default", {T({9})}});
+  cases.push_back({"leaky_relu", "aten.leaky_relu.default", {T({9})}});
+  // Backward pointwise ops.
+  cases.push_back({"gelu_backward", "aten.gelu_backward.default", {T({5, 7}), T({5, 7})}});
+  cases.push_back({"gelu_backward_tanh",
+                   "aten.gelu_backward.default",
+                   {T({5, 7}), T({5, 7})},
+                   {{"approximate", S("tanh")}}});
+  cases.push_back({"silu_backward", "aten.silu_backward.default", {T({5, 7}), T({5, 7})}});
+  cases.push_back({"tanh_backward", "aten.tanh_backward.default", {T({5, 7}), T({5, 7})}});
+  cases.push_back({"sigmoid_backward", "aten.sigmoid_backward.default", {T({5, 7}), T({5, 7})}});
+  cases.push_back(
+      {"threshold_backward", "aten.threshold_backward.default", {T({5, 7}), T({5, 7}), F(0.0)}});
+  cases.push_back({"dropout_backward",
+                   "aten.native_dropout_backward.default",
+                   {T({5, 7}), T({5, 7}, boolean), F(1.25)}});
+  // Casts and copies.
+  cases.push_back({"to_bf16", "aten._to_copy.default", {T({5, 3})}, {{"dtype", [] {
+                                                                        v1::Argument a;
+                                                                        a.set_dtype(
+                                                                            v1::DTYPE_BFLOAT16);
+                                                                        return a;
+                                                                      }()}}});
+  cases.push_back({"to_i64", "aten._to_copy.default", {T({5, 3})}, {{"dtype", [] {
+                                                                       v1::Argument a;
+                                                                       a.set_dtype(v1::DTYPE_INT64);
+                                                                       return a;
+                                                                     }()}}});
+  cases.push_back({"clone_strided", "aten.clone.default", {T({4, 6}, f32, {1, 4})}});
+  // Views (index maps) feeding a computation through the graph output.
+  cases.push_back({"t", "aten.t.default", {T({3, 5})}});
+  cases.push_back({"permute", "aten.permute.default", {T({2, 3, 4}), Ints({2, 0, 1})}});
+  cases.push_back({"slice", "aten.slice.Tensor", {T({6, 5}), I(1), I(1), I(4)}});
+  cases.push_back({"expand", "aten.expand.default", {T({3, 1}), Ints({3, 4})}});
+  // Factories.
+  cases.push_back({"arange", "aten.arange.start_step", {I(2), I(20), I(3)}});
+  cases.push_back({"full", "aten.full.default", {Ints({3, 4}), F(1.5)}});
+  cases.push_back({"zeros", "aten.zeros.default", {Ints({2, 5})}});
+  // Reductions.
+  for (const auto& f : floats) {
+    cases.push_back(
+        {absl::StrCat("sum_dim_", f.n), "aten.sum.dim_IntList", {T({4, 7, 5}, f.d), Ints({1})}});
+  }
+  cases.push_back({"sum_keepdim", "aten.sum.dim_IntList", {T({4, 7, 5}), Ints({0, 2}), B(true)}});
+  cases.push_back({"sum_all", "aten.sum.default", {T({13, 3})}});
+  cases.push_back({"sum_strided", "aten.sum.dim_IntList", {T({4, 6}, f32, {1, 4}), Ints({1})}});
+  cases.push_back({"sum_empty", "aten.sum.dim_IntList", {T({0, 6}), Ints({0})}});
+  cases.push_back({"sum_i64", "aten.sum.dim_IntList", {T({5, 6}, i64), Ints({1})}});
+  cases.push_back({"mean", "aten.mean.dim", {T({4, 9}), Ints({-1}), B(true)}});
+  cases.push_back({"amax", "aten.amax.default", {T({4, 9}), Ints({1})}});
+  cases.push_back({"amin", "aten.amin.default", {T({4, 9}), Ints({0})}});
+  cases.push_back({"max_dim", "aten.max.dim", {T({4, 9}), I(1)}});
+  cases.push_back({"argmax", "aten.argmax.default", {T({4, 9}), I(1)}});
+  cases.push_back({"var_mean",
+                   "aten.var_mean.correction",
+                   {T({4, 9}), Ints({1})},
+                   {{"correction", I(1)}, {"keepdim", B(true)}}});
+  // Normalization and losses.
+  cases.push_back({"softmax", "aten._softmax.default", {T({3, 11}), I(-1), B(false)}});
+  cases.push_back({"softmax_dim0", "aten._softmax.default", {T({5, 4}), I(0), B(false)}});
+  cases.push_back({"log_softmax", "aten._log_softmax.default", {T({3, 11}), I(1), B(false)}});
+  cases.push_back({"softmax_backward",
+                   "aten._softmax_backward_data.default",
+                   {T({3, 11}), T({3, 11}), I(1), [] {
+                      v1::Argument a;
+                      a.set_dtype(v1::DTYPE_FLOAT32);
+                      return a;
+                    }()}});
+  cases.push_back({"log_softmax_backward",
+                   "aten._log_softmax_backward_data.default",
+                   {T({3, 11}), T({3, 11}), I(1), [] {
+                      v1::Argument a;
+                      a.set_dtype(v1::DTYPE_FLOAT32);
+                      return a;
+                    }()}});
+  cases.push_back({"layer_norm",
+                   "aten.native_layer_norm.default",
+                   {T({2, 3, 33}), Ints({33}), T({33}), T({33}), F(1e-5)}});
+  cases.push_back({"layer_norm_bf16",
+                   "aten.native_layer_norm.default",
+                   {T({4, 16}, bf16), Ints({16}), T({16}, bf16), T({16}, bf16), F(1e-5)}});
+  cases.push_back({"layer_norm_backward",
+                   "aten.native_layer_norm_backward.default",
+                   {T({2, 3, 17}), T({2, 3, 17}), Ints({17}), T({2, 3, 1}), T({2, 3, 1}), T({17}),
+                    T({17}), Bools({true, true, true})}});
+  cases.push_back({"batch_norm",
+                   "aten._native_batch_norm_legit_functional.default",
+                   {T({2, 3, 4, 5}), T({3}), T({3}), T({3}), T({3}), B(true), F(0.1), F(1e-5)}});
+  cases.push_back({"batch_norm_backward",
+                   "aten.native_batch_norm_backward.default",
+                   {T({2, 3, 4, 5}), T({2, 3, 4, 5}), T({3}), T({3}), T({3}), T({3}), T({3}),
+                    B(true), F(1e-5), Bools({true, true, true})}});
+  cases.push_back({"dropout", "aten.native_dropout.default", {T({7, 33}), F(0.3), B(true)}});
+  cases.push_back({"nll_loss",
+                   "aten.nll_loss_forward.default",
+                   {T({6, 10}), T({6}, i64), None(), I(1), I(-100)}});
+  cases.push_back({"nll_loss_sum",
+                   "aten.nll_loss_forward.default",
+                   {T({6, 10}), T({6}, i64), T({10}), I(2), I(-100)}});
+  cases.push_back({"nll_loss_backward",
+                   "aten.nll_loss_backward.default",
+                   {T({}), T({6, 10}), T({6}, i64), None(), I(1), I(-100), T({})}});
+  cases.push_back({"embedding", "aten.embedding.default", {T({11, 6}), T({2, 5}, i64)}});
+  cases.push_back({"embedding_backward",
+                   "aten.embedding_dense_backward.default",
+                   {T({2, 5, 6}), T({2, 5}, i64), I(11), I(-1), B(false)}});
+  cases.push_back({"slice_backward",
+                   "aten.slice_backward.default",
+                   {T({2, 3}), Ints({2, 9}), I(1), I(1), I(7), I(2)}});
+  cases.push_back(
+      {"select_backward", "aten.select_backward.default", {T({4}), Ints({3, 4}), I(0), I(1)}});
+  cases.push_back({"index_select", "aten.index_select.default", {T({7, 4}), I(0), T({5}, i64)}});
+  cases.push_back({"gather", "aten.gather.default", {T({4, 6}), I(1), T({4, 3}, i64)}});
+  cases.push_back({"addmm", "aten.addmm.default", {T({6}), T({4, 5}), T({5, 6})}});
+  cases.push_back({"bmm", "aten.bmm.default", {T({2, 3, 4}), T({2, 4, 5})}});
+  // lerp, addcmul/addcdiv, prod, constant_pad_nd, flip and tril/triu are lowered too, but the
+  // interpreter does not implement them yet, so nothing checks them here.
+  return cases;
+}
+
+INSTANTIATE_TEST_SUITE_P(Ops, OpTest, ::testing::ValuesIn(Cases()),
+                         [](const ::testing::TestParamInfo<OpCase>& info) {
+                           std::string n = info.param.name;
+                           for (char& ch : n) {
+                             if (!isalnum(static_cast<unsigned char>(ch))) ch = '_';
+                           }
+                           return n;
+                         });
+
+// cat takes a list of tensors: built by hand.
+TEST(OpListTest, CatMatchesInterpreter) {
+  v1::Graph g;
+  std::vector<std::vector<int64_t>> shapes = {{2, 3}, {2, 0}, {2, 5}, {2, 1}};
+  v1::Node node;
+  node.set_name("cat");
+  node.set_target("aten.cat.default");
+  v1::ArgumentList* list = node.add_args()->mutable_list();
+  for (size_t i = 0; i < shapes.size(); ++i) {
+    v1::GraphInput* in = g.add_inputs();
+    in->set_name(absl::StrCat("x", i));
+    SetMeta(in->mutable_meta()->mutable_tensor(), shapes[i], Contiguous(shapes[i]), 0,
+            v1::DTYPE_FLOAT32);
+    list->add_items()->mutable_ref()->set_node(in->name());
+  }
+  node.add_args()->set_int_value(1);
+  SetMeta(node.add_outputs()->mutable_tensor(), {2, 9}, {9, 1}, 0, v1::DTYPE_FLOAT32);
+  *g.add_nodes() = node;
+  g.mutable_output()->mutable_list()->add_items()->mutable_ref()->set_node("cat");
+  auto gg = graph::Import(g);
+  ASSERT_TRUE(gg.ok()) << gg.status();
+  v1::CompileOptions options;
+  options.set_target("x86_64");
+  auto artifact = compiler::Compile(*gg, options, "cat");
+  ASSERT_TRUE(artifact.ok()) << artifact.status();
+  auto report = exec::CheckAgainstInterpreter(g, *artifact);
+  ASSERT_TRUE(report.ok()) << report.status();
+  EXPECT_TRUE(report->ok) << report->message;
+}
+
+// An op without a lowering falls back; the compile succeeds and says why.
+TEST(OpListTest, UnknownOpFallsBack) {
+  auto proto = OneOpGraph("aten.cumsum.default", {T({4, 5}), I(1)}, {});
+  ASSERT_TRUE(proto.ok()) << proto.status();
+  auto g = graph::Import(*proto);
+  ASSERT_TRUE(g.ok()) << g.status();
+  v1::CompileOptions options;
+  options.set_target("x86_64");
+  auto artifact = compiler::Compile(*g, options, "fallback");
+  ASSERT_TRUE(artifact.ok()) << artifact.status();
+  ASSERT_EQ(artifact->summary().fallback_steps(), 1);
+  EXPECT_EQ(artifact->summary().fallbacks(0).op(), "aten.cumsum.default");
+  EXPECT_FALSE(artifact->cudagraph().capturable());
+  auto report = exec::CheckAgainstInterpreter(*proto, *artifact);
+  ASSERT_TRUE(report.ok()) << report.status();
+  EXPECT_TRUE(report->ok) << report->message;
+  options.set_require_cudagraph(true);
+  EXPECT_EQ(compiler::Compile(*g, options, "fallback").status().code(),
+            absl::StatusCode::kFailedPrecondition);
+  options.set_target("cuda:sm_90");
+  EXPECT_EQ(compiler::Compile(*g, options, "x").status().code(), absl::StatusCode::kUnimplemented);
+}
+
+}  // namespace
+}  // namespace kiln
