@@ -454,9 +454,10 @@ TEST_F(CompileServiceTest, TraceparentJoinsTheCallersTrace) {
 TEST_F(CompileServiceTest, OversizedMessagesAndBusyClientsGetClearErrors) {
   Start({"--max-message-bytes", "65536", "--max-in-flight-per-client", "1", "--compile-workers",
          "1"});
-  // nanoGPT's backward graph is larger than 64 KiB on the wire.
-  absl::StatusOr<v1::CompileResponse> big =
-      Compile(Request(testing::LoadSharedGraph("nanogpt_fp32.bw.json")));
+  // A request over the limit: 128 KiB of stack trace on one node.
+  v1::Graph huge = testing::LoadSharedGraph("mlp_fp32.fw.json");
+  huge.mutable_nodes(0)->mutable_debug()->set_stack_trace(std::string(128 << 10, 'x'));
+  absl::StatusOr<v1::CompileResponse> big = Compile(Request(huge));
   EXPECT_EQ(big.status().code(), absl::StatusCode::kResourceExhausted) << big.status();
   // One request in flight per client: a second concurrent one from the same peer is refused.
   const v1::Graph g = testing::LoadSharedGraph("mlp_fp32.bw.json");
