@@ -12,7 +12,7 @@ jobs=$(nproc)
 export CCACHE_MAXSIZE=${CCACHE_MAXSIZE:-5G}
 # Paths relative to the checkout, so clones in other directories share cached objects.
 export CCACHE_BASEDIR=$root
-configs=${KILN_TEST_CONFIGS:-release asan tsan}
+configs=${KILN_TEST_CONFIGS:-release tsan asan}
 
 status=0
 for config in $configs; do
