@@ -1,78 +1,13 @@
 #include "client/runtime/dtype.h"
 
 #include <cmath>
+#include "proto/dtype.h"
 
 namespace kiln::runtime {
 
-int64_t ElementSize(DType dtype) {
-  switch (dtype) {
-    case v1::DTYPE_FLOAT64:
-    case v1::DTYPE_INT64:
-    case v1::DTYPE_UINT64:
-    case v1::DTYPE_COMPLEX64:
-      return 8;
-    case v1::DTYPE_COMPLEX128:
-      return 16;
-    case v1::DTYPE_FLOAT32:
-    case v1::DTYPE_INT32:
-    case v1::DTYPE_UINT32:
-      return 4;
-    case v1::DTYPE_FLOAT16:
-    case v1::DTYPE_BFLOAT16:
-    case v1::DTYPE_INT16:
-    case v1::DTYPE_UINT16:
-      return 2;
-    case v1::DTYPE_INT8:
-    case v1::DTYPE_UINT8:
-    case v1::DTYPE_BOOL:
-    case v1::DTYPE_FLOAT8_E4M3FN:
-    case v1::DTYPE_FLOAT8_E5M2:
-      return 1;
-    default:
-      return 0;
-  }
-}
+int64_t ElementSize(DType dtype) { return kiln::ElementSize(dtype); }
 
-const char* DTypeName(DType dtype) {
-  switch (dtype) {
-    case v1::DTYPE_FLOAT32:
-      return "float32";
-    case v1::DTYPE_FLOAT64:
-      return "float64";
-    case v1::DTYPE_FLOAT16:
-      return "float16";
-    case v1::DTYPE_BFLOAT16:
-      return "bfloat16";
-    case v1::DTYPE_INT64:
-      return "int64";
-    case v1::DTYPE_INT32:
-      return "int32";
-    case v1::DTYPE_INT16:
-      return "int16";
-    case v1::DTYPE_INT8:
-      return "int8";
-    case v1::DTYPE_UINT8:
-      return "uint8";
-    case v1::DTYPE_BOOL:
-      return "bool";
-    case v1::DTYPE_COMPLEX64:
-      return "complex64";
-    case v1::DTYPE_COMPLEX128:
-      return "complex128";
-    case v1::DTYPE_FLOAT8_E4M3FN:
-      return "float8_e4m3fn";
-    case v1::DTYPE_FLOAT8_E5M2:
-      return "float8_e5m2";
-    case v1::DTYPE_UINT16:
-      return "uint16";
-    case v1::DTYPE_UINT32:
-      return "uint32";
-    case v1::DTYPE_UINT64:
-      return "uint64";
-    default:
-      return "unspecified";
-  }
-}
+const char* DTypeName(DType dtype) { return kiln::DTypeName(dtype); }
 
 bool IsFloating(DType dtype) {
   return dtype == v1::DTYPE_FLOAT32 || dtype == v1::DTYPE_FLOAT64 || dtype == v1::DTYPE_FLOAT16 ||

@@ -9,13 +9,13 @@
 #include <map>
 #include <thread>
 
-#include "absl/time/clock.h"
-
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
 #include "compiler/interp/dtype.h"
 #include "compiler/sym/expr.h"
 #include "proto/digest.h"
+#include "proto/dtype.h"
 #include "proto/kernel_abi.h"
 
 namespace kiln::exec {
@@ -23,26 +23,7 @@ namespace {
 
 using interp::Tensor;
 
-int ItemSize(v1::DType d) {
-  switch (d) {
-    case v1::DTYPE_FLOAT64:
-    case v1::DTYPE_INT64:
-    case v1::DTYPE_UINT64:
-    case v1::DTYPE_COMPLEX64:
-      return 8;
-    case v1::DTYPE_FLOAT32:
-    case v1::DTYPE_INT32:
-    case v1::DTYPE_UINT32:
-      return 4;
-    case v1::DTYPE_FLOAT16:
-    case v1::DTYPE_BFLOAT16:
-    case v1::DTYPE_INT16:
-    case v1::DTYPE_UINT16:
-      return 2;
-    default:
-      return 1;
-  }
-}
+int ItemSize(v1::DType d) { return static_cast<int>(kiln::ElementSize(d)); }
 
 uint16_t FloatToHalf(float f) {
   uint32_t x;

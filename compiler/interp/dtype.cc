@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <limits>
+#include "proto/dtype.h"
 
 namespace kiln::interp {
 namespace {
@@ -95,36 +96,7 @@ bool StoresInts(DType dtype) { return IsIntegral(dtype) || dtype == v1::DTYPE_BO
 
 bool IsSupported(DType dtype) { return IsFloating(dtype) || StoresInts(dtype); }
 
-absl::string_view DTypeName(DType dtype) {
-  switch (dtype) {
-    case v1::DTYPE_FLOAT32:
-      return "float32";
-    case v1::DTYPE_FLOAT64:
-      return "float64";
-    case v1::DTYPE_FLOAT16:
-      return "float16";
-    case v1::DTYPE_BFLOAT16:
-      return "bfloat16";
-    case v1::DTYPE_INT64:
-      return "int64";
-    case v1::DTYPE_INT32:
-      return "int32";
-    case v1::DTYPE_INT16:
-      return "int16";
-    case v1::DTYPE_INT8:
-      return "int8";
-    case v1::DTYPE_UINT8:
-      return "uint8";
-    case v1::DTYPE_UINT16:
-      return "uint16";
-    case v1::DTYPE_UINT32:
-      return "uint32";
-    case v1::DTYPE_BOOL:
-      return "bool";
-    default:
-      return "unsupported";
-  }
-}
+absl::string_view DTypeName(DType dtype) { return kiln::DTypeName(dtype); }
 
 double RoundToDType(double v, DType dtype) {
   switch (dtype) {
