@@ -11,11 +11,11 @@ namespace kiln::server {
 namespace {
 
 TEST(CompilePoolTest, RunsTasksOffTheCallerThread) {
+  Notification done[8];
   CompilePool pool(2, 16);
   std::atomic<int> ran{0};
   const auto caller = std::this_thread::get_id();
   std::atomic<bool> other_thread{true};
-  Notification done[8];
   for (int i = 0; i < 8; ++i) {
     ASSERT_TRUE(pool.Submit([&, i](absl::Duration) {
                       if (std::this_thread::get_id() == caller) other_thread = false;
@@ -30,8 +30,9 @@ TEST(CompilePoolTest, RunsTasksOffTheCallerThread) {
 }
 
 TEST(CompilePoolTest, FullQueueIsRefusedWithRetryHint) {
-  CompilePool pool(1, 2);
+  // Declared before the pool: its workers, joined by its destructor, use them to the end.
   Notification block, started;
+  CompilePool pool(1, 2);
   ASSERT_TRUE(pool.Submit([&](absl::Duration) {
                     started.Notify();
                     block.WaitForNotification();
@@ -50,8 +51,8 @@ TEST(CompilePoolTest, FullQueueIsRefusedWithRetryHint) {
 }
 
 TEST(CompilePoolTest, ReportsQueueWait) {
-  CompilePool pool(1, 4);
   Notification block, started, measured;
+  CompilePool pool(1, 4);
   absl::Duration waited;
   ASSERT_TRUE(pool.Submit([&](absl::Duration) {
                     started.Notify();
