@@ -13,6 +13,7 @@
 #include <optional>
 #include <stdexcept>
 #include <string>
+#include <type_traits>
 #include <utility>
 #include <vector>
 
@@ -165,8 +166,10 @@ namespace kiln::interp {
 // Elementwise maps over inputs broadcast together; results are fresh contiguous tensors
 // of `out_dtype`. `f` receives the inputs' values at one position: doubles for MapDoubles,
 // exact int64 for MapInts.
-template <typename F>
-Tensor MapDoubles(absl::Span<const Tensor> ins, DType out_dtype, F f) {
+// Reads each input at one broadcast position as a `T` (double or int64_t), calls `f` on them
+// and writes the result; MapDoubles and MapInts are its two forms.
+template <typename T, typename F>
+Tensor MapValues(absl::Span<const Tensor> ins, DType out_dtype, F f) {
   std::vector<std::vector<int64_t>> shapes;
   for (const Tensor& t : ins) shapes.push_back(t.sizes());
   const std::vector<int64_t> sizes = BroadcastShapes(shapes);
@@ -174,33 +177,33 @@ Tensor MapDoubles(absl::Span<const Tensor> ins, DType out_dtype, F f) {
   for (const Tensor& t : ins) idx.push_back(ExpandTo(t, sizes).ElementIndices());
   Tensor out = Tensor::Zeros(sizes, out_dtype);
   const int64_t n = out.numel();
-  std::vector<double> vals(ins.size());
+  std::vector<T> vals(ins.size());
   for (int64_t i = 0; i < n; ++i) {
     for (size_t k = 0; k < ins.size(); ++k) {
-      vals[k] = ins[k].ReadDouble(idx[k][static_cast<size_t>(i)]);
+      const int64_t at = idx[k][static_cast<size_t>(i)];
+      if constexpr (std::is_same_v<T, double>) {
+        vals[k] = ins[k].ReadDouble(at);
+      } else {
+        vals[k] = ins[k].ReadInt(at);
+      }
     }
-    out.WriteDouble(i, f(vals.data()));
+    if constexpr (std::is_same_v<T, double>) {
+      out.WriteDouble(i, f(vals.data()));
+    } else {
+      out.WriteInt(i, f(vals.data()));
+    }
   }
   return out;
 }
 
 template <typename F>
+Tensor MapDoubles(absl::Span<const Tensor> ins, DType out_dtype, F f) {
+  return MapValues<double>(ins, out_dtype, std::move(f));
+}
+
+template <typename F>
 Tensor MapInts(absl::Span<const Tensor> ins, DType out_dtype, F f) {
-  std::vector<std::vector<int64_t>> shapes;
-  for (const Tensor& t : ins) shapes.push_back(t.sizes());
-  const std::vector<int64_t> sizes = BroadcastShapes(shapes);
-  std::vector<std::vector<int64_t>> idx;
-  for (const Tensor& t : ins) idx.push_back(ExpandTo(t, sizes).ElementIndices());
-  Tensor out = Tensor::Zeros(sizes, out_dtype);
-  const int64_t n = out.numel();
-  std::vector<int64_t> vals(ins.size());
-  for (int64_t i = 0; i < n; ++i) {
-    for (size_t k = 0; k < ins.size(); ++k) {
-      vals[k] = ins[k].ReadInt(idx[k][static_cast<size_t>(i)]);
-    }
-    out.WriteInt(i, f(vals.data()));
-  }
-  return out;
+  return MapValues<int64_t>(ins, out_dtype, std::move(f));
 }
 
 // An operand of a binary op: a tensor or a Python number.

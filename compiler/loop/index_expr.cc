@@ -102,23 +102,18 @@ IndexExpr IndexExpr::Const(int64_t value) {
   return e;
 }
 
-IndexExpr IndexExpr::Var(int32_t id) {
+IndexExpr IndexExpr::Leaf(Atom::Kind kind, int32_t id) {
   IndexExpr e;
-  Atom a = MakeLeaf(Atom::Kind::kVar, id);
+  Atom a = MakeLeaf(kind, id);
   std::string key = a.key;
   e.terms_.push_back(Term{1, {std::move(a)}, std::move(key)});
   e.Normalize();
   return e;
 }
 
-IndexExpr IndexExpr::Sym(int32_t id) {
-  IndexExpr e;
-  Atom a = MakeLeaf(Atom::Kind::kSym, id);
-  std::string key = a.key;
-  e.terms_.push_back(Term{1, {std::move(a)}, std::move(key)});
-  e.Normalize();
-  return e;
-}
+IndexExpr IndexExpr::Var(int32_t id) { return Leaf(Atom::Kind::kVar, id); }
+
+IndexExpr IndexExpr::Sym(int32_t id) { return Leaf(Atom::Kind::kSym, id); }
 
 void IndexExpr::Normalize() {
   for (Term& t : terms_) {

@@ -93,6 +93,8 @@ class IndexExpr {
   std::string ToString(absl::Span<const std::string> sym_names) const;
 
  private:
+  // A single variable or symbol with coefficient 1.
+  static IndexExpr Leaf(Atom::Kind kind, int32_t id);
   void Normalize();  // sorts and merges terms, drops zeros, computes key_
   std::vector<Term> terms_;
   std::string key_ = "0";
