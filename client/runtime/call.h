@@ -43,6 +43,10 @@ struct FallbackCall {
   absl::string_view op;
   absl::string_view node;    // canonical name of the graph node, for messages
   absl::string_view reason;  // why the compiler fell back
+  // An op that draws random numbers draws them from Philox stream `rng_stream` under
+  // `rng_seed` (the run's offset plus the op's number among the graph's RNG ops).
+  uint64_t rng_seed = 0;
+  uint64_t rng_stream = 0;
   std::vector<CallValue> args;
   std::vector<std::pair<std::string, CallValue>> kwargs;
   std::vector<Tensor> outputs;
@@ -55,6 +59,8 @@ using FallbackHook = std::function<absl::Status(const FallbackCall&)>;
 struct CollectiveCall {
   absl::string_view op;
   absl::string_view reduce_op;  // "sum", "avg", "max", ... (empty for all_gather)
+  // Canonical: "pg0", "pg1", ... in order of first use in the graph; the hook maps pgN to
+  // the trainer's N-th process group of that graph.
   absl::string_view group_name;
   int64_t group_size = 1;
   Tensor input;

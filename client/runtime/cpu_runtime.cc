@@ -75,7 +75,8 @@ struct StepPlan {
   ViewPlan src, dst;
   int input_index = -1;
   int buffer = -1;
-  std::string label;  // "step 3 (extern aten.mm.default, node mm)" for messages
+  int64_t rng_stream = -1;  // extern/fallback: the op's RNG number, -1 when it draws nothing
+  std::string label;        // "step 3 (extern aten.mm.default, node mm)" for messages
 };
 
 struct OutputPlan {
@@ -265,6 +266,7 @@ absl::Status ParseCallArg(const v1::CallArgument& a, const Plan& plan, absl::str
 template <typename Step>
 absl::Status ParseCall(const Step& step, const Plan& plan, StepPlan& out) {
   out.op = step.op();
+  out.rng_stream = step.rng_stream();
   out.node = step.node();
   for (int i = 0; i < step.args_size(); ++i) {
     ArgPlan p;
@@ -720,7 +722,7 @@ absl::Status CheckInputs(const Plan& plan, absl::Span<const Tensor> inputs, cons
       }
       continue;
     }
-    if (ip.has_spec) {
+    if (ip.has_spec && ip.dtype != v1::DTYPE_UNSPECIFIED) {
       if (!t.defined()) return absl::InvalidArgumentError(absl::StrCat(where, " is undefined"));
       if (t.dtype() != ip.dtype) {
         return absl::InvalidArgumentError(absl::StrCat(where, " has dtype ", DTypeName(t.dtype()),
@@ -962,13 +964,18 @@ absl::StatusOr<std::vector<Tensor>> CpuRuntime::Run(absl::Span<const Tensor> inp
           if (!t.ok()) return t.status();
           outs[i] = *std::move(t);
         }
+        // An op that draws random numbers draws from stream rng_offset + its RNG number.
+        const uint64_t rng_stream =
+            options.rng_offset + static_cast<uint64_t>(std::max<int64_t>(step.rng_stream, 0));
         if (step.kind == v1::PlanStep::kExternCall) {
+          ExternContext step_ctx = ctx;
+          step_ctx.rng_offset = rng_stream;
           ExternCall call;
           call.op = step.op;
           call.args = args;
           call.kwargs = kwargs;
           call.outputs = outs;
-          call.context = &ctx;
+          call.context = &step_ctx;
           s = RunExternOp(call);
         } else {
           if (!options.fallback) {
@@ -980,6 +987,8 @@ absl::StatusOr<std::vector<Tensor>> CpuRuntime::Run(absl::Span<const Tensor> inp
           call.op = step.op;
           call.node = step.node;
           call.reason = step.reason;
+          call.rng_seed = options.rng_seed;
+          call.rng_stream = rng_stream;
           call.args = std::move(args);
           call.kwargs = std::move(kwargs);
           call.outputs = std::move(outs);

@@ -27,7 +27,7 @@ struct ExternContext {
   ThreadPool* pool = nullptr;  // required
   int max_threads = 0;         // <= 0: the whole pool
   uint64_t rng_seed = 0;
-  uint64_t rng_offset = 0;
+  uint64_t rng_offset = 0;  // the call's Philox stream: the run's offset plus the op's number
   int64_t world_size = 1;
   const CollectiveHook* collective = nullptr;  // may be null or empty
 };

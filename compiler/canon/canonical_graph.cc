@@ -154,6 +154,15 @@ void CanonicalGraph::NameProcessGroups() {
   }
 }
 
+std::string CanonicalGraph::ProcessGroupName(uint32_t node, uint32_t arg_index) const {
+  const Node& n = graph_.node(node);
+  const auto args = graph_.args(n);
+  if (arg_index >= args.size() || args[arg_index].kind != ArgKind::kString) return "";
+  const auto it = group_index_.find(args[arg_index].string_id);
+  if (it == group_index_.end() || !IsGroupName(n, arg_index)) return "";
+  return absl::StrCat("pg", it->second);
+}
+
 bool CanonicalGraph::IsGroupName(const Node& n, uint32_t arg_index) const {
   if (!IsCollectiveTarget(graph_.target(n))) return false;
   if (n.schema != nullptr) return n.schema->params[arg_index].name == "group_name";

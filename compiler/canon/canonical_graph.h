@@ -69,6 +69,10 @@ class CanonicalGraph {
     return symbol_names_;
   }
 
+  // The canonical name of the process group that arg `arg_index` of node `node` names
+  // ("pg0", "pg1", ... in order of first use), or "" when that arg names no process group.
+  std::string ProcessGroupName(uint32_t node, uint32_t arg_index) const;
+
   // The node's fields in a fixed order, for comparing two nodes field by field.
   std::vector<NodeField> Fields(uint32_t node) const;
   // The graph output's elements, as fields "output[i]".

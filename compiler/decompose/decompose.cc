@@ -655,6 +655,11 @@ absl::Status Decomposer::Extern(uint32_t node, const std::string& op, bool fallb
   for (size_t i = 0; i < args.size(); ++i) {
     auto ca = ConvertArg(args[i]);
     if (!ca.ok()) return ca.status();
+    // Keys ignore process-group names, so artifacts carry canonical ones ("pg0", ...) that
+    // every requester's runtime binds to its own groups.
+    if (std::string pg = c_.ProcessGroupName(node, static_cast<uint32_t>(i)); !pg.empty()) {
+      ca->value.set_string_value(pg);
+    }
     std::string kw;
     if (gn.schema != nullptr && i < gn.schema->params.size() && gn.schema->params[i].keyword_only) {
       kw = gn.schema->params[i].name;
@@ -2370,6 +2375,7 @@ absl::StatusOr<PrimGraph> Decomposer::Run() {
         if (!strides.ok()) return strides.status();
         d.sizes = *std::move(sizes);
         d.strides = *std::move(strides);
+        d.dtype = v.dtype;
         d.on_cpu = v.device.type == graph::DeviceType::kCpu;
       } else if (v.kind == graph::ValueKind::kSymInt) {
         auto e = Sym(v.scalar);
@@ -2388,6 +2394,9 @@ absl::StatusOr<PrimGraph> Decomposer::Run() {
         if (v.kind != graph::ValueKind::kTensor) continue;
         auto t = TensorOfValue(v);
         if (!t.ok()) return t.status();
+        // An input's buffer starts at the tensor's first element (the runtime is handed the
+        // tensor, not its storage), so views of it count their offsets from there.
+        out_.tensors[static_cast<size_t>(*t)].offset = IndexExpr::Const(0);
         Node n;
         n.kind = Node::Kind::kInput;
         n.name = NodeName(node);

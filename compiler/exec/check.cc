@@ -63,7 +63,8 @@ absl::StatusOr<CheckReport> CheckAgainstInterpreter(const v1::Graph& graph,
   eo.rng_seed = options.rng_seed;
   eo.rng_offset = options.rng_offset;
   eo.threads = options.threads;
-  auto actual = Execute(artifact, b_inputs, eo);
+  auto actual =
+      options.runner ? options.runner(artifact, b_inputs, eo) : Execute(artifact, b_inputs, eo);
   if (!actual.ok()) return actual.status();
   CheckReport report;
   if (expected->size() != actual->size()) {
@@ -97,7 +98,7 @@ absl::StatusOr<CheckReport> CheckAgainstInterpreter(const v1::Graph& graph,
     }
     const v1::DType dt = et->dtype();
     const std::vector<double> ev = et->ToDoubles(), av = at->ToDoubles();
-    const double rtol = RelativeTolerance(dt);
+    const double rtol = RelativeTolerance(dt) * options.tolerance_scale;
     double scale = 0;
     for (double x : ev) {
       if (std::isfinite(x)) scale = std::max(scale, std::fabs(x));

@@ -354,7 +354,7 @@ absl::Status Executor::Allocate() {
       ViewGeom g;
       g.sizes = t->sizes();
       g.strides = t->strides();
-      g.offset = t->storage_offset();
+      g.offset = 0;  // the buffer starts at the tensor's first element
       const bool ints = interp::StoresInts(t->dtype());
       const std::vector<double> fv = ints ? std::vector<double>() : t->ToDoubles();
       const std::vector<int64_t> iv = ints ? t->ToInts() : std::vector<int64_t>();

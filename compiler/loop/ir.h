@@ -242,8 +242,9 @@ struct Output {
 struct InputDesc {
   enum class Kind : uint8_t { kTensor, kScalar, kOther };
   Kind kind = Kind::kOther;
-  std::vector<IndexExpr> sizes, strides;  // kTensor
-  IndexExpr scalar;                       // kScalar: its value
+  std::vector<IndexExpr> sizes, strides;        // kTensor
+  graph::DType dtype = graph::DType::kFloat32;  // kTensor
+  IndexExpr scalar;                             // kScalar: its value
   graph::InputRole role = graph::InputRole::kUnspecified;
   bool on_cpu = false;
   std::string name;  // canonical name

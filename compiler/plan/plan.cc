@@ -225,10 +225,12 @@ absl::StatusOr<v1::CompiledGraph> Plan(const loop::Program& p, const PlanOptions
     v1::Buffer* pb = out.add_buffers();
     pb->set_dtype(static_cast<v1::DType>(buf.dtype));
     pb->set_name(buf.name);
+    const int64_t item = loop::ByteSize(loop::ScalarTypeOf(buf.dtype));
     pb->set_alignment(static_cast<int32_t>(kAlign));
-    *pb->mutable_size_bytes() = ToSymInt(
-        buf.elements * IndexExpr::Const(loop::ByteSize(loop::ScalarTypeOf(buf.dtype))), syms);
+    *pb->mutable_size_bytes() = ToSymInt(buf.elements * IndexExpr::Const(item), syms);
     if (buf.kind == loop::Buffer::Kind::kInput) {
+      // The caller's tensor is used in place: only its element alignment is promised.
+      pb->set_alignment(static_cast<int32_t>(item));
       pb->set_kind(v1::BUFFER_KIND_INPUT);
       pb->set_input_index(buf.input_index);
     } else if (is_output[b]) {
@@ -362,6 +364,19 @@ absl::StatusOr<v1::CompiledGraph> Plan(const loop::Program& p, const PlanOptions
           absl::StrCat("symbol ", syms[s], " cannot be read from any input"));
     }
     *out.add_symbol_sources() = std::move(src);
+  }
+
+  // What each input must look like.
+  for (const loop::InputDesc& in : p.inputs) {
+    v1::InputSpec* spec = out.add_inputs();
+    spec->set_name(in.name);
+    if (in.kind == loop::InputDesc::Kind::kScalar) {
+      spec->set_symbolic(true);
+    } else if (in.kind == loop::InputDesc::Kind::kTensor) {
+      spec->set_dtype(static_cast<v1::DType>(in.dtype));
+      for (const IndexExpr& e : in.sizes) *spec->add_sizes() = ToSymInt(e, syms);
+      for (const IndexExpr& e : in.strides) *spec->add_strides() = ToSymInt(e, syms);
+    }
   }
 
   // CUDA-graph analysis.

@@ -26,4 +26,8 @@ using ::kiln::testing::LoadSharedGraph;
 // [1], true); returns [mm, s].
 v1::Graph SmallGraph();
 
+// SmallGraph plus two all_reduces of its mm on process groups `group_a` and `group_b`, each
+// waited on; the graph returns both.
+v1::Graph CollectiveGraph(const std::string& group_a, const std::string& group_b);
+
 }  // namespace kiln::testing

@@ -4,6 +4,7 @@
 #include <cstring>
 
 #include "absl/strings/str_cat.h"
+#include "client/runtime/cpu_runtime.h"
 
 namespace kiln::runtime::testing {
 
@@ -43,6 +44,54 @@ interp::Arg ToInterp(const CallValue& v) {
   return a;
 }
 
+Tensor FromInterp(const interp::Tensor& t) {
+  if (!t.defined()) return Tensor();
+  Tensor out = Tensor::EmptyStrided(t.sizes(), t.strides(), t.storage_offset(), t.dtype());
+  const absl::Status written = WriteResult(interp::Value(t), out);
+  if (!written.ok()) ADD_FAILURE() << written;
+  return out;
+}
+
+exec::Runner RuntimeRunner() {
+  return [](const v1::CompiledGraph& artifact, absl::Span<const interp::Value> inputs,
+            const exec::ExecOptions& options) -> absl::StatusOr<std::vector<interp::Value>> {
+    CpuRuntime::Options load;
+    load.threads = options.threads;
+    absl::StatusOr<std::unique_ptr<CpuRuntime>> runtime = CpuRuntime::Load(artifact, load);
+    if (!runtime.ok()) return runtime.status();
+    std::vector<Tensor> args;
+    for (const interp::Value& v : inputs) {
+      if (const auto* t = std::get_if<interp::Tensor>(&v)) {
+        args.push_back(FromInterp(*t));
+      } else if (const auto* i = std::get_if<int64_t>(&v)) {
+        args.push_back(Tensor::Scalar(*i));
+      } else {
+        args.emplace_back();
+      }
+    }
+    CpuRuntime::RunOptions run;
+    run.rng_seed = options.rng_seed;
+    run.rng_offset = options.rng_offset;
+    run.fallback = InterpFallback();
+    run.poison = true;
+    absl::StatusOr<std::vector<Tensor>> outputs = (*runtime)->Run(args, run);
+    if (!outputs.ok()) return outputs.status();
+    std::vector<interp::Value> values;
+    for (int i = 0; i < artifact.outputs_size(); ++i) {
+      const v1::OutputBinding& binding = artifact.outputs(i);
+      const Tensor& t = (*outputs)[static_cast<size_t>(i)];
+      if (binding.none()) {
+        values.emplace_back(interp::None{});
+      } else if (!binding.symbol().empty()) {
+        values.emplace_back(t.ItemInt());
+      } else {
+        values.emplace_back(ToInterp(t));
+      }
+    }
+    return values;
+  };
+}
+
 absl::Status WriteResult(const interp::Value& value, const Tensor& out) {
   if (!out.defined()) return absl::OkStatus();
   if (const auto* t = std::get_if<interp::Tensor>(&value)) {
@@ -70,20 +119,22 @@ absl::Status WriteResult(const interp::Value& value, const Tensor& out) {
 
 absl::StatusOr<std::vector<interp::Value>> RunInterp(
     const std::string& op, const std::vector<CallValue>& args,
-    const std::vector<std::pair<std::string, CallValue>>& kwargs) {
+    const std::vector<std::pair<std::string, CallValue>>& kwargs, interp::RunOptions options) {
   std::vector<interp::Arg> iargs;
   for (const CallValue& v : args) iargs.push_back(ToInterp(v));
   std::vector<std::pair<std::string, interp::Arg>> ikwargs;
   for (const auto& [k, v] : kwargs) ikwargs.emplace_back(k, ToInterp(v));
-  interp::RunOptions options;
   options.follow_meta = false;
   return interp::RunOp(op, std::move(iargs), std::move(ikwargs), options);
 }
 
 FallbackHook InterpFallback() {
   return [](const FallbackCall& call) -> absl::Status {
+    interp::RunOptions options;
+    options.rng_seed = call.rng_seed;
+    options.rng_offset = call.rng_stream;
     absl::StatusOr<std::vector<interp::Value>> r =
-        RunInterp(std::string(call.op), call.args, call.kwargs);
+        RunInterp(std::string(call.op), call.args, call.kwargs, options);
     if (!r.ok()) return r.status();
     for (size_t i = 0; i < call.outputs.size() && i < r->size(); ++i) {
       absl::Status s = WriteResult((*r)[i], call.outputs[i]);

@@ -296,47 +296,17 @@ TEST(CompileKeyTest, EqualKeysExplainAsEqual) {
   EXPECT_THAT(e.description(), HasSubstr(a.record.compile_key()));
 }
 
-// Two collectives on two process groups.
-v1::Graph CollectiveGraph(const std::string& group_a, const std::string& group_b) {
-  v1::Graph g = testing::SmallGraph();
-  const v1::ValueMeta meta = g.nodes(1).outputs(0);  // mm: [4, 4]
-  auto add = [&](const std::string& name, const std::string& target,
-                 std::vector<v1::Argument> args) {
-    v1::Node* n = g.add_nodes();
-    n->set_name(name);
-    n->set_target(target);
-    for (auto& a : args) *n->add_args() = a;
-    *n->add_outputs() = meta;
-  };
-  auto ref = [](const std::string& node) {
-    v1::Argument a;
-    a.mutable_ref()->set_node(node);
-    return a;
-  };
-  auto str = [](const std::string& s) {
-    v1::Argument a;
-    a.set_string_value(s);
-    return a;
-  };
-  add("ar0", "_c10d_functional.all_reduce.default", {ref("mm"), str("sum"), str(group_a)});
-  add("ar1", "_c10d_functional.all_reduce.default", {ref("mm"), str("sum"), str(group_b)});
-  add("w0", "_c10d_functional.wait_tensor.default", {ref("ar0")});
-  add("w1", "_c10d_functional.wait_tensor.default", {ref("ar1")});
-  g.mutable_output()->mutable_list()->mutable_items(0)->mutable_ref()->set_node("w0");
-  *g.mutable_output()->mutable_list()->add_items() = ref("w1");
-  return g;
-}
-
 TEST(CompileKeyTest, ProcessGroupNamesAreNormalizedToTheirPosition) {
-  const std::string key = KeyOf(CollectiveGraph("tp:0", "dp:1"));
-  EXPECT_EQ(KeyOf(CollectiveGraph("group_17", "group_3")), key);
-  EXPECT_NE(KeyOf(CollectiveGraph("tp:0", "tp:0")), key) << "one group is not two groups";
-  EXPECT_NE(KeyOf(CollectiveGraph("dp:1", "tp:0")), KeyOf(CollectiveGraph("tp:0", "tp:0")));
+  const std::string key = KeyOf(testing::CollectiveGraph("tp:0", "dp:1"));
+  EXPECT_EQ(KeyOf(testing::CollectiveGraph("group_17", "group_3")), key);
+  EXPECT_NE(KeyOf(testing::CollectiveGraph("tp:0", "tp:0")), key) << "one group is not two groups";
+  EXPECT_NE(KeyOf(testing::CollectiveGraph("dp:1", "tp:0")),
+            KeyOf(testing::CollectiveGraph("tp:0", "tp:0")));
 
   // Collectives keep their order: issuing them the other way round is another program.
-  v1::Graph swapped = CollectiveGraph("tp:0", "dp:1");
+  v1::Graph swapped = testing::CollectiveGraph("tp:0", "dp:1");
   swapped.mutable_nodes()->SwapElements(3, 4);
-  KeyedGraph a = MustKey(CollectiveGraph("tp:0", "dp:1"));
+  KeyedGraph a = MustKey(testing::CollectiveGraph("tp:0", "dp:1"));
   KeyedGraph b = MustKey(swapped);
   EXPECT_NE(a.record.compile_key(), b.record.compile_key());
   EXPECT_EQ(Explain(a, b).component(), "graph");

@@ -14,6 +14,7 @@
 #include "compiler/graph/import.h"
 #include "compiler/interp/interpreter.h"
 #include "gtest/gtest.h"
+#include "tests/compiler/runtime_check.h"
 
 namespace kiln {
 namespace {
@@ -195,7 +196,7 @@ TEST_P(OpTest, MatchesInterpreter) {
   for (uint64_t seed : {3, 4}) {
     exec::CheckOptions co;
     co.input_seed = seed;
-    auto report = exec::CheckAgainstInterpreter(*proto, *artifact, co);
+    auto report = testing::CheckOnRuntime(*proto, *artifact, co);
     ASSERT_TRUE(report.ok()) << report.status();
     EXPECT_TRUE(report->ok) << c.name << ": " << report->message;
   }
@@ -426,7 +427,7 @@ TEST(OpListTest, CatMatchesInterpreter) {
   options.set_target("x86_64");
   auto artifact = compiler::Compile(*gg, options, "cat");
   ASSERT_TRUE(artifact.ok()) << artifact.status();
-  auto report = exec::CheckAgainstInterpreter(g, *artifact);
+  auto report = testing::CheckOnRuntime(g, *artifact);
   ASSERT_TRUE(report.ok()) << report.status();
   EXPECT_TRUE(report->ok) << report->message;
 }
@@ -444,7 +445,7 @@ TEST(OpListTest, UnknownOpFallsBack) {
   ASSERT_EQ(artifact->summary().fallback_steps(), 1);
   EXPECT_EQ(artifact->summary().fallbacks(0).op(), "aten.cumsum.default");
   EXPECT_FALSE(artifact->cudagraph().capturable());
-  auto report = exec::CheckAgainstInterpreter(*proto, *artifact);
+  auto report = testing::CheckOnRuntime(*proto, *artifact);
   ASSERT_TRUE(report.ok()) << report.status();
   EXPECT_TRUE(report->ok) << report->message;
   options.set_require_cudagraph(true);
