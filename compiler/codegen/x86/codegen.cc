@@ -4,6 +4,7 @@
 #include <stdlib.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <cmath>
 #include <cstdio>
 #include <fstream>
@@ -11,6 +12,8 @@
 #include <memory>
 #include <mutex>
 #include <sstream>
+#include <thread>
+#include <vector>
 
 #include "absl/container/flat_hash_set.h"
 #include "absl/status/status.h"
@@ -912,24 +915,26 @@ kiln::Mutex& LinkerMutex() {
   return *mu;
 }
 
-absl::StatusOr<std::string> LinkSharedObject(absl::string_view object) {
+// Links the kernels' objects, in order, into one shared object.
+absl::StatusOr<std::string> LinkSharedObject(const std::vector<std::string>& objects) {
   const char* tmp = getenv("TMPDIR");
   std::string dir = absl::StrCat(tmp && *tmp ? tmp : "/tmp", "/kiln-link-XXXXXX");
   if (mkdtemp(dir.data()) == nullptr)
     return absl::InternalError("codegen: cannot create a temporary directory");
-  const std::string obj_path = dir + "/kernels.o";
   const std::string so_path = dir + "/kernels.so";
+  std::vector<std::string> obj_paths;
   auto cleanup = [&] {
-    unlink(obj_path.c_str());
+    for (const std::string& path : obj_paths) unlink(path.c_str());
     unlink(so_path.c_str());
     rmdir(dir.c_str());
   };
-  {
-    std::ofstream f(obj_path, std::ios::binary);
-    f.write(object.data(), static_cast<std::streamsize>(object.size()));
+  for (size_t i = 0; i < objects.size(); ++i) {
+    obj_paths.push_back(absl::StrCat(dir, "/k", i, ".o"));
+    std::ofstream f(obj_paths.back(), std::ios::binary);
+    f.write(objects[i].data(), static_cast<std::streamsize>(objects[i].size()));
     if (!f) {
       cleanup();
-      return absl::InternalError("codegen: cannot write the object file");
+      return absl::InternalError("codegen: cannot write an object file");
     }
   }
   std::string errors;
@@ -937,9 +942,9 @@ absl::StatusOr<std::string> LinkSharedObject(absl::string_view object) {
   {
     kiln::MutexLock lock(&LinkerMutex());
     std::vector<const char*> args = {
-        "ld.lld", "-shared",       "--build-id=none",  "-z",      "noexecstack",
-        "-z",     "now",           "--hash-style=gnu", "-soname", "libkiln_kernels.so",
-        "-o",     so_path.c_str(), obj_path.c_str()};
+        "ld.lld",           "-shared", "--build-id=none",    "-z", "noexecstack",  "-z", "now",
+        "--hash-style=gnu", "-soname", "libkiln_kernels.so", "-o", so_path.c_str()};
+    for (const std::string& path : obj_paths) args.push_back(path.c_str());
     llvm::raw_string_ostream out(errors), err(errors);
     ok = lld::elf::link(args, out, err, /*exitEarly=*/false, /*disableOutput=*/false);
     lld::CommonLinkerContext::destroy();
@@ -955,11 +960,38 @@ absl::StatusOr<std::string> LinkSharedObject(absl::string_view object) {
   return ss.str();
 }
 
-}  // namespace
+// Fails unless every symbol `object` leaves undefined is in libc or libm.
+absl::Status CheckImports(const llvm::SmallVector<char, 0>& object) {
+  auto buffer = llvm::MemoryBuffer::getMemBuffer(llvm::StringRef(object.data(), object.size()),
+                                                 "kernel.o", false);
+  auto file = llvm::object::ObjectFile::createObjectFile(buffer->getMemBufferRef());
+  if (!file) {
+    return absl::InternalError(
+        absl::StrCat("codegen: unreadable object: ", llvm::toString(file.takeError())));
+  }
+  for (const llvm::object::SymbolRef& sym : (*file)->symbols()) {
+    auto flags = sym.getFlags();
+    if (!flags) {
+      llvm::consumeError(flags.takeError());
+      continue;
+    }
+    if (!(*flags & llvm::object::SymbolRef::SF_Undefined)) continue;
+    auto name = sym.getName();
+    if (!name) {
+      llvm::consumeError(name.takeError());
+      continue;
+    }
+    if (name->empty()) continue;
+    if (!AllowedImports().contains(name->str())) {
+      return absl::InternalError(absl::StrCat("codegen: generated code needs `", name->str(),
+                                              "`, which is not in libc or libm"));
+    }
+  }
+  return absl::OkStatus();
+}
 
-absl::StatusOr<CodegenResult> GenerateSharedObject(const loop::Program& program,
-                                                   const CodegenOptions& options) {
-  InitializeLlvm();
+absl::StatusOr<std::unique_ptr<llvm::TargetMachine>> MakeTargetMachine(
+    const CodegenOptions& options) {
   std::string error;
   const llvm::Target* target = llvm::TargetRegistry::lookupTarget(kTargetTriple, error);
   if (target == nullptr) return absl::InternalError(absl::StrCat("codegen: ", error));
@@ -969,15 +1001,42 @@ absl::StatusOr<CodegenResult> GenerateSharedObject(const loop::Program& program,
       kTargetTriple, kTargetCpu, "", to, llvm::Reloc::PIC_, llvm::CodeModel::Small,
       options.opt_level >= 3 ? llvm::CodeGenOpt::Aggressive : llvm::CodeGenOpt::Default));
   if (!tm) return absl::InternalError("codegen: no target machine for x86-64");
+  return tm;
+}
 
-  llvm::LLVMContext ctx;
-  auto module = std::make_unique<llvm::Module>("kiln", ctx);
-  module->setTargetTriple(kTargetTriple);
-  module->setDataLayout(tm->createDataLayout());
-  for (size_t i = 0; i < program.kernels.size(); ++i) {
-    KernelEmitter e(*module, program, program.kernels[i], absl::StrCat("kiln_k", i));
-    if (absl::Status s = e.Emit(); !s.ok()) return s;
+// Object code for `module`, which may call nothing outside libc and libm.
+absl::StatusOr<std::string> EmitObject(llvm::TargetMachine& tm, llvm::Module& module) {
+  llvm::SmallVector<char, 0> object;
+  {
+    llvm::raw_svector_ostream os(object);
+    llvm::legacy::PassManager pm;
+    if (tm.addPassesToEmitFile(pm, os, nullptr, llvm::CGFT_ObjectFile)) {
+      return absl::InternalError("codegen: the target cannot emit object files");
+    }
+    pm.run(module);
   }
+  if (absl::Status s = CheckImports(object); !s.ok()) return s;
+  return std::string(object.data(), object.size());
+}
+
+// One kernel compiled on its own: object code, the widest vector its loops got, its IR.
+struct KernelObject {
+  std::string object;
+  int32_t vector_width = 1;
+  std::string llvm_ir;
+};
+
+absl::StatusOr<KernelObject> CompileKernel(const loop::Program& program, size_t index,
+                                           const CodegenOptions& options) {
+  auto tm = MakeTargetMachine(options);
+  if (!tm.ok()) return tm.status();
+  const std::string name = absl::StrCat("kiln_k", index);
+  llvm::LLVMContext ctx;
+  auto module = std::make_unique<llvm::Module>(name, ctx);
+  module->setTargetTriple(kTargetTriple);
+  module->setDataLayout((*tm)->createDataLayout());
+  KernelEmitter e(*module, program, program.kernels[index], name);
+  if (absl::Status s = e.Emit(); !s.ok()) return s;
   {
     std::string msg;
     llvm::raw_string_ostream os(msg);
@@ -998,7 +1057,11 @@ absl::StatusOr<CodegenResult> GenerateSharedObject(const loop::Program& program,
     llvm::PipelineTuningOptions pto;
     pto.LoopVectorization = options.opt_level >= 2;
     pto.SLPVectorization = options.opt_level >= 2;
-    llvm::PassBuilder pb(tm.get(), pto);
+    // Kernels are memory-bound loops that the vectorizer already widens and interleaves:
+    // unrolling them further left run times unchanged on the shared graphs and doubled
+    // both code size and compile time.
+    pto.LoopUnrolling = false;
+    llvm::PassBuilder pb(tm->get(), pto);
     pb.registerModuleAnalyses(mam);
     pb.registerCGSCCAnalyses(cgam);
     pb.registerFunctionAnalyses(fam);
@@ -1014,65 +1077,74 @@ absl::StatusOr<CodegenResult> GenerateSharedObject(const loop::Program& program,
     mpm.run(*module, mam);
   }
 
-  CodegenResult result;
-  for (size_t i = 0; i < program.kernels.size(); ++i) {
-    int32_t width = 1;
-    if (llvm::Function* f = module->getFunction(absl::StrCat("kiln_k", i))) {
-      for (llvm::BasicBlock& bb : *f) {
-        for (llvm::Instruction& inst : bb) {
-          if (auto* vt = llvm::dyn_cast<llvm::FixedVectorType>(inst.getType())) {
-            width = std::max<int32_t>(width, static_cast<int32_t>(vt->getNumElements()));
-          }
+  KernelObject result;
+  if (llvm::Function* f = module->getFunction(name)) {
+    for (llvm::BasicBlock& bb : *f) {
+      for (llvm::Instruction& inst : bb) {
+        if (auto* vt = llvm::dyn_cast<llvm::FixedVectorType>(inst.getType())) {
+          result.vector_width =
+              std::max<int32_t>(result.vector_width, static_cast<int32_t>(vt->getNumElements()));
         }
       }
     }
-    result.vector_widths.push_back(width);
   }
   if (options.emit_llvm_ir) {
     llvm::raw_string_ostream os(result.llvm_ir);
     module->print(os, nullptr);
   }
 
-  llvm::SmallVector<char, 0> object;
-  {
-    llvm::raw_svector_ostream os(object);
-    llvm::legacy::PassManager pm;
-    if (tm->addPassesToEmitFile(pm, os, nullptr, llvm::CGFT_ObjectFile)) {
-      return absl::InternalError("codegen: the target cannot emit object files");
-    }
-    pm.run(*module);
-  }
-  const absl::string_view obj_bytes(object.data(), object.size());
+  auto object = EmitObject(**tm, *module);
+  if (!object.ok()) return object.status();
+  result.object = *std::move(object);
+  return result;
+}
 
-  // Only libc/libm may remain undefined.
-  {
-    auto buffer = llvm::MemoryBuffer::getMemBuffer(llvm::StringRef(object.data(), object.size()),
-                                                   "kernels.o", false);
-    auto file = llvm::object::ObjectFile::createObjectFile(buffer->getMemBufferRef());
-    if (!file) {
-      return absl::InternalError(
-          absl::StrCat("codegen: unreadable object: ", llvm::toString(file.takeError())));
-    }
-    for (const llvm::object::SymbolRef& sym : (*file)->symbols()) {
-      auto flags = sym.getFlags();
-      if (!flags) {
-        llvm::consumeError(flags.takeError());
-        continue;
-      }
-      if (!(*flags & llvm::object::SymbolRef::SF_Undefined)) continue;
-      auto name = sym.getName();
-      if (!name) {
-        llvm::consumeError(name.takeError());
-        continue;
-      }
-      if (name->empty()) continue;
-      if (!AllowedImports().contains(name->str())) {
-        return absl::InternalError(absl::StrCat("codegen: generated code needs `", name->str(),
-                                                "`, which is not in libc or libm"));
-      }
-    }
+// The object of a module without kernels: what a plan of extern steps alone links.
+absl::StatusOr<std::string> EmptyObject(const CodegenOptions& options) {
+  auto tm = MakeTargetMachine(options);
+  if (!tm.ok()) return tm.status();
+  llvm::LLVMContext ctx;
+  llvm::Module module("kiln", ctx);
+  module.setTargetTriple(kTargetTriple);
+  module.setDataLayout((*tm)->createDataLayout());
+  return EmitObject(**tm, module);
+}
+
+}  // namespace
+
+absl::StatusOr<CodegenResult> GenerateSharedObject(const loop::Program& program,
+                                                   const CodegenOptions& options) {
+  InitializeLlvm();
+  // Each kernel is its own module, so kernels compile in parallel; the objects are linked in
+  // kernel order, so the bytes do not depend on the number of threads.
+  const size_t n = program.kernels.size();
+  std::vector<absl::StatusOr<KernelObject>> kernels(n, absl::InternalError("not compiled"));
+  std::atomic<size_t> next{0};
+  auto work = [&] {
+    for (size_t i = next++; i < n; i = next++) kernels[i] = CompileKernel(program, i, options);
+  };
+  const size_t threads =
+      std::min<size_t>(n, options.threads > 0 ? static_cast<size_t>(options.threads)
+                                              : std::max(1u, std::thread::hardware_concurrency()));
+  std::vector<std::thread> helpers;
+  for (size_t t = 1; t < threads; ++t) helpers.emplace_back(work);
+  work();
+  for (std::thread& t : helpers) t.join();
+
+  CodegenResult result;
+  std::vector<std::string> objects;
+  for (absl::StatusOr<KernelObject>& k : kernels) {
+    if (!k.ok()) return k.status();
+    result.vector_widths.push_back(k->vector_width);
+    result.llvm_ir += k->llvm_ir;
+    objects.push_back(std::move(k->object));
   }
-  auto so = LinkSharedObject(obj_bytes);
+  if (objects.empty()) {
+    auto empty = EmptyObject(options);
+    if (!empty.ok()) return empty.status();
+    objects.push_back(*std::move(empty));
+  }
+  auto so = LinkSharedObject(objects);
   if (!so.ok()) return so.status();
   result.shared_object = *std::move(so);
   return result;

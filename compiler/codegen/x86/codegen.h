@@ -26,6 +26,9 @@ inline constexpr char kTargetTriple[] = "x86_64-unknown-linux-gnu";
 struct CodegenOptions {
   int opt_level = 2;          // 0..3
   bool emit_llvm_ir = false;  // also return the optimized IR text (for tests and debugging)
+  // Kernels compile in parallel on this many threads; <= 0: one per hardware thread. The
+  // bytes do not depend on it.
+  int threads = 0;
 };
 
 struct CodegenResult {
