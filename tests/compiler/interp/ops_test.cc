@@ -148,6 +148,81 @@ TEST(Pointwise, PowAndCasts) {
   EXPECT_TRUE(Is(Run1("aten.fill.Scalar", {T({2}, {1, 2}), 7}), {2}, {7, 7}));
 }
 
+TEST(Pointwise, LerpBroadcastsAndTakesScalarOrTensorWeights) {
+  const Tensor self = T({3}, {0, 10, -2});
+  const Tensor end = T({3}, {10, 20, 2});
+  EXPECT_TRUE(Is(Run1("aten.lerp.Scalar", {self, end, 0.25}), {3}, {2.5, 12.5, -1}));
+  EXPECT_TRUE(Is(Run1("aten.lerp.Scalar", {self, end, 0.75}), {3}, {7.5, 17.5, 1}));
+  EXPECT_TRUE(Is(Run1("aten.lerp.Scalar", {self, end, 1}), {3}, {10, 20, 2}));
+  // All three broadcast: [2, 1], [1, 3] and [3] give [2, 3].
+  EXPECT_TRUE(Is(
+      Run1("aten.lerp.Tensor", {T({2, 1}, {0, 10}), T({1, 3}, {4, 8, 12}), T({3}, {0.5, 0.25, 1})}),
+      {2, 3}, {2, 2, 12, 7, 9.5, 12}));
+  const Tensor f = T({2}, {0, 1}, v1::DTYPE_FLOAT32);
+  EXPECT_EQ(Run1("aten.lerp.Scalar", {f, f, 0.5}).dtype(), v1::DTYPE_FLOAT32);
+  // A 0-d weight may have another dtype; a weight with dims may not, nor may end.
+  EXPECT_TRUE(Is(Run1("aten.lerp.Tensor", {f, T({2}, {2, 3}, v1::DTYPE_FLOAT32), T({}, {0.5})}),
+                 {2}, {1, 2}));
+  EXPECT_FALSE(RunOp("aten.lerp.Tensor", {f, f, T({2}, {0.5, 0.5})}).ok());
+  EXPECT_FALSE(RunOp("aten.lerp.Scalar", {f, T({2}, {0, 1}), 0.5}).ok());
+  EXPECT_FALSE(RunOp("aten.lerp.Scalar", {I({2}, {0, 1}), I({2}, {2, 3}), 0.5}).ok());
+}
+
+TEST(Pointwise, AddcmulAndAddcdivPromoteAndBroadcast) {
+  EXPECT_TRUE(Is(Run1("aten.addcmul.default", {T({2}, {1, 2}), T({2, 1}, {3, 4}), T({2}, {5, 6})},
+                      {{"value", 0.5}}),
+                 {2, 2}, {8.5, 11, 11, 14}));
+  EXPECT_TRUE(Is(Run1("aten.addcmul.default", {T({1}, {1}), T({1}, {2}), T({1}, {3})}), {1}, {7}));
+  const Tensor mixed =
+      Run1("aten.addcmul.default",
+           {I({2}, {1, 2}), T({2}, {0.5, 1.5}, v1::DTYPE_FLOAT32), I({2}, {2, 2})});
+  EXPECT_EQ(mixed.dtype(), v1::DTYPE_FLOAT32);
+  EXPECT_TRUE(Is(mixed, {2}, {2, 5}));
+  const Tensor ints = Run1("aten.addcmul.default", {I({2}, {1, 2}), I({2}, {3, 4}), I({2}, {5, 6})},
+                           {{"value", 2}});
+  EXPECT_EQ(ints.dtype(), v1::DTYPE_INT64);
+  EXPECT_EQ(ints.ToInts(), (std::vector<int64_t>{31, 50}));
+  const Tensor b = I({1}, {1}, v1::DTYPE_BOOL);
+  EXPECT_FALSE(RunOp("aten.addcmul.default", {b, b, b}).ok());
+  EXPECT_TRUE(Is(Run1("aten.addcdiv.default", {T({2}, {1, 2}), T({2}, {3, 4}), T({2, 1}, {2, 4})},
+                      {{"value", -1}}),
+                 {2, 2}, {-0.5, 0, 0.25, 1}));
+  EXPECT_EQ(Run1("aten.addcdiv.default", {I({1}, {1}), T({1}, {1}, v1::DTYPE_FLOAT32), I({1}, {2})})
+                .dtype(),
+            v1::DTYPE_FLOAT32);
+  EXPECT_FALSE(RunOp("aten.addcdiv.default", {T({1}, {1}), I({1}, {1}), I({1}, {2})}).ok());
+}
+
+TEST(Pointwise, FloatActivations) {
+  const Tensor x = T({4}, {-4, -1.5, 0, 4});
+  EXPECT_TRUE(Is(Run1("aten.hardsigmoid.default", {x}), {4}, {0, 0.25, 0.5, 1}));
+  EXPECT_TRUE(Is(Run1("aten.hardswish.default", {x}), {4}, {0, -0.375, 0, 4}));
+  EXPECT_TRUE(
+      Is(Run1("aten.frac.default", {T({4}, {1.5, -1.5, 2, -0.25})}), {4}, {0.5, -0.5, 0, -0.25}));
+  EXPECT_TRUE(Is(Run1("aten.mish.default", {T({2}, {0, 1})}), {2},
+                 {0, std::tanh(std::log(1 + std::exp(1.0)))}));
+  EXPECT_TRUE(Is(Run1("aten.lgamma.default", {T({3}, {1, 3, 0.5})}), {3},
+                 {0, std::log(2.0), 0.5 * std::log(M_PI)}));
+  EXPECT_TRUE(Is(Run1("aten.elu.default", {T({3}, {-1, 0, 2})}), {3}, {std::exp(-1.0) - 1, 0, 2}));
+  EXPECT_TRUE(Is(Run1("aten.elu.default", {T({3}, {-1, 0, 2}), 2, 3, 0.5}), {3},
+                 {6 * (std::exp(-0.5) - 1), 0, 6}));
+  EXPECT_TRUE(Is(Run1("aten.softplus.default", {T({3}, {0, 1, 30})}), {3},
+                 {std::log(2.0), std::log(1 + std::exp(1.0)), 30}));
+  // beta 2, threshold 1: 2 * 1 > 1 is linear, 2 * 0.25 is not.
+  EXPECT_TRUE(Is(Run1("aten.softplus.default", {T({3}, {0, 0.25, 1}), 2, 1}), {3},
+                 {std::log(2.0) / 2, std::log(1 + std::exp(0.5)) / 2, 1}));
+  const double e = std::exp(1.0);
+  EXPECT_TRUE(
+      Is(Run1("aten.softplus_backward.default", {T({3}, {1, 2, 3}), T({3}, {0, 1, 30}), 1, 20}),
+         {3}, {0.5, 2 * e / (e + 1), 3}));
+  // lgamma promotes integers like other float math; the others are not defined for them.
+  EXPECT_EQ(Run1("aten.lgamma.default", {I({1}, {3})}).dtype(), v1::DTYPE_FLOAT32);
+  for (const char* op : {"aten.frac.default", "aten.hardsigmoid.default", "aten.hardswish.default",
+                         "aten.mish.default", "aten.elu.default", "aten.softplus.default"}) {
+    EXPECT_FALSE(RunOp(op, {I({1}, {1})}).ok()) << op;
+  }
+}
+
 TEST(Pointwise, NonContiguousOffsetAndEmptyInputs) {
   // A transposed, offset view of a larger storage.
   const Tensor base = T({13}, {99, 0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11});
