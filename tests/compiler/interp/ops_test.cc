@@ -273,6 +273,24 @@ TEST(Reductions, SumMeanExtremesAndArg) {
   EXPECT_TRUE(Is(Run1("aten.linalg_vector_norm.default", {T({2}, {3, 4})}), {}, {5}));
 }
 
+TEST(Reductions, Prod) {
+  const Tensor x = T({2, 3}, {1, 5, 3, 4, 2, 6});
+  EXPECT_TRUE(Is(Run1("aten.prod.default", {x}), {}, {720}));
+  EXPECT_TRUE(Is(Run1("aten.prod.dim_int", {x, -1}), {2}, {15, 48}));
+  EXPECT_TRUE(Is(Run1("aten.prod.dim_int", {x, 0, true}), {1, 3}, {4, 10, 18}));
+  EXPECT_TRUE(
+      Is(Run1("aten.prod.dim_int", {Tensor::Zeros({2, 0}, v1::DTYPE_FLOAT32), 1}), {2}, {1, 1}));
+  const Tensor b = Run1("aten.prod.dim_int", {I({2, 2}, {1, 0, 1, 1}, v1::DTYPE_BOOL), 1});
+  EXPECT_EQ(b.dtype(), v1::DTYPE_INT64);
+  EXPECT_EQ(b.ToInts(), (std::vector<int64_t>{0, 1}));
+  EXPECT_EQ(Run1("aten.prod.dim_int", {x, 1}, {{"dtype", v1::DTYPE_FLOAT32}}).dtype(),
+            v1::DTYPE_FLOAT32);
+  // int64 products wrap: 2^32 * 2^32 = 2^64 = 0.
+  const int64_t big = int64_t{1} << 32;
+  EXPECT_EQ(Run1("aten.prod.dim_int", {I({2}, {big, big}), 0}).ToInts(), (std::vector<int64_t>{0}));
+  EXPECT_FALSE(RunOp("aten.prod.dim_int", {x, 2}).ok());
+}
+
 TEST(Factory, CreationOps) {
   const Tensor a = Run1("aten.arange.default", {5});
   EXPECT_EQ(a.dtype(), v1::DTYPE_INT64);
