@@ -343,6 +343,71 @@ TEST(Indexing, CatGatherScatterIndex) {
       {2, 2}, {21, 42, 3, 4}));
 }
 
+TEST(Indexing, Flip) {
+  const Tensor x = T({2, 3}, {1, 2, 3, 4, 5, 6});
+  EXPECT_TRUE(Is(Run1("aten.flip.default", {x, Arg::Ints({0, -1})}), {2, 3}, {6, 5, 4, 3, 2, 1}));
+  EXPECT_TRUE(Is(Run1("aten.flip.default", {x, Arg::Ints({1})}), {2, 3}, {3, 2, 1, 6, 5, 4}));
+  EXPECT_TRUE(Is(Run1("aten.flip.default", {x, Arg::Ints({})}), {2, 3}, {1, 2, 3, 4, 5, 6}));
+  // A transposed input: [[1, 4], [2, 5], [3, 6]] upside down.
+  const Tensor t = Run1("aten.t.default", {x});
+  const Tensor ft = Run1("aten.flip.default", {t, Arg::Ints({0})});
+  EXPECT_TRUE(Is(ft, {3, 2}, {3, 6, 2, 5, 1, 4}));
+  EXPECT_FALSE(ft.SharesStorageWith(x));
+  EXPECT_EQ(Run1("aten.flip.default", {I({3}, {1, 2, 3}), Arg::Ints({0})}).ToInts(),
+            (std::vector<int64_t>{3, 2, 1}));
+  EXPECT_TRUE(Is(Run1("aten.flip.default", {T({}, {5}), Arg::Ints({0})}), {}, {5}));
+  EXPECT_TRUE(
+      Is(Run1("aten.flip.default", {Tensor::Zeros({0, 2}, v1::DTYPE_FLOAT64), Arg::Ints({0, 1})}),
+         {0, 2}, {}));
+  EXPECT_FALSE(RunOp("aten.flip.default", {x, Arg::Ints({0, -2})}).ok());
+  EXPECT_FALSE(RunOp("aten.flip.default", {x, Arg::Ints({2})}).ok());
+}
+
+TEST(Indexing, ConstantPadWidensAndCrops) {
+  const Tensor x = T({2, 2}, {1, 2, 3, 4});
+  EXPECT_TRUE(Is(Run1("aten.constant_pad_nd.default", {x, Arg::Ints({1, 0}), 9}), {2, 3},
+                 {9, 1, 2, 9, 3, 4}));
+  // The second pair pads the second dim from the last; the value defaults to 0.
+  EXPECT_TRUE(Is(Run1("aten.constant_pad_nd.default", {x, Arg::Ints({0, 1, 1, 0})}), {3, 3},
+                 {0, 0, 0, 1, 2, 0, 3, 4, 0}));
+  // Negative widths crop.
+  EXPECT_TRUE(Is(Run1("aten.constant_pad_nd.default", {x, Arg::Ints({-1, 1}), -1}), {2, 2},
+                 {2, -1, 4, -1}));
+  EXPECT_TRUE(
+      Is(Run1("aten.constant_pad_nd.default", {x, Arg::Ints({0, 0, -1, 0})}), {1, 2}, {3, 4}));
+  EXPECT_TRUE(Is(Run1("aten.constant_pad_nd.default", {x, Arg::Ints({-2, 0})}), {2, 0}, {}));
+  // A transposed input: [[1, 3], [2, 4]].
+  EXPECT_TRUE(
+      Is(Run1("aten.constant_pad_nd.default", {Run1("aten.t.default", {x}), Arg::Ints({0, 1}), 7}),
+         {2, 3}, {1, 3, 7, 2, 4, 7}));
+  // The value is converted to the tensor's dtype.
+  const Tensor ints = Run1("aten.constant_pad_nd.default", {I({1}, {5}), Arg::Ints({1, 1}), 2.7});
+  EXPECT_EQ(ints.dtype(), v1::DTYPE_INT64);
+  EXPECT_EQ(ints.ToInts(), (std::vector<int64_t>{2, 5, 2}));
+  EXPECT_FALSE(RunOp("aten.constant_pad_nd.default", {x, Arg::Ints({1})}).ok());
+  EXPECT_FALSE(RunOp("aten.constant_pad_nd.default", {x, Arg::Ints({1, 1, 1, 1, 1, 1})}).ok());
+  EXPECT_FALSE(RunOp("aten.constant_pad_nd.default", {x, Arg::Ints({-3, 1})}).ok());
+}
+
+TEST(Indexing, TrilTriu) {
+  const Tensor x = T({3, 3}, {1, 2, 3, 4, 5, 6, 7, 8, 9});
+  EXPECT_TRUE(Is(Run1("aten.tril.default", {x}), {3, 3}, {1, 0, 0, 4, 5, 0, 7, 8, 9}));
+  EXPECT_TRUE(Is(Run1("aten.tril.default", {x, -1}), {3, 3}, {0, 0, 0, 4, 0, 0, 7, 8, 0}));
+  EXPECT_TRUE(Is(Run1("aten.triu.default", {x, 1}), {3, 3}, {0, 2, 3, 0, 0, 6, 0, 0, 0}));
+  EXPECT_TRUE(
+      Is(Run1("aten.triu.default", {x}, {{"diagonal", -1}}), {3, 3}, {1, 2, 3, 4, 5, 6, 0, 8, 9}));
+  // Leading dims are batches; the matrices need not be square.
+  EXPECT_TRUE(Is(Run1("aten.tril.default", {T({2, 2, 3}, {1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12})}),
+                 {2, 2, 3}, {1, 0, 0, 4, 5, 0, 7, 0, 0, 10, 11, 0}));
+  // A transposed input: [[1, 4, 7], [2, 5, 8], [3, 6, 9]].
+  EXPECT_TRUE(Is(Run1("aten.triu.default", {Run1("aten.t.default", {x})}), {3, 3},
+                 {1, 4, 7, 0, 5, 8, 0, 0, 9}));
+  const Tensor b = Run1("aten.triu.default", {I({2, 2}, {1, 1, 1, 1}, v1::DTYPE_BOOL)});
+  EXPECT_EQ(b.dtype(), v1::DTYPE_BOOL);
+  EXPECT_EQ(b.ToInts(), (std::vector<int64_t>{1, 1, 0, 1}));
+  EXPECT_FALSE(RunOp("aten.tril.default", {T({3}, {1, 2, 3})}).ok());
+}
+
 TEST(Linalg, MatrixProducts) {
   const Tensor a = T({2, 3}, {1, 2, 3, 4, 5, 6});
   const Tensor b = T({3, 2}, {7, 8, 9, 10, 11, 12});
