@@ -532,6 +532,19 @@ TEST(Misc, PythonOpsSizesAndCollectives) {
   EXPECT_EQ(ar.ToDoubles(), x.ToDoubles());
   EXPECT_FALSE(ar.SharesStorageWith(x));
   EXPECT_TRUE(Run1("_c10d_functional.wait_tensor.default", {ar}).SharesStorageWith(ar));
+  const Tensor a2a =
+      Run1("_c10d_functional.all_to_all_single.default", {x, Arg::Ints({2}), Arg::Ints({2}), "0"});
+  EXPECT_EQ(a2a.ToDoubles(), x.ToDoubles());
+  EXPECT_FALSE(a2a.SharesStorageWith(x));
+  const Tensor y = T({1}, {7});
+  const std::vector<Value> ag = RunAll("_c10d_functional.all_gather_into_tensor_coalesced.default",
+                                       {Arg::Tensors({x, y}), 1, "0"});
+  ASSERT_EQ(ag.size(), 2u);
+  EXPECT_EQ(std::get<Tensor>(ag[1]).ToDoubles(), y.ToDoubles());
+  const std::vector<Value> rs = RunAll("_c10d_functional.reduce_scatter_tensor_coalesced.default",
+                                       {Arg::Tensors({x, y}), "sum", 1, "0"});
+  ASSERT_EQ(rs.size(), 2u);
+  EXPECT_EQ(std::get<Tensor>(rs[0]).ToDoubles(), x.ToDoubles());
   RunOptions two;
   two.world_size = 2;
   EXPECT_FALSE(RunOp("_c10d_functional.all_reduce.default", {x, "sum", "0"}, {}, two).ok());
