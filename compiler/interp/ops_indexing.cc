@@ -58,6 +58,8 @@ void ForIndexed(const Tensor& index, const std::vector<int64_t>& self_sizes, int
   for (size_t lin = 0; lin < idx.size(); ++lin) {
     int64_t rem = static_cast<int64_t>(lin);
     int64_t self_pos = 0;
+    // A 0-d index (of a 0-d self) has no dim loop below to check it.
+    if (isz.empty()) CheckIndex(idx[lin], self_sizes[static_cast<size_t>(dim)], "gather/scatter");
     for (size_t d = 0; d < isz.size(); ++d) {
       const int64_t coord = rem / index_strides[d];
       rem %= index_strides[d];

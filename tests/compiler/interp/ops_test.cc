@@ -334,6 +334,10 @@ TEST(Indexing, CatGatherScatterIndex) {
                       {Tensor::Zeros({2, 3}, v1::DTYPE_FLOAT64), 1, I({2, 2}, {0, 0, 2, 1}), a}),
                  {2, 3}, {3, 0, 0, 0, 4, 3}));
   EXPECT_FALSE(RunOp("aten.gather.default", {a, 1, I({2, 1}, {2, 0})}).ok());
+  // A 0-d self has one element along dim 0.
+  EXPECT_TRUE(Is(Run1("aten.gather.default", {T({}, {7}), 0, I({}, {0})}), {}, {7}));
+  EXPECT_FALSE(RunOp("aten.gather.default", {T({}, {7}), 0, I({}, {1})}).ok());
+  EXPECT_TRUE(Is(Run1("aten.index_select.default", {T({}, {7}), -1, I({1}, {0})}), {}, {7}));
   EXPECT_TRUE(Is(Run1("aten.index.Tensor", {a, Arg::Tensors({I({3}, {1, 0, 1})})}), {3, 2},
                  {3, 4, 1, 2, 3, 4}));
   EXPECT_TRUE(Is(Run1("aten.index.Tensor", {a, Arg::Tensors({Tensor(), I({2}, {1, 1})})}), {2, 2},

@@ -387,6 +387,21 @@ std::vector<OpCase> Cases() {
   cases.push_back({"gather", "aten.gather.default", {T({4, 6}), I(1), T({4, 3}, i64)}});
   cases.push_back({"addmm", "aten.addmm.default", {T({6}), T({4, 5}), T({5, 6})}});
   cases.push_back({"bmm", "aten.bmm.default", {T({2, 3, 4}), T({2, 4, 5})}});
+  // 0-d tensors with a dim argument of 0 or -1.
+  cases.push_back({"sum_dim_scalar", "aten.sum.dim_IntList", {T({}), Ints({0})}});
+  cases.push_back({"amax_scalar", "aten.amax.default", {T({}), Ints({-1}), B(true)}});
+  cases.push_back({"any_dim_scalar", "aten.any.dim", {T({}, boolean), I(0)}});
+  cases.push_back({"max_dim_scalar", "aten.max.dim", {T({}), I(0)}});
+  cases.push_back({"argmax_scalar", "aten.argmax.default", {T({}), I(-1)}});
+  cases.push_back(
+      {"var_mean_scalar", "aten.var_mean.correction", {T({}), Ints({0})}, {{"correction", I(0)}}});
+  cases.push_back({"softmax_scalar", "aten._softmax.default", {T({}), I(0), B(false)}});
+  cases.push_back({"log_softmax_scalar", "aten._log_softmax.default", {T({}), I(-1), B(false)}});
+  cases.push_back({"index_select_scalar", "aten.index_select.default", {T({}), I(0), T({1}, i64)}});
+  cases.push_back({"gather_scalar", "aten.gather.default", {T({}), I(-1), T({}, i64)}});
+  cases.push_back({"prod_dim_scalar", "aten.prod.dim_int", {T({}), I(0)}});
+  cases.push_back({"prod_dim_scalar_neg", "aten.prod.dim_int", {T({}, i64), I(-1), B(true)}});
+  cases.push_back({"flip_scalar", "aten.flip.default", {T({}), Ints({0})}});
   // lerp, addcmul/addcdiv, prod, constant_pad_nd, flip and tril/triu are lowered too, but the
   // interpreter does not implement them yet, so nothing checks them here.
   return cases;
