@@ -2466,4 +2466,17 @@ bool HasLowering(absl::string_view target) {
          Decomposer::Rules().contains(t);
 }
 
+std::vector<std::string> LoweredOps() {
+  std::vector<std::string> ops = {"aten.reshape.default", "operator.getitem"};
+  ops.insert(ops.end(), ExternOps().begin(), ExternOps().end());
+  ops.insert(ops.end(), ViewOps().begin(), ViewOps().end());
+  for (const auto& [target, rule] : Decomposer::Rules()) ops.push_back(target);
+  for (const graph::OpSchema* schema : graph::AllOpSchemas()) {
+    if (absl::StartsWith(schema->target, "_c10d_functional.")) ops.push_back(schema->target);
+  }
+  std::sort(ops.begin(), ops.end());
+  ops.erase(std::unique(ops.begin(), ops.end()), ops.end());
+  return ops;
+}
+
 }  // namespace kiln::decompose
