@@ -477,6 +477,8 @@ class Decomposer {
   Body ReduceBody(int32_t t, std::vector<int64_t> dims) {
     const size_t r = Rank(t);
     reduced_.assign(r, dims.empty());
+    // A 0-d tensor takes dim 0 or -1, which name no dim of its (empty) iteration space.
+    if (r == 0) return Body(Tn(t).sizes, reduced_);
     for (int64_t d : dims) reduced_[static_cast<size_t>(WrapDim(d, r))] = true;
     return Body(Tn(t).sizes, reduced_);
   }
@@ -1600,15 +1602,17 @@ absl::Status Decomposer::Arange(uint32_t node) {
 absl::Status Decomposer::IndexSelect(uint32_t node, bool gather) {
   const int32_t x = In(node, 0), index = In(node, 2);
   const int64_t dim = WrapDim(Int(A(node, 1)), Rank(x));
+  // A 0-d self is read as one element along `dim`, as PyTorch does.
+  const bool scalar = Rank(x) == 0;
   return Pointwise(node, [&](Body& b, ScalarType ct) -> absl::StatusOr<int32_t> {
     std::vector<IndexExpr> ic;
     if (gather) {
       for (size_t i = 0; i < b.rank(); ++i) ic.push_back(Body::V(i));
     } else if (Rank(index) == 1) {
-      ic.push_back(Body::V(static_cast<size_t>(dim)));
+      ic.push_back(scalar ? IndexExpr::Const(0) : Body::V(static_cast<size_t>(dim)));
     }
     int32_t i = b.Cast(b.Load(index, ST(index), ic), ScalarType::kI64);
-    const IndexExpr& extent = Tn(x).sizes[static_cast<size_t>(dim)];
+    const IndexExpr extent = scalar ? IndexExpr::Const(1) : Tn(x).sizes[static_cast<size_t>(dim)];
     int32_t valid = b.Bin(Opcode::kAnd, b.Bin(Opcode::kGe, i, b.IConst(0)),
                           b.Bin(Opcode::kLt, i, b.Idx(extent)));
     std::vector<IndexExpr> coords;
@@ -1732,6 +1736,8 @@ absl::Status Decomposer::ConstantPad(uint32_t node) {
 absl::Status Decomposer::Flip(uint32_t node) {
   const int32_t x = In(node, 0);
   std::vector<int64_t> dims = Ints(A(node, 1));
+  // Flipping a 0-d tensor (dims 0 or -1) copies it.
+  if (Rank(x) == 0) dims.clear();
   return Pointwise(node, [&](Body& b, ScalarType ct) -> absl::StatusOr<int32_t> {
     std::vector<IndexExpr> coords;
     for (size_t i = 0; i < b.rank(); ++i) coords.push_back(Body::V(i));
@@ -2467,6 +2473,19 @@ bool HasLowering(absl::string_view target) {
   return ExternOps().contains(t) || ViewOps().contains(t) || t == "aten.reshape.default" ||
          absl::StartsWith(t, "_c10d_functional.") || t == "operator.getitem" ||
          Decomposer::Rules().contains(t);
+}
+
+std::vector<std::string> LoweredOps() {
+  std::vector<std::string> ops = {"aten.reshape.default", "operator.getitem"};
+  ops.insert(ops.end(), ExternOps().begin(), ExternOps().end());
+  ops.insert(ops.end(), ViewOps().begin(), ViewOps().end());
+  for (const auto& [target, rule] : Decomposer::Rules()) ops.push_back(target);
+  for (const graph::OpSchema* schema : graph::AllOpSchemas()) {
+    if (absl::StartsWith(schema->target, "_c10d_functional.")) ops.push_back(schema->target);
+  }
+  std::sort(ops.begin(), ops.end());
+  ops.erase(std::unique(ops.begin(), ops.end()), ops.end());
+  return ops;
 }
 
 }  // namespace kiln::decompose

@@ -132,4 +132,8 @@ absl::StatusOr<PrimGraph> Decompose(const graph::Graph& graph,
 // Whether Decompose has a rule (lowering, view or extern) for `target`.
 bool HasLowering(absl::string_view target);
 
+// Every target HasLowering accepts, sorted. Collectives are accepted by their
+// `_c10d_functional.` prefix; the list names those with a known schema.
+std::vector<std::string> LoweredOps();
+
 }  // namespace kiln::decompose

@@ -1,5 +1,6 @@
 // Ops that move elements by index: cat/stack, index_select, gather, scatter/scatter_add,
-// advanced indexing (index.Tensor) and index_put.
+// advanced indexing (index.Tensor), index_put, flip and constant padding, and the ones that
+// keep elements by position (tril/triu).
 
 #include <algorithm>
 
@@ -57,6 +58,8 @@ void ForIndexed(const Tensor& index, const std::vector<int64_t>& self_sizes, int
   for (size_t lin = 0; lin < idx.size(); ++lin) {
     int64_t rem = static_cast<int64_t>(lin);
     int64_t self_pos = 0;
+    // A 0-d index (of a 0-d self) has no dim loop below to check it.
+    if (isz.empty()) CheckIndex(idx[lin], self_sizes[static_cast<size_t>(dim)], "gather/scatter");
     for (size_t d = 0; d < isz.size(); ++d) {
       const int64_t coord = rem / index_strides[d];
       rem %= index_strides[d];
@@ -193,6 +196,71 @@ AdvancedIndex ComputeAdvancedIndex(const Tensor& self, const std::vector<Tensor>
   return r;
 }
 
+// A fresh copy of `self` reversed along `dims` (each at most once).
+Tensor Flip(const Tensor& self, const std::vector<int64_t>& dims) {
+  std::vector<bool> seen(static_cast<size_t>(std::max<int64_t>(self.dim(), 1)), false);
+  std::vector<int64_t> strides = self.strides();
+  int64_t offset = self.storage_offset();
+  for (int64_t d : dims) {
+    const int64_t w = WrapDim(d, self.dim());
+    Check(!seen[static_cast<size_t>(w)], "flip: dim ", d, " appears more than once");
+    seen[static_cast<size_t>(w)] = true;
+    if (self.dim() == 0 || self.size(w) == 0) continue;
+    offset += (self.size(w) - 1) * self.stride(w);
+    strides[static_cast<size_t>(w)] = -strides[static_cast<size_t>(w)];
+  }
+  // A reversed view with negative strides, copied at once: it never leaves this function.
+  return self.AsStrided(self.sizes(), strides, offset).Contiguous();
+}
+
+// constant_pad_nd: pad[2k] and pad[2k + 1] widen the start and end of the k-th dim from the
+// last with `value`; negative widths crop instead.
+Tensor ConstantPad(const Tensor& self, const std::vector<int64_t>& pad, const Tensor& value) {
+  Check(pad.size() % 2 == 0, "constant_pad_nd: the length of pad must be even, got ", pad.size());
+  const int64_t padded = static_cast<int64_t>(pad.size() / 2);
+  Check(padded <= self.dim(), "constant_pad_nd: ", pad.size(), " pad widths for a tensor of rank ",
+        self.dim());
+  Tensor kept = self;
+  std::vector<int64_t> sizes = self.sizes();
+  std::vector<int64_t> starts(sizes.size(), 0);  // where `kept` lands in the result
+  for (int64_t k = 0; k < padded; ++k) {
+    const int64_t d = self.dim() - 1 - k;
+    const int64_t before = pad[static_cast<size_t>(2 * k)];
+    const int64_t after = pad[static_cast<size_t>(2 * k + 1)];
+    const int64_t n = self.size(d) + std::min<int64_t>(before, 0) + std::min<int64_t>(after, 0);
+    Check(n >= 0, "constant_pad_nd: dim ", d, " of size ", self.size(d), " cannot be cropped by ",
+          before, " and ", after);
+    const int64_t crop = std::max<int64_t>(-before, 0);
+    kept = SliceView(kept, d, crop, crop + n, 1);
+    sizes[static_cast<size_t>(d)] = self.size(d) + before + after;
+    starts[static_cast<size_t>(d)] = std::max<int64_t>(before, 0);
+  }
+  Tensor out = Tensor::Zeros(sizes, self.dtype());
+  out.CopyFrom(value);
+  Tensor window = out;
+  for (int64_t d = 0; d < out.dim(); ++d) {
+    const int64_t start = starts[static_cast<size_t>(d)];
+    window = SliceView(window, d, start, start + kept.size(d), 1);
+  }
+  window.CopyFrom(kept);
+  return out;
+}
+
+// tril (lower) / triu: the elements of the last two dims whose column minus row is at most
+// (at least) `diagonal`; zeros elsewhere.
+Tensor Triangle(const Tensor& self, int64_t diagonal, bool lower) {
+  Check(self.dim() >= 2, lower ? "tril" : "triu", ": the tensor must have at least 2 dims, got ",
+        self.dim());
+  Tensor out = self.Contiguous();
+  const int64_t rows = self.size(self.dim() - 2);
+  const int64_t cols = self.size(self.dim() - 1);
+  for (int64_t i = 0; i < out.numel(); ++i) {
+    const int64_t above = i % cols - (i / cols) % rows;
+    if (lower ? above > diagonal : above < diagonal) out.WriteInt(i, 0);
+  }
+  return out;
+}
+
 }  // namespace
 
 void RegisterIndexingOps(OpRegistry& r) {
@@ -265,6 +333,20 @@ void RegisterIndexingOps(OpRegistry& r) {
   r.Add("aten.scatter.reduce", [](OpCall& c) {
     return One(Scatter(c.GetTensor(0, "self"), c.GetInt(1, "dim"), c.GetTensor(2, "index"),
                        c.GetTensor(3, "src"), c.GetString(4, "reduce", "")));
+  });
+  r.Add("aten.flip.default",
+        [](OpCall& c) { return One(Flip(c.GetTensor(0, "self"), c.GetInts(1, "dims"))); });
+  r.Add("aten.constant_pad_nd.default", [](OpCall& c) {
+    const auto value = c.GetOptScalar(2, "value");
+    const Tensor v = value.has_value() ? Operand{Tensor(), value}.AsTensor()
+                                       : Tensor::FromInts({}, v1::DTYPE_INT64, {0});
+    return One(ConstantPad(c.GetTensor(0, "self"), c.GetInts(1, "pad"), v));
+  });
+  r.Add("aten.tril.default", [](OpCall& c) {
+    return One(Triangle(c.GetTensor(0, "self"), c.GetInt(1, "diagonal", 0), true));
+  });
+  r.Add("aten.triu.default", [](OpCall& c) {
+    return One(Triangle(c.GetTensor(0, "self"), c.GetInt(1, "diagonal", 0), false));
   });
   r.Add("aten.index.Tensor", [](OpCall& c) {
     const Tensor self = c.GetTensor(0, "self");

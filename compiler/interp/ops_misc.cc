@@ -102,12 +102,16 @@ void RegisterMiscOps(OpRegistry& r) {
   r.Add("_c10d_functional.broadcast.default", identity_copy);
   r.Add("_c10d_functional.all_gather_into_tensor.default", identity_copy);
   r.Add("_c10d_functional.reduce_scatter_tensor.default", identity_copy);
-  r.Add("_c10d_functional.all_reduce_coalesced.default", [](OpCall& c) {
+  r.Add("_c10d_functional.all_to_all_single.default", identity_copy);
+  auto coalesced_copy = [](OpCall& c) {
     CheckWorldSize(c);
     std::vector<Value> out;
     for (const Tensor& t : c.GetTensors(0, "inputs")) out.emplace_back(t.ClonePreserve(t.dtype()));
     return out;
-  });
+  };
+  r.Add("_c10d_functional.all_reduce_coalesced.default", coalesced_copy);
+  r.Add("_c10d_functional.all_gather_into_tensor_coalesced.default", coalesced_copy);
+  r.Add("_c10d_functional.reduce_scatter_tensor_coalesced.default", coalesced_copy);
   r.AddView("_c10d_functional.wait_tensor.default",
             [](OpCall& c) { return One(c.GetTensor(0, "tensor")); });
 }

@@ -1,5 +1,6 @@
 // Pointwise ops: unary math, binary arithmetic with broadcasting and type promotion,
-// comparisons, logical and bitwise ops, activations and their backwards, casts and copies.
+// comparisons, logical and bitwise ops, ternary ops (lerp, addcmul, addcdiv), activations
+// and their backwards, casts and copies.
 
 #include <cmath>
 #include <limits>
@@ -274,6 +275,71 @@ std::optional<v1::MemoryFormat> GetMemoryFormat(const OpCall& c, int pos) {
   return *m;
 }
 
+// The dtype of an op ATen implements for floating tensors only (no integer promotion).
+DType FloatOnly(const Tensor& t, absl::string_view op) {
+  Check(IsFloating(t.dtype()), op, " is not implemented for ", DTypeName(t.dtype()));
+  return t.dtype();
+}
+
+// A unary op of floating tensors only, with its scalar arguments at positions 1, 2, ...
+template <typename F>
+void AddFloatUnary(OpRegistry& r, const std::string& name, F f) {
+  r.Add(name, [name, f](OpCall& c) {
+    const Tensor self = c.GetTensor(0, "self");
+    return One(
+        MapDoubles({self}, FloatOnly(self, name), [&](const double* v) { return f(c, v[0]); }));
+  });
+}
+
+// ATen's lerp: from whichever end is nearer, so that weights 0 and 1 give the ends exactly.
+double Lerp(double self, double end, double weight) {
+  return std::fabs(weight) < 0.5 ? self + weight * (end - self)
+                                 : end - (end - self) * (1.0 - weight);
+}
+
+// lerp.Scalar and lerp.Tensor. `end` must have self's dtype, and so must a weight tensor
+// unless it is 0-d: such a weight is cast to the common dtype first.
+Tensor LerpOp(const OpCall& c) {
+  const Tensor self = c.GetTensor(0, "self");
+  const Tensor end = c.GetTensor(1, "end");
+  const DType dtype = FloatOnly(self, "lerp");
+  Check(end.dtype() == dtype, "lerp: expected dtype ", DTypeName(dtype), " for end, got ",
+        DTypeName(end.dtype()));
+  const Operand w = GetOperand(c, 2, "weight");
+  Tensor weight = w.AsTensor();
+  if (w.tensor.defined() && weight.dtype() != dtype) {
+    Check(weight.dim() == 0, "lerp: expected dtype ", DTypeName(dtype), " for weight, got ",
+          DTypeName(weight.dtype()));
+    weight = weight.To(ResultType({Operand{self, std::nullopt}, Operand{end, std::nullopt}, w}));
+  }
+  return MapDoubles({self, end, weight}, dtype,
+                    [](const double* v) { return Lerp(v[0], v[1], v[2]); });
+}
+
+// addcmul / addcdiv: self + value * tensor1 * tensor2 (or / tensor2), over the promoted
+// dtype of the three tensors; integer results wrap, as ATen's kernels do.
+Tensor AddcOp(const OpCall& c, bool div) {
+  const std::vector<Tensor> ins = {c.GetTensor(0, "self"), c.GetTensor(1, "tensor1"),
+                                   c.GetTensor(2, "tensor2")};
+  const ScalarArg value = c.GetOptScalar(3, "value").value_or(ScalarArg{1, 1, v1::DTYPE_INT64});
+  const DType dtype = ResultType({Operand{ins[0], std::nullopt}, Operand{ins[1], std::nullopt},
+                                  Operand{ins[2], std::nullopt}});
+  Check(!div || !StoresInts(ins[1].dtype()) || !StoresInts(ins[2].dtype()),
+        "addcdiv: integer division is not supported");
+  Check(dtype != v1::DTYPE_BOOL, c.target(), " is not implemented for bool");
+  if (StoresInts(dtype)) {
+    const uint64_t v = static_cast<uint64_t>(
+        value.is_int() ? value.int_value : DoubleToInt(value.value, v1::DTYPE_INT64));
+    return MapInts(ins, dtype, [&](const int64_t* x) {
+      const uint64_t p = v * static_cast<uint64_t>(x[1]) * static_cast<uint64_t>(x[2]);
+      return static_cast<int64_t>(static_cast<uint64_t>(x[0]) + p);
+    });
+  }
+  return MapDoubles(ins, dtype, [&](const double* x) {
+    return div ? x[0] + value.value * x[1] / x[2] : x[0] + value.value * x[1] * x[2];
+  });
+}
+
 template <typename F>
 void AddGradOp(OpRegistry& r, const std::string& name, F f) {
   r.Add(name, [f](OpCall& c) {
@@ -322,6 +388,7 @@ void RegisterPointwiseOps(OpRegistry& r) {
       {"round", [](double x) { return std::nearbyint(x); }, [](int64_t x) { return x; }},
       {"sign", Sign, [](int64_t x) { return static_cast<int64_t>((x > 0) - (x < 0)); }},
       {"square", [](double x) { return x * x; }, [](int64_t x) { return x * x; }},
+      {"lgamma", [](double x) { return std::lgamma(x); }, nullptr},
   };
   for (const UnaryDef& d : unary) AddUnary(r, d);
 
@@ -360,6 +427,26 @@ void RegisterPointwiseOps(OpRegistry& r) {
     const double value = c.GetDouble(2, "value");
     return One(MapDoubles({self}, self.dtype(),
                           [&](const double* v) { return v[0] <= threshold ? value : v[0]; }));
+  });
+  AddFloatUnary(r, "aten.frac.default", [](const OpCall&, double x) { return x - std::trunc(x); });
+  AddFloatUnary(r, "aten.hardsigmoid.default", [](const OpCall&, double x) {
+    return std::min(std::max(x + 3.0, 0.0), 6.0) / 6.0;
+  });
+  AddFloatUnary(r, "aten.hardswish.default", [](const OpCall&, double x) {
+    return x * std::min(std::max(x + 3.0, 0.0), 6.0) / 6.0;
+  });
+  AddFloatUnary(r, "aten.mish.default",
+                [](const OpCall&, double x) { return x * std::tanh(std::log1p(std::exp(x))); });
+  AddFloatUnary(r, "aten.elu.default", [](const OpCall& c, double x) {
+    const double alpha = c.GetDouble(1, "alpha", 1.0);
+    const double scale = c.GetDouble(2, "scale", 1.0);
+    const double input_scale = c.GetDouble(3, "input_scale", 1.0);
+    return x <= 0 ? std::expm1(x * input_scale) * alpha * scale : x * scale;
+  });
+  AddFloatUnary(r, "aten.softplus.default", [](const OpCall& c, double x) {
+    const double beta = c.GetDouble(1, "beta", 1.0);
+    const double threshold = c.GetDouble(2, "threshold", 20.0);
+    return x * beta > threshold ? x : std::log1p(std::exp(x * beta)) / beta;
   });
   for (const char* name : {"isnan", "isinf", "isfinite"}) {
     const std::string n = name;
@@ -515,6 +602,12 @@ void RegisterPointwiseOps(OpRegistry& r) {
   r.Add("aten.masked_fill.Scalar", masked_fill);
   r.Add("aten.masked_fill.Tensor", masked_fill);
 
+  // Ternary ops.
+  r.Add("aten.lerp.Scalar", [](OpCall& c) { return One(LerpOp(c)); });
+  r.Add("aten.lerp.Tensor", [](OpCall& c) { return One(LerpOp(c)); });
+  r.Add("aten.addcmul.default", [](OpCall& c) { return One(AddcOp(c, false)); });
+  r.Add("aten.addcdiv.default", [](OpCall& c) { return One(AddcOp(c, true)); });
+
   // Activation backwards.
   AddGradOp(r, "aten.gelu_backward.default", [](const OpCall& c, double g, double x) {
     const std::string approx = c.GetString(2, "approximate", "none");
@@ -547,6 +640,12 @@ void RegisterPointwiseOps(OpRegistry& r) {
   AddGradOp(r, "aten.leaky_relu_backward.default", [](const OpCall& c, double g, double x) {
     const double slope = c.GetDouble(2, "negative_slope");
     return x > 0 ? g : g * slope;
+  });
+  AddGradOp(r, "aten.softplus_backward.default", [](const OpCall& c, double g, double x) {
+    const double beta = c.GetDouble(2, "beta");
+    const double threshold = c.GetDouble(3, "threshold");
+    const double z = std::exp(x * beta);
+    return x * beta > threshold ? g : g * z / (z + 1.0);
   });
   AddGradOp(r, "aten.hardtanh_backward.default", [](const OpCall& c, double g, double x) {
     const double lo = c.GetDouble(2, "min_val");

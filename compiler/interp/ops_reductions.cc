@@ -71,6 +71,25 @@ Tensor Sum(const Tensor& self, const std::vector<bool>& mask, bool keepdim, DTyp
   return out;
 }
 
+// Products wrap for integer results, as ATen's int64 accumulation does.
+Tensor Prod(const Tensor& self, const std::vector<bool>& mask, bool keepdim, DType out_dtype) {
+  const Grouped g = Group(self, mask, keepdim);
+  Tensor out = Tensor::Zeros(g.out_sizes, out_dtype);
+  for (int64_t i = 0; i < g.groups; ++i) {
+    const int64_t* idx = g.Group(i);
+    if (StoresInts(out_dtype)) {
+      uint64_t acc = 1;
+      for (int64_t k = 0; k < g.group_size; ++k) acc *= static_cast<uint64_t>(self.ReadInt(idx[k]));
+      out.WriteInt(i, static_cast<int64_t>(acc));
+    } else {
+      double acc = 1;
+      for (int64_t k = 0; k < g.group_size; ++k) acc *= self.ReadDouble(idx[k]);
+      out.WriteDouble(i, acc);
+    }
+  }
+  return out;
+}
+
 Tensor Mean(const Tensor& self, const std::vector<bool>& mask, bool keepdim,
             std::optional<DType> dtype) {
   const DType out = dtype.value_or(self.dtype());
@@ -188,18 +207,13 @@ void RegisterReductionOps(OpRegistry& r) {
   });
   r.Add("aten.prod.default", [](OpCall& c) {
     const Tensor self = c.GetTensor(0, "self");
-    const DType dtype = SumType(self.dtype(), c.GetOptDType(1, "dtype"));
-    double acc = 1;
-    int64_t iacc = 1;
-    for (double v : self.ToDoubles()) acc *= v;
-    for (int64_t v : self.ToInts()) iacc *= v;
-    Tensor out = Tensor::Zeros({}, dtype);
-    if (StoresInts(dtype)) {
-      out.WriteInt(0, iacc);
-    } else {
-      out.WriteDouble(0, acc);
-    }
-    return One(out);
+    return One(Prod(self, ReductionMask(std::nullopt, self.dim()), false,
+                    SumType(self.dtype(), c.GetOptDType(1, "dtype"))));
+  });
+  r.Add("aten.prod.dim_int", [](OpCall& c) {
+    const Tensor self = c.GetTensor(0, "self");
+    return One(Prod(self, OneDim(c.GetInt(1, "dim"), self.dim()), c.GetBool(2, "keepdim", false),
+                    SumType(self.dtype(), c.GetOptDType(3, "dtype"))));
   });
   r.Add("aten.mean.default", [](OpCall& c) {
     const Tensor self = c.GetTensor(0, "self");

@@ -161,6 +161,74 @@ Tensor SqueezeDims(const Tensor& self, const std::vector<bool>& mask) {
   return self.AsStrided(sizes, strides, self.storage_offset());
 }
 
+// split.Tensor: pieces of `split` along `dim`, the last one shorter; one empty piece for an
+// empty dim.
+std::vector<Tensor> SplitBySize(const Tensor& self, int64_t split, int64_t dim) {
+  dim = WrapDim(dim, self.dim());
+  const int64_t n = self.size(dim);
+  Check(split > 0 || n == 0, "split_size must be positive");
+  std::vector<int64_t> sizes;
+  if (n == 0) {
+    sizes.push_back(0);
+  } else {
+    for (int64_t s = 0; s < n; s += split) sizes.push_back(std::min(split, n - s));
+  }
+  return SplitWithSizes(self, sizes, dim);
+}
+
+// chunk: pieces of ceil(n / chunks) elements; `chunks` empty pieces for an empty dim.
+std::vector<Tensor> Chunk(const Tensor& self, int64_t chunks, int64_t dim) {
+  Check(self.dim() > 0, "chunk expects at least a 1-dimensional tensor");
+  Check(chunks > 0, "chunk expects chunks to be greater than 0, got ", chunks);
+  dim = WrapDim(dim, self.dim());
+  const int64_t n = self.size(dim);
+  if (n == 0) {
+    return SplitWithSizes(self, std::vector<int64_t>(static_cast<size_t>(chunks), 0), dim);
+  }
+  return SplitBySize(self, (n + chunks - 1) / chunks, dim);
+}
+
+// diagonal: dims dim1 and dim2 replaced by one last dim walking their diagonal `offset`
+// (above the main one when positive, below when negative).
+Tensor Diagonal(const Tensor& self, int64_t offset, int64_t dim1, int64_t dim2) {
+  dim1 = WrapDim(dim1, self.dim());
+  dim2 = WrapDim(dim2, self.dim());
+  Check(dim1 != dim2, "diagonal dimensions cannot be identical ", dim1, ", ", dim2);
+  const int64_t n = offset >= 0 ? std::min(self.size(dim1), self.size(dim2) - offset)
+                                : std::min(self.size(dim1) + offset, self.size(dim2));
+  const int64_t size = std::max<int64_t>(n, 0);
+  int64_t start = self.storage_offset();
+  if (size > 0) start += offset >= 0 ? offset * self.stride(dim2) : -offset * self.stride(dim1);
+  std::vector<int64_t> sizes;
+  std::vector<int64_t> strides;
+  for (int64_t d = 0; d < self.dim(); ++d) {
+    if (d == dim1 || d == dim2) continue;
+    sizes.push_back(self.size(d));
+    strides.push_back(self.stride(d));
+  }
+  sizes.push_back(size);
+  strides.push_back(self.stride(dim1) + self.stride(dim2));
+  return self.AsStrided(sizes, strides, start);
+}
+
+// unfold: windows of `size` elements every `step` along `dim`, as a new last dim.
+Tensor Unfold(const Tensor& self, int64_t dim, int64_t size, int64_t step) {
+  dim = WrapDim(dim, self.dim());
+  const int64_t n = self.dim() == 0 ? 1 : self.size(dim);
+  Check(size >= 0 && size <= n, "unfold: size ", size, " is out of range for dimension ", dim,
+        " of size ", n);
+  Check(step > 0, "unfold: step is ", step, " but must be > 0");
+  std::vector<int64_t> sizes = self.sizes();
+  std::vector<int64_t> strides = self.strides();
+  sizes.push_back(size);
+  strides.push_back(self.dim() == 0 ? 1 : self.stride(dim));
+  if (self.dim() > 0) {
+    sizes[static_cast<size_t>(dim)] = (n - size) / step + 1;
+    strides[static_cast<size_t>(dim)] *= step;
+  }
+  return self.AsStrided(sizes, strides, self.storage_offset());
+}
+
 }  // namespace
 
 // Shared with other families (cat, backward ops build on slices).
@@ -283,18 +351,11 @@ void RegisterViewOps(OpRegistry& r) {
     return out;
   };
   r.AddView("aten.split.Tensor", [to_values](OpCall& c) {
-    const Tensor self = c.GetTensor(0, "self");
-    const int64_t split = c.GetInt(1, "split_size");
-    const int64_t dim = WrapDim(c.GetInt(2, "dim", 0), self.dim());
-    const int64_t n = self.size(dim);
-    Check(split > 0 || n == 0, "split_size must be positive");
-    std::vector<int64_t> sizes;
-    if (n == 0) {
-      sizes.push_back(0);
-    } else {
-      for (int64_t s = 0; s < n; s += split) sizes.push_back(std::min(split, n - s));
-    }
-    return to_values(SplitWithSizes(self, sizes, dim));
+    return to_values(
+        SplitBySize(c.GetTensor(0, "self"), c.GetInt(1, "split_size"), c.GetInt(2, "dim", 0)));
+  });
+  r.AddView("aten.chunk.default", [to_values](OpCall& c) {
+    return to_values(Chunk(c.GetTensor(0, "self"), c.GetInt(1, "chunks"), c.GetInt(2, "dim", 0)));
   });
   r.AddView("aten.split_with_sizes.default", [to_values](OpCall& c) {
     return to_values(
@@ -306,6 +367,14 @@ void RegisterViewOps(OpRegistry& r) {
     std::vector<Tensor> out;
     for (int64_t i = 0; i < self.size(dim); ++i) out.push_back(SelectView(self, dim, i));
     return to_values(out);
+  });
+  r.AddView("aten.diagonal.default", [](OpCall& c) {
+    return One(Diagonal(c.GetTensor(0, "self"), c.GetInt(1, "offset", 0), c.GetInt(2, "dim1", 0),
+                        c.GetInt(3, "dim2", 1)));
+  });
+  r.AddView("aten.unfold.default", [](OpCall& c) {
+    return One(Unfold(c.GetTensor(0, "self"), c.GetInt(1, "dimension"), c.GetInt(2, "size"),
+                      c.GetInt(3, "step")));
   });
   auto alias = [](OpCall& c) { return One(c.GetTensor(0, "self")); };
   r.AddView("aten.alias.default", alias);

@@ -73,7 +73,8 @@ class RangeInference {
   }
 
  private:
-  // Size `dim` (negative counts from the end) of the tensor an argument refers to.
+  // Size `dim` (negative counts from the end) of the tensor an argument refers to; a 0-d
+  // tensor has size 1 along its dim 0 (or -1), as indexing ops see it.
   std::optional<int64_t> SizeOf(const v1::Argument& a, int64_t dim) const {
     if (!a.has_ref()) return std::nullopt;
     auto it = meta_.find(a.ref().node());
@@ -82,6 +83,7 @@ class RangeInference {
     if (out >= it->second.size() || !it->second[out]->has_tensor()) return std::nullopt;
     const v1::TensorMeta& t = it->second[out]->tensor();
     const int64_t rank = t.sizes_size();
+    if (rank == 0 && (dim == 0 || dim == -1)) return 1;
     if (dim < 0) dim += rank;
     if (dim < 0 || dim >= rank) return std::nullopt;
     const v1::SymInt& s = t.sizes(static_cast<int>(dim));

@@ -148,6 +148,81 @@ TEST(Pointwise, PowAndCasts) {
   EXPECT_TRUE(Is(Run1("aten.fill.Scalar", {T({2}, {1, 2}), 7}), {2}, {7, 7}));
 }
 
+TEST(Pointwise, LerpBroadcastsAndTakesScalarOrTensorWeights) {
+  const Tensor self = T({3}, {0, 10, -2});
+  const Tensor end = T({3}, {10, 20, 2});
+  EXPECT_TRUE(Is(Run1("aten.lerp.Scalar", {self, end, 0.25}), {3}, {2.5, 12.5, -1}));
+  EXPECT_TRUE(Is(Run1("aten.lerp.Scalar", {self, end, 0.75}), {3}, {7.5, 17.5, 1}));
+  EXPECT_TRUE(Is(Run1("aten.lerp.Scalar", {self, end, 1}), {3}, {10, 20, 2}));
+  // All three broadcast: [2, 1], [1, 3] and [3] give [2, 3].
+  EXPECT_TRUE(Is(
+      Run1("aten.lerp.Tensor", {T({2, 1}, {0, 10}), T({1, 3}, {4, 8, 12}), T({3}, {0.5, 0.25, 1})}),
+      {2, 3}, {2, 2, 12, 7, 9.5, 12}));
+  const Tensor f = T({2}, {0, 1}, v1::DTYPE_FLOAT32);
+  EXPECT_EQ(Run1("aten.lerp.Scalar", {f, f, 0.5}).dtype(), v1::DTYPE_FLOAT32);
+  // A 0-d weight may have another dtype; a weight with dims may not, nor may end.
+  EXPECT_TRUE(Is(Run1("aten.lerp.Tensor", {f, T({2}, {2, 3}, v1::DTYPE_FLOAT32), T({}, {0.5})}),
+                 {2}, {1, 2}));
+  EXPECT_FALSE(RunOp("aten.lerp.Tensor", {f, f, T({2}, {0.5, 0.5})}).ok());
+  EXPECT_FALSE(RunOp("aten.lerp.Scalar", {f, T({2}, {0, 1}), 0.5}).ok());
+  EXPECT_FALSE(RunOp("aten.lerp.Scalar", {I({2}, {0, 1}), I({2}, {2, 3}), 0.5}).ok());
+}
+
+TEST(Pointwise, AddcmulAndAddcdivPromoteAndBroadcast) {
+  EXPECT_TRUE(Is(Run1("aten.addcmul.default", {T({2}, {1, 2}), T({2, 1}, {3, 4}), T({2}, {5, 6})},
+                      {{"value", 0.5}}),
+                 {2, 2}, {8.5, 11, 11, 14}));
+  EXPECT_TRUE(Is(Run1("aten.addcmul.default", {T({1}, {1}), T({1}, {2}), T({1}, {3})}), {1}, {7}));
+  const Tensor mixed =
+      Run1("aten.addcmul.default",
+           {I({2}, {1, 2}), T({2}, {0.5, 1.5}, v1::DTYPE_FLOAT32), I({2}, {2, 2})});
+  EXPECT_EQ(mixed.dtype(), v1::DTYPE_FLOAT32);
+  EXPECT_TRUE(Is(mixed, {2}, {2, 5}));
+  const Tensor ints = Run1("aten.addcmul.default", {I({2}, {1, 2}), I({2}, {3, 4}), I({2}, {5, 6})},
+                           {{"value", 2}});
+  EXPECT_EQ(ints.dtype(), v1::DTYPE_INT64);
+  EXPECT_EQ(ints.ToInts(), (std::vector<int64_t>{31, 50}));
+  const Tensor b = I({1}, {1}, v1::DTYPE_BOOL);
+  EXPECT_FALSE(RunOp("aten.addcmul.default", {b, b, b}).ok());
+  EXPECT_TRUE(Is(Run1("aten.addcdiv.default", {T({2}, {1, 2}), T({2}, {3, 4}), T({2, 1}, {2, 4})},
+                      {{"value", -1}}),
+                 {2, 2}, {-0.5, 0, 0.25, 1}));
+  EXPECT_EQ(Run1("aten.addcdiv.default", {I({1}, {1}), T({1}, {1}, v1::DTYPE_FLOAT32), I({1}, {2})})
+                .dtype(),
+            v1::DTYPE_FLOAT32);
+  EXPECT_FALSE(RunOp("aten.addcdiv.default", {T({1}, {1}), I({1}, {1}), I({1}, {2})}).ok());
+}
+
+TEST(Pointwise, FloatActivations) {
+  const Tensor x = T({4}, {-4, -1.5, 0, 4});
+  EXPECT_TRUE(Is(Run1("aten.hardsigmoid.default", {x}), {4}, {0, 0.25, 0.5, 1}));
+  EXPECT_TRUE(Is(Run1("aten.hardswish.default", {x}), {4}, {0, -0.375, 0, 4}));
+  EXPECT_TRUE(
+      Is(Run1("aten.frac.default", {T({4}, {1.5, -1.5, 2, -0.25})}), {4}, {0.5, -0.5, 0, -0.25}));
+  EXPECT_TRUE(Is(Run1("aten.mish.default", {T({2}, {0, 1})}), {2},
+                 {0, std::tanh(std::log(1 + std::exp(1.0)))}));
+  EXPECT_TRUE(Is(Run1("aten.lgamma.default", {T({3}, {1, 3, 0.5})}), {3},
+                 {0, std::log(2.0), 0.5 * std::log(M_PI)}));
+  EXPECT_TRUE(Is(Run1("aten.elu.default", {T({3}, {-1, 0, 2})}), {3}, {std::exp(-1.0) - 1, 0, 2}));
+  EXPECT_TRUE(Is(Run1("aten.elu.default", {T({3}, {-1, 0, 2}), 2, 3, 0.5}), {3},
+                 {6 * (std::exp(-0.5) - 1), 0, 6}));
+  EXPECT_TRUE(Is(Run1("aten.softplus.default", {T({3}, {0, 1, 30})}), {3},
+                 {std::log(2.0), std::log(1 + std::exp(1.0)), 30}));
+  // beta 2, threshold 1: 2 * 1 > 1 is linear, 2 * 0.25 is not.
+  EXPECT_TRUE(Is(Run1("aten.softplus.default", {T({3}, {0, 0.25, 1}), 2, 1}), {3},
+                 {std::log(2.0) / 2, std::log(1 + std::exp(0.5)) / 2, 1}));
+  const double e = std::exp(1.0);
+  EXPECT_TRUE(
+      Is(Run1("aten.softplus_backward.default", {T({3}, {1, 2, 3}), T({3}, {0, 1, 30}), 1, 20}),
+         {3}, {0.5, 2 * e / (e + 1), 3}));
+  // lgamma promotes integers like other float math; the others are not defined for them.
+  EXPECT_EQ(Run1("aten.lgamma.default", {I({1}, {3})}).dtype(), v1::DTYPE_FLOAT32);
+  for (const char* op : {"aten.frac.default", "aten.hardsigmoid.default", "aten.hardswish.default",
+                         "aten.mish.default", "aten.elu.default", "aten.softplus.default"}) {
+    EXPECT_FALSE(RunOp(op, {I({1}, {1})}).ok()) << op;
+  }
+}
+
 TEST(Pointwise, NonContiguousOffsetAndEmptyInputs) {
   // A transposed, offset view of a larger storage.
   const Tensor base = T({13}, {99, 0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11});
@@ -198,6 +273,24 @@ TEST(Reductions, SumMeanExtremesAndArg) {
   EXPECT_TRUE(Is(Run1("aten.linalg_vector_norm.default", {T({2}, {3, 4})}), {}, {5}));
 }
 
+TEST(Reductions, Prod) {
+  const Tensor x = T({2, 3}, {1, 5, 3, 4, 2, 6});
+  EXPECT_TRUE(Is(Run1("aten.prod.default", {x}), {}, {720}));
+  EXPECT_TRUE(Is(Run1("aten.prod.dim_int", {x, -1}), {2}, {15, 48}));
+  EXPECT_TRUE(Is(Run1("aten.prod.dim_int", {x, 0, true}), {1, 3}, {4, 10, 18}));
+  EXPECT_TRUE(
+      Is(Run1("aten.prod.dim_int", {Tensor::Zeros({2, 0}, v1::DTYPE_FLOAT32), 1}), {2}, {1, 1}));
+  const Tensor b = Run1("aten.prod.dim_int", {I({2, 2}, {1, 0, 1, 1}, v1::DTYPE_BOOL), 1});
+  EXPECT_EQ(b.dtype(), v1::DTYPE_INT64);
+  EXPECT_EQ(b.ToInts(), (std::vector<int64_t>{0, 1}));
+  EXPECT_EQ(Run1("aten.prod.dim_int", {x, 1}, {{"dtype", v1::DTYPE_FLOAT32}}).dtype(),
+            v1::DTYPE_FLOAT32);
+  // int64 products wrap: 2^32 * 2^32 = 2^64 = 0.
+  const int64_t big = int64_t{1} << 32;
+  EXPECT_EQ(Run1("aten.prod.dim_int", {I({2}, {big, big}), 0}).ToInts(), (std::vector<int64_t>{0}));
+  EXPECT_FALSE(RunOp("aten.prod.dim_int", {x, 2}).ok());
+}
+
 TEST(Factory, CreationOps) {
   const Tensor a = Run1("aten.arange.default", {5});
   EXPECT_EQ(a.dtype(), v1::DTYPE_INT64);
@@ -241,6 +334,10 @@ TEST(Indexing, CatGatherScatterIndex) {
                       {Tensor::Zeros({2, 3}, v1::DTYPE_FLOAT64), 1, I({2, 2}, {0, 0, 2, 1}), a}),
                  {2, 3}, {3, 0, 0, 0, 4, 3}));
   EXPECT_FALSE(RunOp("aten.gather.default", {a, 1, I({2, 1}, {2, 0})}).ok());
+  // A 0-d self has one element along dim 0.
+  EXPECT_TRUE(Is(Run1("aten.gather.default", {T({}, {7}), 0, I({}, {0})}), {}, {7}));
+  EXPECT_FALSE(RunOp("aten.gather.default", {T({}, {7}), 0, I({}, {1})}).ok());
+  EXPECT_TRUE(Is(Run1("aten.index_select.default", {T({}, {7}), -1, I({1}, {0})}), {}, {7}));
   EXPECT_TRUE(Is(Run1("aten.index.Tensor", {a, Arg::Tensors({I({3}, {1, 0, 1})})}), {3, 2},
                  {3, 4, 1, 2, 3, 4}));
   EXPECT_TRUE(Is(Run1("aten.index.Tensor", {a, Arg::Tensors({Tensor(), I({2}, {1, 1})})}), {2, 2},
@@ -248,6 +345,71 @@ TEST(Indexing, CatGatherScatterIndex) {
   EXPECT_TRUE(Is(
       Run1("aten.index_put.default", {a, Arg::Tensors({I({2}, {0, 0})}), T({2}, {10, 20}), true}),
       {2, 2}, {21, 42, 3, 4}));
+}
+
+TEST(Indexing, Flip) {
+  const Tensor x = T({2, 3}, {1, 2, 3, 4, 5, 6});
+  EXPECT_TRUE(Is(Run1("aten.flip.default", {x, Arg::Ints({0, -1})}), {2, 3}, {6, 5, 4, 3, 2, 1}));
+  EXPECT_TRUE(Is(Run1("aten.flip.default", {x, Arg::Ints({1})}), {2, 3}, {3, 2, 1, 6, 5, 4}));
+  EXPECT_TRUE(Is(Run1("aten.flip.default", {x, Arg::Ints({})}), {2, 3}, {1, 2, 3, 4, 5, 6}));
+  // A transposed input: [[1, 4], [2, 5], [3, 6]] upside down.
+  const Tensor t = Run1("aten.t.default", {x});
+  const Tensor ft = Run1("aten.flip.default", {t, Arg::Ints({0})});
+  EXPECT_TRUE(Is(ft, {3, 2}, {3, 6, 2, 5, 1, 4}));
+  EXPECT_FALSE(ft.SharesStorageWith(x));
+  EXPECT_EQ(Run1("aten.flip.default", {I({3}, {1, 2, 3}), Arg::Ints({0})}).ToInts(),
+            (std::vector<int64_t>{3, 2, 1}));
+  EXPECT_TRUE(Is(Run1("aten.flip.default", {T({}, {5}), Arg::Ints({0})}), {}, {5}));
+  EXPECT_TRUE(
+      Is(Run1("aten.flip.default", {Tensor::Zeros({0, 2}, v1::DTYPE_FLOAT64), Arg::Ints({0, 1})}),
+         {0, 2}, {}));
+  EXPECT_FALSE(RunOp("aten.flip.default", {x, Arg::Ints({0, -2})}).ok());
+  EXPECT_FALSE(RunOp("aten.flip.default", {x, Arg::Ints({2})}).ok());
+}
+
+TEST(Indexing, ConstantPadWidensAndCrops) {
+  const Tensor x = T({2, 2}, {1, 2, 3, 4});
+  EXPECT_TRUE(Is(Run1("aten.constant_pad_nd.default", {x, Arg::Ints({1, 0}), 9}), {2, 3},
+                 {9, 1, 2, 9, 3, 4}));
+  // The second pair pads the second dim from the last; the value defaults to 0.
+  EXPECT_TRUE(Is(Run1("aten.constant_pad_nd.default", {x, Arg::Ints({0, 1, 1, 0})}), {3, 3},
+                 {0, 0, 0, 1, 2, 0, 3, 4, 0}));
+  // Negative widths crop.
+  EXPECT_TRUE(Is(Run1("aten.constant_pad_nd.default", {x, Arg::Ints({-1, 1}), -1}), {2, 2},
+                 {2, -1, 4, -1}));
+  EXPECT_TRUE(
+      Is(Run1("aten.constant_pad_nd.default", {x, Arg::Ints({0, 0, -1, 0})}), {1, 2}, {3, 4}));
+  EXPECT_TRUE(Is(Run1("aten.constant_pad_nd.default", {x, Arg::Ints({-2, 0})}), {2, 0}, {}));
+  // A transposed input: [[1, 3], [2, 4]].
+  EXPECT_TRUE(
+      Is(Run1("aten.constant_pad_nd.default", {Run1("aten.t.default", {x}), Arg::Ints({0, 1}), 7}),
+         {2, 3}, {1, 3, 7, 2, 4, 7}));
+  // The value is converted to the tensor's dtype.
+  const Tensor ints = Run1("aten.constant_pad_nd.default", {I({1}, {5}), Arg::Ints({1, 1}), 2.7});
+  EXPECT_EQ(ints.dtype(), v1::DTYPE_INT64);
+  EXPECT_EQ(ints.ToInts(), (std::vector<int64_t>{2, 5, 2}));
+  EXPECT_FALSE(RunOp("aten.constant_pad_nd.default", {x, Arg::Ints({1})}).ok());
+  EXPECT_FALSE(RunOp("aten.constant_pad_nd.default", {x, Arg::Ints({1, 1, 1, 1, 1, 1})}).ok());
+  EXPECT_FALSE(RunOp("aten.constant_pad_nd.default", {x, Arg::Ints({-3, 1})}).ok());
+}
+
+TEST(Indexing, TrilTriu) {
+  const Tensor x = T({3, 3}, {1, 2, 3, 4, 5, 6, 7, 8, 9});
+  EXPECT_TRUE(Is(Run1("aten.tril.default", {x}), {3, 3}, {1, 0, 0, 4, 5, 0, 7, 8, 9}));
+  EXPECT_TRUE(Is(Run1("aten.tril.default", {x, -1}), {3, 3}, {0, 0, 0, 4, 0, 0, 7, 8, 0}));
+  EXPECT_TRUE(Is(Run1("aten.triu.default", {x, 1}), {3, 3}, {0, 2, 3, 0, 0, 6, 0, 0, 0}));
+  EXPECT_TRUE(
+      Is(Run1("aten.triu.default", {x}, {{"diagonal", -1}}), {3, 3}, {1, 2, 3, 4, 5, 6, 0, 8, 9}));
+  // Leading dims are batches; the matrices need not be square.
+  EXPECT_TRUE(Is(Run1("aten.tril.default", {T({2, 2, 3}, {1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12})}),
+                 {2, 2, 3}, {1, 0, 0, 4, 5, 0, 7, 0, 0, 10, 11, 0}));
+  // A transposed input: [[1, 4, 7], [2, 5, 8], [3, 6, 9]].
+  EXPECT_TRUE(Is(Run1("aten.triu.default", {Run1("aten.t.default", {x})}), {3, 3},
+                 {1, 4, 7, 0, 5, 8, 0, 0, 9}));
+  const Tensor b = Run1("aten.triu.default", {I({2, 2}, {1, 1, 1, 1}, v1::DTYPE_BOOL)});
+  EXPECT_EQ(b.dtype(), v1::DTYPE_BOOL);
+  EXPECT_EQ(b.ToInts(), (std::vector<int64_t>{1, 1, 0, 1}));
+  EXPECT_FALSE(RunOp("aten.tril.default", {T({3}, {1, 2, 3})}).ok());
 }
 
 TEST(Linalg, MatrixProducts) {
@@ -374,6 +536,19 @@ TEST(Misc, PythonOpsSizesAndCollectives) {
   EXPECT_EQ(ar.ToDoubles(), x.ToDoubles());
   EXPECT_FALSE(ar.SharesStorageWith(x));
   EXPECT_TRUE(Run1("_c10d_functional.wait_tensor.default", {ar}).SharesStorageWith(ar));
+  const Tensor a2a =
+      Run1("_c10d_functional.all_to_all_single.default", {x, Arg::Ints({2}), Arg::Ints({2}), "0"});
+  EXPECT_EQ(a2a.ToDoubles(), x.ToDoubles());
+  EXPECT_FALSE(a2a.SharesStorageWith(x));
+  const Tensor y = T({1}, {7});
+  const std::vector<Value> ag = RunAll("_c10d_functional.all_gather_into_tensor_coalesced.default",
+                                       {Arg::Tensors({x, y}), 1, "0"});
+  ASSERT_EQ(ag.size(), 2u);
+  EXPECT_EQ(std::get<Tensor>(ag[1]).ToDoubles(), y.ToDoubles());
+  const std::vector<Value> rs = RunAll("_c10d_functional.reduce_scatter_tensor_coalesced.default",
+                                       {Arg::Tensors({x, y}), "sum", 1, "0"});
+  ASSERT_EQ(rs.size(), 2u);
+  EXPECT_EQ(std::get<Tensor>(rs[0]).ToDoubles(), x.ToDoubles());
   RunOptions two;
   two.world_size = 2;
   EXPECT_FALSE(RunOp("_c10d_functional.all_reduce.default", {x, "sum", "0"}, {}, two).ok());

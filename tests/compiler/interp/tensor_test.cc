@@ -107,6 +107,69 @@ TEST(Views, SplitUnbindAsStridedAndAliases) {
   EXPECT_EQ(RunAll("aten.unbind.int", {x, 1}).size(), 2u);
 }
 
+TEST(Views, Chunk) {
+  const Tensor x = Iota({7, 2});
+  const std::vector<Value> parts = RunAll("aten.chunk.default", {x, 3});
+  ASSERT_EQ(parts.size(), 3u);  // pieces of ceil(7 / 3) = 3 rows
+  EXPECT_EQ(std::get<Tensor>(parts[1]).sizes(), (std::vector<int64_t>{3, 2}));
+  EXPECT_EQ(std::get<Tensor>(parts[1]).storage_offset(), 6);
+  EXPECT_EQ(std::get<Tensor>(parts[2]).sizes(), (std::vector<int64_t>{1, 2}));
+  EXPECT_TRUE(std::get<Tensor>(parts[2]).SharesStorageWith(x));
+  const std::vector<Value> cols = RunAll("aten.chunk.default", {x, 2, -1});
+  ASSERT_EQ(cols.size(), 2u);
+  EXPECT_EQ(std::get<Tensor>(cols[1]).ToDoubles(), (std::vector<double>{1, 3, 5, 7, 9, 11, 13}));
+  // Fewer pieces than asked when the dim is short; as many empty ones when it is empty.
+  EXPECT_EQ(RunAll("aten.chunk.default", {Iota({2}), 5}).size(), 2u);
+  const std::vector<Value> empty =
+      RunAll("aten.chunk.default", {Tensor::Zeros({0, 2}, v1::DTYPE_FLOAT32), 3});
+  ASSERT_EQ(empty.size(), 3u);
+  EXPECT_EQ(std::get<Tensor>(empty[2]).sizes(), (std::vector<int64_t>{0, 2}));
+  EXPECT_FALSE(RunOp("aten.chunk.default", {x, 0}).ok());
+  EXPECT_FALSE(RunOp("aten.chunk.default", {T({}, {1}), 1}).ok());
+}
+
+TEST(Views, Diagonal) {
+  const Tensor x = Iota({3, 4});  // element (r, c) is 4r + c
+  const Tensor d = Run1("aten.diagonal.default", {x});
+  EXPECT_TRUE(d.SharesStorageWith(x));
+  EXPECT_EQ(d.strides(), (std::vector<int64_t>{5}));
+  EXPECT_EQ(d.ToDoubles(), (std::vector<double>{0, 5, 10}));
+  const Tensor above = Run1("aten.diagonal.default", {x, 1});
+  EXPECT_EQ(above.storage_offset(), 1);
+  EXPECT_EQ(above.ToDoubles(), (std::vector<double>{1, 6, 11}));
+  const Tensor below = Run1("aten.diagonal.default", {x, -1});
+  EXPECT_EQ(below.storage_offset(), 4);
+  EXPECT_EQ(below.ToDoubles(), (std::vector<double>{4, 9}));
+  const Tensor off = Run1("aten.diagonal.default", {x, 5});
+  EXPECT_EQ(off.sizes(), (std::vector<int64_t>{0}));
+  EXPECT_EQ(off.storage_offset(), 0);
+  // Negative dims; the diagonal becomes the last dim, after the batch dim.
+  const Tensor b = Run1("aten.diagonal.default", {Iota({2, 3, 3}), 0, -1, -2});
+  EXPECT_EQ(b.sizes(), (std::vector<int64_t>{2, 3}));
+  EXPECT_EQ(b.strides(), (std::vector<int64_t>{9, 4}));
+  EXPECT_EQ(b.ToDoubles(), (std::vector<double>{0, 4, 8, 9, 13, 17}));
+  // dim1 = columns, dim2 = rows: offset 1 walks row = column + 1.
+  EXPECT_EQ(Run1("aten.diagonal.default", {Iota({2, 3}), 1, 1, 0}).ToDoubles(),
+            (std::vector<double>{3}));
+  EXPECT_FALSE(RunOp("aten.diagonal.default", {x, 0, 1, -1}).ok());
+}
+
+TEST(Views, Unfold) {
+  const Tensor u = Run1("aten.unfold.default", {Iota({7}), 0, 3, 2});
+  EXPECT_EQ(u.sizes(), (std::vector<int64_t>{3, 3}));
+  EXPECT_EQ(u.strides(), (std::vector<int64_t>{2, 1}));
+  EXPECT_EQ(u.ToDoubles(), (std::vector<double>{0, 1, 2, 2, 3, 4, 4, 5, 6}));
+  const Tensor rows = Run1("aten.unfold.default", {Iota({2, 5}), -1, 2, 3});
+  EXPECT_EQ(rows.sizes(), (std::vector<int64_t>{2, 2, 2}));
+  EXPECT_EQ(rows.strides(), (std::vector<int64_t>{5, 3, 1}));
+  EXPECT_EQ(rows.ToDoubles(), (std::vector<double>{0, 1, 3, 4, 5, 6, 8, 9}));
+  const Tensor scalar = Run1("aten.unfold.default", {T({}, {4}), 0, 1, 1});
+  EXPECT_EQ(scalar.sizes(), (std::vector<int64_t>{1}));
+  EXPECT_EQ(scalar.ToDoubles(), (std::vector<double>{4}));
+  EXPECT_FALSE(RunOp("aten.unfold.default", {Iota({3}), 0, 4, 1}).ok());
+  EXPECT_FALSE(RunOp("aten.unfold.default", {Iota({3}), 0, 2, 0}).ok());
+}
+
 TEST(Views, CopyWritesThroughViews) {
   Tensor x = Iota({2, 3});
   const Tensor col = Run1("aten.select.int", {x, 1, 1});

@@ -2,12 +2,14 @@
 // interpreter on fresh random inputs: broadcasting, non-contiguous strides, storage offsets,
 // sizes 0, 1 and odd, the dtypes each op supports. Outputs are poisoned before each run.
 
+#include <algorithm>
 #include <functional>
 #include <string>
 #include <variant>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "compiler/compile.h"
 #include "compiler/decompose/decompose.h"
 #include "compiler/exec/check.h"
@@ -26,7 +28,10 @@ struct TensorSpec {
   int64_t offset = 0;
 };
 
-using ArgSpec = std::variant<TensorSpec, v1::Argument>;
+// A Tensor[] argument.
+using TensorList = std::vector<TensorSpec>;
+
+using ArgSpec = std::variant<TensorSpec, v1::Argument, TensorList>;
 
 TensorSpec T(std::vector<int64_t> sizes, v1::DType dtype = v1::DTYPE_FLOAT32,
              std::vector<int64_t> strides = {}, int64_t offset = 0) {
@@ -52,6 +57,11 @@ v1::Argument S(const std::string& v) {
   a.set_string_value(v);
   return a;
 }
+v1::Argument D(v1::DType v) {
+  v1::Argument a;
+  a.set_dtype(v);
+  return a;
+}
 v1::Argument None() {
   v1::Argument a;
   a.mutable_none();
@@ -59,6 +69,7 @@ v1::Argument None() {
 }
 v1::Argument Ints(std::vector<int64_t> v) {
   v1::Argument a;
+  a.mutable_list();  // an empty list is still a list
   for (int64_t x : v) a.mutable_list()->add_items()->set_int_value(x);
   return a;
 }
@@ -125,16 +136,26 @@ absl::StatusOr<v1::Graph> OneOpGraph(
   node.set_target(target);
   std::vector<interp::Arg> iargs;
   int n = 0;
+  // A graph input for `t`, referred to by `ref`; its value for the interpreter.
+  auto input = [&](const TensorSpec& t, v1::Argument* ref) {
+    const std::string name = absl::StrCat("x", n++);
+    v1::GraphInput* in = g.add_inputs();
+    in->set_name(name);
+    const std::vector<int64_t> strides = t.strides.empty() ? Contiguous(t.sizes) : t.strides;
+    SetMeta(in->mutable_meta()->mutable_tensor(), t.sizes, strides, t.offset, t.dtype);
+    in->set_role(v1::INPUT_ROLE_USER_INPUT);
+    ref->mutable_ref()->set_node(name);
+    return interp::Tensor::ZerosStrided(t.sizes, strides, t.offset, t.dtype);
+  };
   for (const ArgSpec& a : args) {
     if (const TensorSpec* t = std::get_if<TensorSpec>(&a)) {
-      const std::string name = absl::StrCat("x", n++);
-      v1::GraphInput* in = g.add_inputs();
-      in->set_name(name);
-      const std::vector<int64_t> strides = t->strides.empty() ? Contiguous(t->sizes) : t->strides;
-      SetMeta(in->mutable_meta()->mutable_tensor(), t->sizes, strides, t->offset, t->dtype);
-      in->set_role(v1::INPUT_ROLE_USER_INPUT);
-      node.add_args()->mutable_ref()->set_node(name);
-      iargs.emplace_back(interp::Tensor::ZerosStrided(t->sizes, strides, t->offset, t->dtype));
+      iargs.emplace_back(input(*t, node.add_args()));
+    } else if (const TensorList* l = std::get_if<TensorList>(&a)) {
+      v1::Argument* list = node.add_args();
+      list->mutable_list();
+      std::vector<interp::Tensor> ts;
+      for (const TensorSpec& t : *l) ts.push_back(input(t, list->mutable_list()->add_items()));
+      iargs.push_back(interp::Arg::Tensors(std::move(ts)));
     } else {
       *node.add_args() = std::get<v1::Argument>(a);
       auto ia = ToInterp(std::get<v1::Argument>(a));
@@ -388,8 +409,166 @@ std::vector<OpCase> Cases() {
   cases.push_back({"gather", "aten.gather.default", {T({4, 6}), I(1), T({4, 3}, i64)}});
   cases.push_back({"addmm", "aten.addmm.default", {T({6}), T({4, 5}), T({5, 6})}});
   cases.push_back({"bmm", "aten.bmm.default", {T({2, 3, 4}), T({2, 4, 5})}});
-  // lerp, addcmul/addcdiv, prod, constant_pad_nd, flip and tril/triu are lowered too, but the
-  // interpreter does not implement them yet, so nothing checks them here.
+  // 0-d tensors with a dim argument of 0 or -1.
+  cases.push_back({"sum_dim_scalar", "aten.sum.dim_IntList", {T({}), Ints({0})}});
+  cases.push_back({"amax_scalar", "aten.amax.default", {T({}), Ints({-1}), B(true)}});
+  cases.push_back({"any_dim_scalar", "aten.any.dim", {T({}, boolean), I(0)}});
+  cases.push_back({"max_dim_scalar", "aten.max.dim", {T({}), I(0)}});
+  cases.push_back({"argmax_scalar", "aten.argmax.default", {T({}), I(-1)}});
+  cases.push_back(
+      {"var_mean_scalar", "aten.var_mean.correction", {T({}), Ints({0})}, {{"correction", I(0)}}});
+  cases.push_back({"softmax_scalar", "aten._softmax.default", {T({}), I(0), B(false)}});
+  cases.push_back({"log_softmax_scalar", "aten._log_softmax.default", {T({}), I(-1), B(false)}});
+  cases.push_back({"index_select_scalar", "aten.index_select.default", {T({}), I(0), T({1}, i64)}});
+  cases.push_back({"gather_scalar", "aten.gather.default", {T({}), I(-1), T({}, i64)}});
+  cases.push_back({"prod_dim_scalar", "aten.prod.dim_int", {T({}), I(0)}});
+  cases.push_back({"prod_dim_scalar_neg", "aten.prod.dim_int", {T({}, i64), I(-1), B(true)}});
+  cases.push_back({"flip_scalar", "aten.flip.default", {T({}), Ints({0})}});
+  // Ternary pointwise ops: broadcasting, strides, dtypes, scalar and 0-d weights.
+  cases.push_back({"lerp_scalar", "aten.lerp.Scalar", {T({5, 7}), T({5, 7}), F(0.3)}});
+  cases.push_back({"lerp_scalar_far", "aten.lerp.Scalar", {T({5, 7}), T({7}), F(0.8)}});
+  cases.push_back({"lerp_scalar_bf16", "aten.lerp.Scalar", {T({9}, bf16), T({9}, bf16), F(0.6)}});
+  cases.push_back({"lerp_tensor_bcast", "aten.lerp.Tensor", {T({3, 1, 5}), T({4, 5}), T({5})}});
+  cases.push_back({"lerp_tensor_strided",
+                   "aten.lerp.Tensor",
+                   {T({4, 3}, f32, {1, 4}), T({4, 3}, f32, {3, 1}, 5), T({4, 3})}});
+  cases.push_back({"lerp_tensor_0d_f64", "aten.lerp.Tensor", {T({6}), T({6}), T({}, f64)}});
+  cases.push_back(
+      {"lerp_tensor_f16", "aten.lerp.Tensor", {T({2, 9}, f16), T({9}, f16), T({2, 9}, f16)}});
+  cases.push_back({"lerp_scalar_int_weight", "aten.lerp.Scalar", {T({5}), T({5}), I(1)}});
+  cases.push_back(
+      {"lerp_tensor_0d_bf16_f64", "aten.lerp.Tensor", {T({9}, bf16), T({9}, bf16), T({}, f64)}});
+  cases.push_back({"lerp_empty", "aten.lerp.Scalar", {T({0, 3}), T({0, 3}), F(0.5)}});
+  for (const char* op : {"addcmul", "addcdiv"}) {
+    const std::string target = absl::StrCat("aten.", op, ".default");
+    cases.push_back({absl::StrCat(op, "_bcast"),
+                     target,
+                     {T({4, 5}), T({3, 1, 5}), T({5})},
+                     {{"value", F(0.5)}}});
+    cases.push_back({absl::StrCat(op, "_default"), target, {T({7}), T({7}), T({7})}});
+    cases.push_back({absl::StrCat(op, "_strided"),
+                     target,
+                     {T({4, 3}, f32, {1, 4}), T({4, 3}, f32, {3, 1}, 5), T({3})},
+                     {{"value", F(-2.0)}}});
+    cases.push_back({absl::StrCat(op, "_bf16"),
+                     target,
+                     {T({2, 9}, bf16), T({9}, bf16), T({2, 9}, bf16)},
+                     {{"value", F(0.25)}}});
+    cases.push_back({absl::StrCat(op, "_mixed"),
+                     target,
+                     {T({3, 4}, i64), T({3, 4}, f32), T({4}, f64)},
+                     {{"value", I(3)}}});
+    cases.push_back({absl::StrCat(op, "_0d"), target, {T({}), T({}), T({})}});
+  }
+  cases.push_back({"addcmul_i64_float_value",
+                   "aten.addcmul.default",
+                   {T({5}, i64), T({5}, i64), T({5}, i64)},
+                   {{"value", F(2.5)}}});
+  cases.push_back(
+      {"addcmul_i32_i64", "aten.addcmul.default", {T({5}, i32), T({5}, i64), T({}, i64)}});
+  cases.push_back({"addcmul_i64",
+                   "aten.addcmul.default",
+                   {T({5}, i64), T({5}, i64), T({5}, i64)},
+                   {{"value", I(2)}}});
+  // More activations and float math over the same layouts as the unary ops above, then with
+  // their arguments.
+  for (const char* op : {"frac", "lgamma", "hardsigmoid", "hardswish", "mish", "elu", "softplus"}) {
+    for (const auto& f : floats) {
+      cases.push_back(
+          {absl::StrCat(op, "_", f.n), absl::StrCat("aten.", op, ".default"), {T({5, 7}, f.d)}});
+    }
+    cases.push_back({absl::StrCat(op, "_strided"),
+                     absl::StrCat("aten.", op, ".default"),
+                     {T({3, 4}, f32, {1, 5}, 2)}});
+    cases.push_back(
+        {absl::StrCat(op, "_empty"), absl::StrCat("aten.", op, ".default"), {T({0, 3}, f32)}});
+    cases.push_back(
+        {absl::StrCat(op, "_scalar"), absl::StrCat("aten.", op, ".default"), {T({}, f32)}});
+  }
+  cases.push_back({"lgamma_i64", "aten.lgamma.default", {T({6}, i64)}});
+  cases.push_back({"elu_args", "aten.elu.default", {T({9}), F(2.0), F(1.5), F(0.5)}});
+  cases.push_back({"softplus_args", "aten.softplus.default", {T({9}), F(2.0), F(0.5)}});
+  cases.push_back({"softplus_backward",
+                   "aten.softplus_backward.default",
+                   {T({5, 7}), T({5, 7}), F(1.0), F(20.0)}});
+  cases.push_back({"softplus_backward_args",
+                   "aten.softplus_backward.default",
+                   {T({5, 7}), T({7}), F(2.0), F(0.5)}});
+  // prod.
+  cases.push_back({"prod_all", "aten.prod.default", {T({3, 4})}});
+  cases.push_back({"prod_all_i64", "aten.prod.default", {T({2, 3}, i64)}});
+  for (const auto& f : floats) {
+    cases.push_back(
+        {absl::StrCat("prod_dim_", f.n), "aten.prod.dim_int", {T({4, 7, 5}, f.d), I(1)}});
+  }
+  cases.push_back({"prod_dim_neg_keepdim", "aten.prod.dim_int", {T({4, 7, 5}), I(-1), B(true)}});
+  cases.push_back({"prod_dim_strided", "aten.prod.dim_int", {T({4, 6}, f32, {1, 4}), I(1)}});
+  cases.push_back({"prod_dim_empty", "aten.prod.dim_int", {T({3, 0}), I(1)}});
+  cases.push_back({"prod_dim_i64", "aten.prod.dim_int", {T({5, 6}, i64), I(0)}});
+  cases.push_back({"prod_dim_bool", "aten.prod.dim_int", {T({5, 6}, boolean), I(1)}});
+  cases.push_back(
+      {"prod_dim_dtype", "aten.prod.dim_int", {T({5, 6}, bf16), I(1)}, {{"dtype", D(f32)}}});
+  // Padding, cropping, flips and triangles.
+  cases.push_back({"pad_last", "aten.constant_pad_nd.default", {T({3, 4}), Ints({1, 2}), F(0.5)}});
+  cases.push_back(
+      {"pad_two_dims", "aten.constant_pad_nd.default", {T({3, 5}), Ints({1, 2, 0, 1})}});
+  cases.push_back(
+      {"pad_crop", "aten.constant_pad_nd.default", {T({4, 5}), Ints({-1, 2, 1, -2}), F(-1.0)}});
+  cases.push_back({"pad_crop_only", "aten.constant_pad_nd.default", {T({4, 5}), Ints({-2, -1})}});
+  cases.push_back(
+      {"pad_crop_to_empty", "aten.constant_pad_nd.default", {T({4, 5}), Ints({0, 0, -4, 1})}});
+  cases.push_back({"pad_strided",
+                   "aten.constant_pad_nd.default",
+                   {T({3, 4}, f32, {1, 5}, 2), Ints({2, 1, 1, 1}), F(3.0)}});
+  cases.push_back(
+      {"pad_empty", "aten.constant_pad_nd.default", {T({0, 3}), Ints({1, 1, 1, 1}), F(2.0)}});
+  cases.push_back(
+      {"pad_i64", "aten.constant_pad_nd.default", {T({2, 3, 4}, i64), Ints({1, 1}), I(7)}});
+  cases.push_back(
+      {"pad_bf16", "aten.constant_pad_nd.default", {T({2, 3, 4}, bf16), Ints({0, 3}), F(1.5)}});
+  cases.push_back(
+      {"pad_i64_float_value", "aten.constant_pad_nd.default", {T({3}, i64), Ints({2, 1}), F(2.7)}});
+  cases.push_back({"pad_i64_negative_value",
+                   "aten.constant_pad_nd.default",
+                   {T({3}, i64), Ints({2, 1}), F(-2.7)}});
+  cases.push_back(
+      {"pad_bool", "aten.constant_pad_nd.default", {T({2, 3}, boolean), Ints({1, 1}), B(true)}});
+  cases.push_back({"pad_0d_zero_pads", "aten.constant_pad_nd.default", {T({}), Ints({})}});
+  cases.push_back({"flip_two", "aten.flip.default", {T({3, 4, 5}), Ints({0, 2})}});
+  cases.push_back({"flip_neg", "aten.flip.default", {T({3, 4, 5}), Ints({-2})}});
+  cases.push_back({"flip_strided", "aten.flip.default", {T({3, 4}, f32, {1, 5}, 2), Ints({0, 1})}});
+  cases.push_back({"flip_empty", "aten.flip.default", {T({0, 3}), Ints({0, 1})}});
+  cases.push_back({"flip_one", "aten.flip.default", {T({1, 7}, i64), Ints({0, 1})}});
+  cases.push_back({"flip_bool", "aten.flip.default", {T({6}, boolean), Ints({0})}});
+  cases.push_back({"flip_bf16", "aten.flip.default", {T({5, 3}, bf16), Ints({-1})}});
+  for (const char* op : {"tril", "triu"}) {
+    const std::string target = absl::StrCat("aten.", op, ".default");
+    cases.push_back({absl::StrCat(op, "_square"), target, {T({5, 5})}});
+    cases.push_back({absl::StrCat(op, "_batched_neg"), target, {T({2, 3, 4}), I(-1)}});
+    cases.push_back({absl::StrCat(op, "_wide_pos"), target, {T({3, 7}), I(2)}});
+    cases.push_back({absl::StrCat(op, "_beyond"), target, {T({3, 4}), I(-5)}});
+    cases.push_back({absl::StrCat(op, "_strided"), target, {T({4, 3}, f32, {1, 4}, 0), I(1)}});
+    cases.push_back({absl::StrCat(op, "_empty"), target, {T({0, 3})}});
+    cases.push_back({absl::StrCat(op, "_one"), target, {T({1, 1})}});
+    cases.push_back({absl::StrCat(op, "_i64"), target, {T({4, 4}, i64), I(1)}});
+    cases.push_back({absl::StrCat(op, "_bool"), target, {T({4, 4}, boolean)}});
+  }
+  // Views that split, walk diagonals and take windows.
+  cases.push_back({"chunk", "aten.chunk.default", {T({7, 4}), I(3)}});
+  cases.push_back({"chunk_last", "aten.chunk.default", {T({3, 5}), I(2), I(-1)}});
+  cases.push_back({"diagonal", "aten.diagonal.default", {T({4, 5}), I(1)}});
+  cases.push_back({"diagonal_neg", "aten.diagonal.default", {T({2, 3, 3}), I(-1), I(-1), I(-2)}});
+  cases.push_back({"unfold", "aten.unfold.default", {T({9, 4}), I(0), I(3), I(2)}});
+  // Collectives are the identity with one rank; the runtime calls them.
+  cases.push_back({"all_to_all_single",
+                   "_c10d_functional.all_to_all_single.default",
+                   {T({4, 3}), Ints({4}), Ints({4}), S("0")}});
+  cases.push_back({"all_gather_coalesced",
+                   "_c10d_functional.all_gather_into_tensor_coalesced.default",
+                   {TensorList{T({4, 3}), T({5})}, I(1), S("0")}});
+  cases.push_back({"reduce_scatter_coalesced",
+                   "_c10d_functional.reduce_scatter_tensor_coalesced.default",
+                   {TensorList{T({4, 3}), T({2}, bf16)}, S("sum"), I(1), S("0")}});
   return cases;
 }
 
@@ -430,6 +609,22 @@ TEST(OpListTest, CatMatchesInterpreter) {
   auto report = testing::CheckOnRuntime(g, *artifact);
   ASSERT_TRUE(report.ok()) << report.status();
   EXPECT_TRUE(report->ok) << report->message;
+}
+
+// Every op Kiln lowers can be run by the interpreter, so that a lowering can be checked
+// against it and a graph using it can be checked end to end.
+TEST(OpListTest, EveryLoweredOpRunsInTheInterpreter) {
+  const std::vector<std::string> lowered = decompose::LoweredOps();
+  ASSERT_FALSE(lowered.empty());
+  EXPECT_TRUE(std::is_sorted(lowered.begin(), lowered.end()));
+  EXPECT_EQ(lowered, decompose::LoweredOps());
+  std::vector<std::string> missing;
+  for (const std::string& op : lowered) {
+    EXPECT_TRUE(decompose::HasLowering(op)) << op;
+    if (!interp::IsSupportedOp(op)) missing.push_back(op);
+  }
+  EXPECT_TRUE(missing.empty()) << "lowered but not in the interpreter: "
+                               << absl::StrJoin(missing, ", ");
 }
 
 // An op without a lowering falls back; the compile succeeds and says why.
