@@ -60,6 +60,20 @@ class ArgReader {
     if (v->tensor() == nullptr) Fail(absl::StrCat("argument ", name, " must be a tensor or None"));
     return v->tensor() != nullptr ? *v->tensor() : Tensor();
   }
+  // A Tensor[] argument.
+  std::vector<Tensor> GetTensors(int pos, absl::string_view name) {
+    const CallValue* v = Find(pos, name);
+    std::vector<Tensor> out;
+    if (const auto* list = v == nullptr ? nullptr : std::get_if<CallValue::List>(&v->v)) {
+      for (const CallValue& item : *list) {
+        if (item.tensor() == nullptr) break;
+        out.push_back(*item.tensor());
+      }
+      if (out.size() == list->size()) return out;
+    }
+    Fail(absl::StrCat("argument ", name, " must be a list of tensors"));
+    return {};
+  }
   int64_t GetInt(int pos, absl::string_view name, int64_t fallback) {
     const CallValue* v = Find(pos, name);
     if (v == nullptr) return fallback;

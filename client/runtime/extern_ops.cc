@@ -1,8 +1,11 @@
 #include "client/runtime/extern_ops.h"
 
 #include <algorithm>
+#include <cstring>
 #include <map>
 
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
 #include "client/runtime/extern_args.h"
 #include "client/runtime/gemm.h"
 
@@ -107,27 +110,21 @@ absl::Status CopyUnlessSame(const Tensor& in, const Tensor& out) {
   return CopyTensor(in, out);
 }
 
-absl::Status Collective(const ExternCall& call, absl::string_view name) {
-  ArgReader r(call);
-  const Tensor input = r.GetTensor(0, name == "wait_tensor" ? "tensor" : "input");
+// One collective's parameters, as the trainer's process group needs them.
+struct CollectiveArgs {
+  std::string op;  // "all_reduce", "all_gather_into_tensor", ...
   std::string reduce_op;
   std::string group_name;
-  int64_t group_size = call.context->world_size;
-  if (name == "all_reduce") {
-    reduce_op = r.GetString(1, "reduce_op", "sum");
-    group_name = r.GetString(2, "group_name", "");
-  } else if (name == "all_gather_into_tensor") {
-    group_size = r.GetInt(1, "group_size", 1);
-    group_name = r.GetString(2, "group_name", "");
-  } else if (name == "reduce_scatter_tensor") {
-    reduce_op = r.GetString(1, "reduce_op", "sum");
-    group_size = r.GetInt(2, "group_size", 1);
-    group_name = r.GetString(3, "group_name", "");
-  }
-  if (!r.ok()) return r.status();
-  const Tensor out = r.Output(0);
+  int64_t group_size = 1;
+  std::vector<int64_t> input_split_sizes, output_split_sizes;  // all_to_all_single
+};
+
+// Runs one collective of `a` from `input` into `out`: a copy for one rank (or a wait), the
+// trainer's hook otherwise.
+absl::Status RunCollective(const ExternCall& call, const CollectiveArgs& a, const Tensor& input,
+                           const Tensor& out) {
   // The hook performs collectives synchronously, so waiting is a no-op.
-  if (name == "wait_tensor" || group_size == 1) {
+  if (a.op == "wait_tensor" || a.group_size == 1) {
     if (out.defined() && out.sizes() != input.sizes()) {
       return absl::InvalidArgumentError(absl::StrCat(call.op, ": output ", out.DebugString(),
                                                      " differs from the input ",
@@ -137,17 +134,53 @@ absl::Status Collective(const ExternCall& call, absl::string_view name) {
   }
   if (call.context->collective == nullptr || !*call.context->collective) {
     return absl::FailedPreconditionError(
-        absl::StrCat(call.op, " over ", group_size, " ranks (group \"", group_name,
+        absl::StrCat(call.op, " over ", a.group_size, " ranks (group \"", a.group_name,
                      "\") needs a collective hook from the trainer; none was given"));
   }
   CollectiveCall c;
-  c.op = name;
-  c.reduce_op = reduce_op;
-  c.group_name = group_name;
-  c.group_size = group_size;
+  c.op = a.op;
+  c.reduce_op = a.reduce_op;
+  c.group_name = a.group_name;
+  c.group_size = a.group_size;
+  c.input_split_sizes = a.input_split_sizes;
+  c.output_split_sizes = a.output_split_sizes;
   c.input = input;
   c.output = out;
   return (*call.context->collective)(c);
+}
+
+// `_c10d_functional.<name>`: the argument layout of each collective's schema.
+absl::Status Collective(const ExternCall& call, absl::string_view name) {
+  ArgReader r(call);
+  CollectiveArgs a;
+  a.op = std::string(name);
+  a.group_size = call.context->world_size;
+  const bool coalesced = absl::EndsWith(name, "_coalesced");
+  if (coalesced) a.op = std::string(name.substr(0, name.size() - strlen("_coalesced")));
+  if (a.op == "all_reduce") {
+    a.reduce_op = r.GetString(1, "reduce_op", "sum");
+    a.group_name = r.GetString(2, "group_name", "");
+  } else if (a.op == "all_gather_into_tensor") {
+    a.group_size = r.GetInt(1, "group_size", 1);
+    a.group_name = r.GetString(2, "group_name", "");
+  } else if (a.op == "reduce_scatter_tensor") {
+    a.reduce_op = r.GetString(1, "reduce_op", "sum");
+    a.group_size = r.GetInt(2, "group_size", 1);
+    a.group_name = r.GetString(3, "group_name", "");
+  } else if (a.op == "all_to_all_single") {
+    a.output_split_sizes = r.GetInts(1, "output_split_sizes", {});
+    a.input_split_sizes = r.GetInts(2, "input_split_sizes", {});
+    a.group_name = r.GetString(3, "group_name", "");
+  }
+  // Coalesced forms run their tensors one after the other, in order.
+  const std::vector<Tensor> inputs =
+      coalesced ? r.GetTensors(0, "inputs")
+                : std::vector<Tensor>{r.GetTensor(0, name == "wait_tensor" ? "tensor" : "input")};
+  if (!r.ok()) return r.status();
+  for (size_t i = 0; i < inputs.size(); ++i) {
+    if (absl::Status s = RunCollective(call, a, inputs[i], r.Output(i)); !s.ok()) return s;
+  }
+  return absl::OkStatus();
 }
 
 using OpFn = absl::Status (*)(const ExternCall&);
@@ -172,6 +205,14 @@ const std::map<std::string, OpFn, std::less<>>& Ops() {
        [](const ExternCall& c) { return Collective(c, "all_gather_into_tensor"); }},
       {"_c10d_functional.reduce_scatter_tensor.default",
        [](const ExternCall& c) { return Collective(c, "reduce_scatter_tensor"); }},
+      {"_c10d_functional.all_to_all_single.default",
+       [](const ExternCall& c) { return Collective(c, "all_to_all_single"); }},
+      {"_c10d_functional.all_reduce_coalesced.default",
+       [](const ExternCall& c) { return Collective(c, "all_reduce_coalesced"); }},
+      {"_c10d_functional.all_gather_into_tensor_coalesced.default",
+       [](const ExternCall& c) { return Collective(c, "all_gather_into_tensor_coalesced"); }},
+      {"_c10d_functional.reduce_scatter_tensor_coalesced.default",
+       [](const ExternCall& c) { return Collective(c, "reduce_scatter_tensor_coalesced"); }},
   };
   return *ops;
 }

@@ -318,6 +318,46 @@ TEST_F(ExternOpsTest, CollectivesForOneRankAreTheIdentity) {
   Check("_c10d_functional.reduce_scatter_tensor.default",
         {V(x), CallValue{std::string("sum")}, V(int64_t{1}), CallValue{std::string("0")}}, {});
   Check("_c10d_functional.wait_tensor.default", {V(x)}, {});
+  Check("_c10d_functional.all_to_all_single.default",
+        {V(x), Ints({4}), Ints({4}), CallValue{std::string("0")}}, {});
+  const Tensor y = RandomTensor({3}, kF32, Layout::kContiguous, rng_);
+  const CallValue both{CallValue::List{V(x), V(y)}};
+  Check("_c10d_functional.all_reduce_coalesced.default",
+        {both, CallValue{std::string("sum")}, CallValue{std::string("0")}}, {});
+  Check("_c10d_functional.all_gather_into_tensor_coalesced.default",
+        {both, V(int64_t{1}), CallValue{std::string("0")}}, {});
+  Check("_c10d_functional.reduce_scatter_tensor_coalesced.default",
+        {both, CallValue{std::string("sum")}, V(int64_t{1}), CallValue{std::string("0")}}, {});
+}
+
+// Coalesced collectives reach the hook as one call per tensor, in order.
+TEST_F(ExternOpsTest, CoalescedCollectivesCallTheHookPerTensor) {
+  const Tensor x = RandomTensor({2, 2}, kF32, Layout::kContiguous, rng_);
+  const Tensor y = RandomTensor({5}, kF32, Layout::kContiguous, rng_);
+  std::vector<CallValue> args = {CallValue{CallValue::List{V(x), V(y)}},
+                                 CallValue{std::string("avg")}, CallValue{std::string("pg1")}};
+  std::vector<Tensor> outs = {Tensor::Empty({2, 2}, kF32), Tensor::Empty({5}, kF32)};
+  ExternContext ctx;
+  ctx.pool = &pool_;
+  ctx.world_size = 2;
+  std::vector<const void*> seen;
+  CollectiveHook hook = [&](const CollectiveCall& c) {
+    EXPECT_EQ(c.op, "all_reduce");
+    EXPECT_EQ(c.reduce_op, "avg");
+    EXPECT_EQ(c.group_name, "pg1");
+    EXPECT_EQ(c.group_size, 2);
+    seen.push_back(c.input.data());
+    return CopyTensor(c.input, c.output);
+  };
+  ctx.collective = &hook;
+  ExternCall call;
+  call.op = "_c10d_functional.all_reduce_coalesced.default";
+  call.args = args;
+  call.outputs = outs;
+  call.context = &ctx;
+  ASSERT_TRUE(RunExternOp(call).ok());
+  EXPECT_EQ(seen, (std::vector<const void*>{x.data(), y.data()}));
+  EXPECT_EQ(outs[1].ToDoubles(), y.ToDoubles());
 }
 
 TEST_F(ExternOpsTest, CollectiveHookReceivesGroupAndRanks) {
