@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <functional>
 #include <map>
 
 #include "absl/strings/match.h"
@@ -183,37 +184,31 @@ absl::Status Collective(const ExternCall& call, absl::string_view name) {
   return absl::OkStatus();
 }
 
-using OpFn = absl::Status (*)(const ExternCall&);
+using OpFn = std::function<absl::Status(const ExternCall&)>;
 
 const std::map<std::string, OpFn, std::less<>>& Ops() {
-  static const auto* ops = new std::map<std::string, OpFn, std::less<>>{
-      {"aten.mm.default", [](const ExternCall& c) { return Matmul(c, false, false); }},
-      {"aten.addmm.default", [](const ExternCall& c) { return Matmul(c, false, true); }},
-      {"aten.bmm.default", [](const ExternCall& c) { return Matmul(c, true, false); }},
-      {"aten.convolution.default", RunConvolution},
-      {"aten.convolution_backward.default", RunConvolutionBackward},
-      {"aten._scaled_dot_product_efficient_attention.default", RunEfficientAttention},
-      {"aten._scaled_dot_product_efficient_attention_backward.default",
-       RunEfficientAttentionBackward},
-      {"aten._scaled_dot_product_cudnn_attention.default", RunCudnnAttention},
-      {"aten._scaled_dot_product_cudnn_attention_backward.default", RunCudnnAttentionBackward},
-      {"_c10d_functional.all_reduce.default",
-       [](const ExternCall& c) { return Collective(c, "all_reduce"); }},
-      {"_c10d_functional.wait_tensor.default",
-       [](const ExternCall& c) { return Collective(c, "wait_tensor"); }},
-      {"_c10d_functional.all_gather_into_tensor.default",
-       [](const ExternCall& c) { return Collective(c, "all_gather_into_tensor"); }},
-      {"_c10d_functional.reduce_scatter_tensor.default",
-       [](const ExternCall& c) { return Collective(c, "reduce_scatter_tensor"); }},
-      {"_c10d_functional.all_to_all_single.default",
-       [](const ExternCall& c) { return Collective(c, "all_to_all_single"); }},
-      {"_c10d_functional.all_reduce_coalesced.default",
-       [](const ExternCall& c) { return Collective(c, "all_reduce_coalesced"); }},
-      {"_c10d_functional.all_gather_into_tensor_coalesced.default",
-       [](const ExternCall& c) { return Collective(c, "all_gather_into_tensor_coalesced"); }},
-      {"_c10d_functional.reduce_scatter_tensor_coalesced.default",
-       [](const ExternCall& c) { return Collective(c, "reduce_scatter_tensor_coalesced"); }},
-  };
+  static const auto* ops = [] {
+    auto* m = new std::map<std::string, OpFn, std::less<>>{
+        {"aten.mm.default", [](const ExternCall& c) { return Matmul(c, false, false); }},
+        {"aten.addmm.default", [](const ExternCall& c) { return Matmul(c, false, true); }},
+        {"aten.bmm.default", [](const ExternCall& c) { return Matmul(c, true, false); }},
+        {"aten.convolution.default", RunConvolution},
+        {"aten.convolution_backward.default", RunConvolutionBackward},
+        {"aten._scaled_dot_product_efficient_attention.default", RunEfficientAttention},
+        {"aten._scaled_dot_product_efficient_attention_backward.default",
+         RunEfficientAttentionBackward},
+        {"aten._scaled_dot_product_cudnn_attention.default", RunCudnnAttention},
+        {"aten._scaled_dot_product_cudnn_attention_backward.default", RunCudnnAttentionBackward},
+    };
+    for (const char* name :
+         {"all_reduce", "wait_tensor", "all_gather_into_tensor", "reduce_scatter_tensor",
+          "all_to_all_single", "all_reduce_coalesced", "all_gather_into_tensor_coalesced",
+          "reduce_scatter_tensor_coalesced"}) {
+      m->emplace(absl::StrCat("_c10d_functional.", name, ".default"),
+                 [name](const ExternCall& c) { return Collective(c, name); });
+    }
+    return m;
+  }();
   return *ops;
 }
 

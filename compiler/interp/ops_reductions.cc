@@ -53,41 +53,35 @@ DType SumType(DType in, std::optional<DType> requested) {
   return StoresInts(in) ? v1::DTYPE_INT64 : in;
 }
 
-Tensor Sum(const Tensor& self, const std::vector<bool>& mask, bool keepdim, DType out_dtype) {
+// Folds each group with `op` from `init`; integer results wrap, as ATen's int64
+// accumulation does.
+template <typename Op>
+Tensor Fold(const Tensor& self, const std::vector<bool>& mask, bool keepdim, DType out_dtype,
+            int init, Op op) {
   const Grouped g = Group(self, mask, keepdim);
   Tensor out = Tensor::Zeros(g.out_sizes, out_dtype);
   for (int64_t i = 0; i < g.groups; ++i) {
     const int64_t* idx = g.Group(i);
     if (StoresInts(out_dtype)) {
-      int64_t acc = 0;
-      for (int64_t k = 0; k < g.group_size; ++k) acc += self.ReadInt(idx[k]);
-      out.WriteInt(i, acc);
+      uint64_t acc = static_cast<uint64_t>(init);
+      for (int64_t k = 0; k < g.group_size; ++k)
+        acc = op(acc, static_cast<uint64_t>(self.ReadInt(idx[k])));
+      out.WriteInt(i, static_cast<int64_t>(acc));
     } else {
-      double acc = 0;
-      for (int64_t k = 0; k < g.group_size; ++k) acc += self.ReadDouble(idx[k]);
+      double acc = init;
+      for (int64_t k = 0; k < g.group_size; ++k) acc = op(acc, self.ReadDouble(idx[k]));
       out.WriteDouble(i, acc);
     }
   }
   return out;
 }
 
-// Products wrap for integer results, as ATen's int64 accumulation does.
+Tensor Sum(const Tensor& self, const std::vector<bool>& mask, bool keepdim, DType out_dtype) {
+  return Fold(self, mask, keepdim, out_dtype, 0, [](auto a, auto b) { return a + b; });
+}
+
 Tensor Prod(const Tensor& self, const std::vector<bool>& mask, bool keepdim, DType out_dtype) {
-  const Grouped g = Group(self, mask, keepdim);
-  Tensor out = Tensor::Zeros(g.out_sizes, out_dtype);
-  for (int64_t i = 0; i < g.groups; ++i) {
-    const int64_t* idx = g.Group(i);
-    if (StoresInts(out_dtype)) {
-      uint64_t acc = 1;
-      for (int64_t k = 0; k < g.group_size; ++k) acc *= static_cast<uint64_t>(self.ReadInt(idx[k]));
-      out.WriteInt(i, static_cast<int64_t>(acc));
-    } else {
-      double acc = 1;
-      for (int64_t k = 0; k < g.group_size; ++k) acc *= self.ReadDouble(idx[k]);
-      out.WriteDouble(i, acc);
-    }
-  }
-  return out;
+  return Fold(self, mask, keepdim, out_dtype, 1, [](auto a, auto b) { return a * b; });
 }
 
 Tensor Mean(const Tensor& self, const std::vector<bool>& mask, bool keepdim,

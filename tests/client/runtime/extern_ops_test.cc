@@ -47,6 +47,17 @@ double MaxAbs(const std::vector<double>& v) {
   return m;
 }
 
+// Runs `op` on `args` into `outs` with `ctx`, bypassing the comparison Check makes.
+absl::Status RunDirect(absl::string_view op, const std::vector<CallValue>& args,
+                       const std::vector<Tensor>& outs, const ExternContext& ctx) {
+  ExternCall call;
+  call.op = op;
+  call.args = args;
+  call.outputs = outs;
+  call.context = &ctx;
+  return RunExternOp(call);
+}
+
 class ExternOpsTest : public ::testing::Test {
  protected:
   // Runs `op` natively into outputs shaped like the interpreter's results (laid out as
@@ -154,20 +165,14 @@ TEST_F(ExternOpsTest, MatmulErrors) {
   const Tensor out = Tensor::Empty({2, 5}, kF32);
   std::vector<CallValue> args = {V(a), V(b)};
   std::vector<Tensor> outs = {out};
-  ExternCall call;
-  call.op = "aten.mm.default";
-  call.args = args;
-  call.outputs = outs;
-  call.context = &ctx;
-  absl::Status s = RunExternOp(call);
+  absl::Status s = RunDirect("aten.mm.default", args, outs, ctx);
   EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
   EXPECT_NE(s.message().find("cannot be multiplied"), std::string::npos) << s;
   const Tensor ints = Tensor::Empty({2, 3}, v1::DTYPE_INT64);
   args = {V(ints), V(ints)};
-  call.args = args;
-  EXPECT_EQ(RunExternOp(call).code(), absl::StatusCode::kUnimplemented);
-  call.op = "aten.nonzero.default";
-  EXPECT_EQ(RunExternOp(call).code(), absl::StatusCode::kUnimplemented);
+  EXPECT_EQ(RunDirect("aten.mm.default", args, outs, ctx).code(), absl::StatusCode::kUnimplemented);
+  EXPECT_EQ(RunDirect("aten.nonzero.default", args, outs, ctx).code(),
+            absl::StatusCode::kUnimplemented);
   EXPECT_FALSE(IsExternOpSupported("aten.nonzero.default"));
   EXPECT_TRUE(IsExternOpSupported("aten.convolution_backward.default"));
 }
@@ -299,12 +304,8 @@ TEST_F(ExternOpsTest, AttentionDropoutIsOutOfScope) {
   std::vector<Tensor> outs = {Tensor::Empty({1, 1, 2, 2}, kF32)};
   ExternContext ctx;
   ctx.pool = &pool_;
-  ExternCall call;
-  call.op = "aten._scaled_dot_product_efficient_attention.default";
-  call.args = args;
-  call.outputs = outs;
-  call.context = &ctx;
-  const absl::Status s = RunExternOp(call);
+  const absl::Status s =
+      RunDirect("aten._scaled_dot_product_efficient_attention.default", args, outs, ctx);
   EXPECT_EQ(s.code(), absl::StatusCode::kUnimplemented);
   EXPECT_NE(s.message().find("dropout_p"), std::string::npos) << s;
 }
@@ -350,12 +351,7 @@ TEST_F(ExternOpsTest, CoalescedCollectivesCallTheHookPerTensor) {
     return CopyTensor(c.input, c.output);
   };
   ctx.collective = &hook;
-  ExternCall call;
-  call.op = "_c10d_functional.all_reduce_coalesced.default";
-  call.args = args;
-  call.outputs = outs;
-  call.context = &ctx;
-  ASSERT_TRUE(RunExternOp(call).ok());
+  ASSERT_TRUE(RunDirect("_c10d_functional.all_reduce_coalesced.default", args, outs, ctx).ok());
   EXPECT_EQ(seen, (std::vector<const void*>{x.data(), y.data()}));
   EXPECT_EQ(outs[1].ToDoubles(), y.ToDoubles());
 }
@@ -367,12 +363,7 @@ TEST_F(ExternOpsTest, CollectiveHookReceivesGroupAndRanks) {
   std::vector<Tensor> outs = {out};
   ExternContext ctx;
   ctx.pool = &pool_;
-  ExternCall call;
-  call.op = "_c10d_functional.all_gather_into_tensor.default";
-  call.args = args;
-  call.outputs = outs;
-  call.context = &ctx;
-  absl::Status s = RunExternOp(call);
+  absl::Status s = RunDirect("_c10d_functional.all_gather_into_tensor.default", args, outs, ctx);
   EXPECT_EQ(s.code(), absl::StatusCode::kFailedPrecondition);
   EXPECT_NE(s.message().find("group \"tp\""), std::string::npos) << s;
   CollectiveHook hook = [&](const CollectiveCall& c) {
@@ -387,7 +378,7 @@ TEST_F(ExternOpsTest, CollectiveHookReceivesGroupAndRanks) {
     return absl::OkStatus();
   };
   ctx.collective = &hook;
-  ASSERT_TRUE(RunExternOp(call).ok());
+  ASSERT_TRUE(RunDirect("_c10d_functional.all_gather_into_tensor.default", args, outs, ctx).ok());
   std::vector<double> v = x.ToDoubles();
   v.insert(v.end(), v.begin(), v.begin() + 6);
   EXPECT_EQ(out.ToDoubles(), v);
