@@ -34,7 +34,8 @@
 namespace kiln::canon {
 
 // The encoding's version: bump it whenever encodings change, so old keys stop matching.
-inline constexpr uint32_t kCanonicalFormat = 1;
+// 2: list defaults an FX node omits are bound in place (1 shifted the node's arguments).
+inline constexpr uint32_t kCanonicalFormat = 2;
 
 // One field of a node, for explanations: where it is, what to compare, what to print.
 struct NodeField {

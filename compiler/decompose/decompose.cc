@@ -242,6 +242,11 @@ class Body {
   Compute c_;
 };
 
+// max_pool2d's window, from the op's kernel_size, stride, padding and dilation arguments.
+struct PoolWindow {
+  int64_t kh = 1, kw = 1, sh = 1, sw = 1, ph = 0, pw = 0, dh = 1, dw = 1;
+};
+
 class Decomposer {
  public:
   Decomposer(const graph::Graph& g, const canon::CanonicalGraph& c) : g_(g), c_(c) {}
@@ -549,6 +554,9 @@ class Decomposer {
   absl::Status Full(uint32_t node, std::function<absl::StatusOr<int32_t>(Body&, ScalarType)> fill);
   absl::Status Arange(uint32_t node);
   absl::Status IndexSelect(uint32_t node, bool gather);
+  absl::StatusOr<PoolWindow> Window(uint32_t node, size_t first) const;
+  absl::Status MaxPool2d(uint32_t node);
+  absl::Status MaxPool2dBackward(uint32_t node);
   absl::Status Copy(uint32_t node, int src_arg);
   absl::Status View(uint32_t node);
   absl::Status Random(uint32_t node);
@@ -1625,6 +1633,144 @@ absl::Status Decomposer::IndexSelect(uint32_t node, bool gather) {
   });
 }
 
+// Arguments from `first` on: kernel_size, stride (empty: the kernel), padding, dilation; a
+// one-element list repeats, as ATen's do.
+absl::StatusOr<PoolWindow> Decomposer::Window(uint32_t node, size_t first) const {
+  auto pair = [&](size_t i, std::vector<int64_t> dflt) -> std::vector<int64_t> {
+    std::vector<int64_t> v = i < NumArgs(node) ? Ints(A(node, i)) : std::vector<int64_t>();
+    if (v.empty()) v = std::move(dflt);
+    if (v.size() == 1) v.push_back(v[0]);
+    return v;
+  };
+  const std::vector<int64_t> k = pair(first, {});
+  if (k.size() != 2) return absl::UnimplementedError("max_pool2d without a 2-d kernel_size");
+  const std::vector<int64_t> s = pair(first + 1, k), p = pair(first + 2, {0}),
+                             d = pair(first + 3, {1});
+  if (s.size() != 2 || p.size() != 2 || d.size() != 2) {
+    return absl::UnimplementedError("max_pool2d with window arguments that are not pairs");
+  }
+  PoolWindow w{k[0], k[1], s[0], s[1], p[0], p[1], d[0], d[1]};
+  if (w.kh <= 0 || w.kw <= 0 || w.sh <= 0 || w.sw <= 0 || w.dh <= 0 || w.dw <= 0 || w.ph < 0 ||
+      w.pw < 0) {
+    return absl::UnimplementedError("max_pool2d with a non-positive window size");
+  }
+  return w;
+}
+
+absl::Status Decomposer::MaxPool2d(uint32_t node) {
+  // out[.., i, j] = max over the window (a, b) of x[.., i*sh + a*dh - ph, j*sw + b*dw - pw],
+  // positions outside x counting as -inf; indices are the winner's h * W + w, the first
+  // maximum in window order winning and a NaN taking over, as ATen's kernel does.
+  const int32_t x = In(node, 0);
+  const size_t r = Rank(x);
+  if (r != 3 && r != 4) return absl::UnimplementedError("max_pool2d of a tensor not 3-d or 4-d");
+  auto win = Window(node, 1);
+  if (!win.ok()) return win.status();
+  const PoolWindow w = *win;
+  const graph::Value* out = Out(node, 0);
+  if (out == nullptr) return absl::InternalError("max_pool2d without a tensor output");
+  auto out_sizes = Syms(g_.sizes(*out));
+  if (!out_sizes.ok()) return out_sizes.status();
+  std::vector<IndexExpr> sizes = *out_sizes;
+  sizes.push_back(IndexExpr::Const(w.kh));
+  sizes.push_back(IndexExpr::Const(w.kw));
+  std::vector<bool> red(r + 2, false);
+  red[r] = red[r + 1] = true;
+  const IndexExpr height = Tn(x).sizes[r - 2], width = Tn(x).sizes[r - 1];
+  const ScalarType acc = loop::ComputeType(ST(x));
+  for (int k : {0, 1}) {
+    const graph::Value* o = Out(node, static_cast<size_t>(k));
+    if (o == nullptr) continue;
+    Body b(sizes, red);
+    reduced_ = red;
+    const IndexExpr ih = Body::V(r - 2) * IndexExpr::Const(w.sh) +
+                         Body::V(r) * IndexExpr::Const(w.dh) - IndexExpr::Const(w.ph);
+    const IndexExpr iw = Body::V(r - 1) * IndexExpr::Const(w.sw) +
+                         Body::V(r + 1) * IndexExpr::Const(w.dw) - IndexExpr::Const(w.pw);
+    const int32_t ph = b.Idx(ih), pw = b.Idx(iw);
+    const int32_t inside = b.Bin(Opcode::kAnd,
+                                 b.Bin(Opcode::kAnd, b.Bin(Opcode::kGe, ph, b.IConst(0)),
+                                       b.Bin(Opcode::kLt, ph, b.Idx(height))),
+                                 b.Bin(Opcode::kAnd, b.Bin(Opcode::kGe, pw, b.IConst(0)),
+                                       b.Bin(Opcode::kLt, pw, b.Idx(width))));
+    std::vector<IndexExpr> coords;
+    std::vector<int32_t> dyn(r, -1);
+    for (size_t d = 0; d + 2 < r; ++d) coords.push_back(Body::V(d));
+    coords.push_back(IndexExpr());
+    coords.push_back(IndexExpr());
+    dyn[r - 2] = ph;
+    dyn[r - 1] = pw;
+    const int32_t v = b.Sel(inside, b.Cast(b.Load(x, ST(x), coords, inside, dyn), acc),
+                            b.Const(-std::numeric_limits<double>::infinity(), acc));
+    b.SetReduce(ReduceKind::kArgMax, b.Idx(ih * width + iw));
+    std::vector<int32_t> out_dims;
+    for (size_t d = 0; d < r; ++d) out_dims.push_back(static_cast<int32_t>(d));
+    store_index_ = k == 1;
+    auto t = Finish(node, b, v, o->dtype, o, std::move(out_dims), *out_sizes);
+    if (!t.ok()) return t.status();
+  }
+  return absl::OkStatus();
+}
+
+absl::Status Decomposer::MaxPool2dBackward(uint32_t node) {
+  // grad_x[.., h, w] = sum over the window offsets (a, b) whose output position
+  // (i, j) = ((h + ph - a*dh) / sh, (w + pw - b*dw) / sw) divides evenly and lies inside
+  // grad_output, of grad_output[.., i, j] where indices[.., i, j] == h * W + w. A gather, so
+  // the sum runs in a fixed order and fuses like any reduction.
+  const int32_t g = In(node, 0), x = In(node, 1), indices = In(node, 7);
+  const size_t r = Rank(x);
+  if (r != 3 && r != 4) return absl::UnimplementedError("max_pool2d of a tensor not 3-d or 4-d");
+  auto win = Window(node, 2);
+  if (!win.ok()) return win.status();
+  const PoolWindow w = *win;
+  const graph::Value* out = Out(node, 0);
+  if (out == nullptr) return absl::InternalError("max_pool2d backward without a tensor output");
+  std::vector<IndexExpr> sizes = Tn(x).sizes;
+  sizes.push_back(IndexExpr::Const(w.kh));
+  sizes.push_back(IndexExpr::Const(w.kw));
+  std::vector<bool> red(r + 2, false);
+  red[r] = red[r + 1] = true;
+  const IndexExpr width = Tn(x).sizes[r - 1];
+  const IndexExpr oh = Tn(g).sizes[r - 2], ow = Tn(g).sizes[r - 1];
+  const ScalarType acc = loop::ComputeType(ST(g));
+  Body b(sizes, red);
+  reduced_ = red;
+  // Shifted by whole strides so the dividend is never negative.
+  auto position = [&](size_t dim, size_t off, int64_t s, int64_t p, int64_t d, int64_t k,
+                      const IndexExpr& extent, int32_t* ok) {
+    const int64_t shift = s * ((k - 1) * d / s + 1);
+    const IndexExpr num =
+        Body::V(dim) + IndexExpr::Const(p + shift) - Body::V(off) * IndexExpr::Const(d);
+    const IndexExpr q =
+        IndexExpr::FloorDiv(num, IndexExpr::Const(s), nullptr) - IndexExpr::Const(shift / s);
+    const int32_t qi = b.Idx(q);
+    *ok = b.Bin(
+        Opcode::kAnd,
+        b.Bin(Opcode::kEq, b.Idx(IndexExpr::Mod(num, IndexExpr::Const(s), nullptr)), b.IConst(0)),
+        b.Bin(Opcode::kAnd, b.Bin(Opcode::kGe, qi, b.IConst(0)),
+              b.Bin(Opcode::kLt, qi, b.Idx(extent))));
+    return qi;
+  };
+  int32_t ok_h, ok_w;
+  const int32_t qi = position(r - 2, r, w.sh, w.ph, w.dh, w.kh, oh, &ok_h);
+  const int32_t qj = position(r - 1, r + 1, w.sw, w.pw, w.dw, w.kw, ow, &ok_w);
+  const int32_t inside = b.Bin(Opcode::kAnd, ok_h, ok_w);
+  std::vector<IndexExpr> coords;
+  std::vector<int32_t> dyn(r, -1);
+  for (size_t d = 0; d + 2 < r; ++d) coords.push_back(Body::V(d));
+  coords.push_back(IndexExpr());
+  coords.push_back(IndexExpr());
+  dyn[r - 2] = qi;
+  dyn[r - 1] = qj;
+  const int32_t winner =
+      b.Cast(b.Load(indices, ST(indices), coords, inside, dyn), ScalarType::kI64);
+  const int32_t here = b.Idx(Body::V(r - 2) * width + Body::V(r - 1));
+  const int32_t take = b.Bin(Opcode::kAnd, inside, b.Bin(Opcode::kEq, winner, here));
+  const int32_t v =
+      b.Sel(take, b.Cast(b.Load(g, ST(g), coords, inside, dyn), acc), b.Const(0.0, acc));
+  return FinishReduce(node, b, v, ReduceKind::kSum, out->dtype, false, 0, false).status();
+}
+
 absl::Status Decomposer::Copy(uint32_t node, int src_arg) {
   const int32_t src = In(node, static_cast<size_t>(src_arg));
   return Pointwise(node, [&](Body& b, ScalarType ct) -> absl::StatusOr<int32_t> {
@@ -2295,6 +2441,12 @@ const absl::flat_hash_map<std::string, Decomposer::Rule>& Decomposer::Rules() {
     };
     (*r)["aten.select_backward.default"] = [](Decomposer& d, uint32_t n) {
       return d.SelectBackward(n);
+    };
+    (*r)["aten.max_pool2d_with_indices.default"] = [](Decomposer& d, uint32_t n) {
+      return d.MaxPool2d(n);
+    };
+    (*r)["aten.max_pool2d_with_indices_backward.default"] = [](Decomposer& d, uint32_t n) {
+      return d.MaxPool2dBackward(n);
     };
     (*r)["aten.index_select.default"] = [](Decomposer& d, uint32_t n) {
       return d.IndexSelect(n, false);

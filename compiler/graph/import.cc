@@ -453,11 +453,12 @@ class GraphBuilder {
     if (n.schema == nullptr) {
       g_.args_.insert(g_.args_.end(), positional.begin(), positional.end());
       g_.args_.insert(g_.args_.end(), keyword.begin(), keyword.end());
+      n.num_args = static_cast<uint32_t>(positional.size() + keyword.size());
     } else {
       absl::Status s = BindToSchema(pn, *n.schema, positional, keyword);
       if (!s.ok()) return s;
+      n.num_args = static_cast<uint32_t>(n.schema->params.size());
     }
-    n.num_args = static_cast<uint32_t>(g_.args_.size()) - n.args_begin;
     g_.nodes_.push_back(n);
     if (n.schema != nullptr) {
       if (n.schema->returns == ReturnKind::kTuple) return CheckGetItem(pn, g_.nodes_.back());
@@ -798,7 +799,8 @@ class GraphBuilder {
   }
 
   // Binds positional and keyword arguments to the schema's parameters, checks their
-  // types and fills in defaults, appending one Arg per parameter.
+  // types and fills in defaults, appending one Arg per parameter (the items of list
+  // defaults follow those).
   absl::Status BindToSchema(const v1::Node& pn, const OpSchema& schema,
                             const std::vector<Arg>& positional, const std::vector<Arg>& keyword) {
     const std::string& name = pn.name();
@@ -851,16 +853,20 @@ class GraphBuilder {
       }
       if (absl::Status s = CheckType(name, fields[p], param, *bound[p]); !s.ok()) return s;
     }
-    std::vector<Arg> slots(num_params);
+    // The slots first, then the items of list defaults after them (DefaultArg appends them
+    // to the pool), so the slots start where the node's arguments begin.
+    const size_t base = g_.args_.size();
+    g_.args_.resize(base + num_params);
     for (size_t p = 0; p < num_params; ++p) {
+      Arg slot;
       if (bound[p] != nullptr) {
-        slots[p] = *bound[p];
-        slots[p].name = 0;
+        slot = *bound[p];
+        slot.name = 0;
       } else {
-        slots[p] = DefaultArg(schema.params[p]);
+        slot = DefaultArg(schema.params[p]);
       }
+      g_.args_[base + p] = slot;
     }
-    g_.args_.insert(g_.args_.end(), slots.begin(), slots.end());
     return absl::OkStatus();
   }
 

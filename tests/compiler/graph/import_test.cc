@@ -4,6 +4,7 @@
 #include "compiler/graph/import.h"
 
 #include <gmock/gmock.h>
+#include <google/protobuf/text_format.h>
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -58,6 +59,91 @@ TEST(ImportTest, BindsKeywordsAndFillsDefaults) {
   }
   EXPECT_TRUE(saw_gelu);
   EXPECT_TRUE(saw_arange);
+}
+
+// Omitted list defaults (max_pool2d's padding and dilation, as FX graphs write it) are filled
+// in after the node's own arguments, which stay in place.
+TEST(ImportTest, ListDefaultsFollowTheArguments) {
+  v1::Graph proto;
+  ASSERT_TRUE(google::protobuf::TextFormat::ParseFromString(
+      R"pb(
+        inputs {
+          name: "x"
+          meta {
+            tensor {
+              sizes { value: 1 }
+              sizes { value: 1 }
+              sizes { value: 4 }
+              sizes { value: 4 }
+              strides { value: 16 }
+              strides { value: 16 }
+              strides { value: 4 }
+              strides { value: 1 }
+              dtype: DTYPE_FLOAT32
+              device { type: "cuda" }
+            }
+          }
+        }
+        nodes {
+          name: "pool"
+          target: "aten.max_pool2d_with_indices.default"
+          multi_output: true
+          args { ref { node: "x" } }
+          args {
+            list {
+              items { int_value: 2 }
+              items { int_value: 2 }
+            }
+          }
+          outputs {
+            tensor {
+              sizes { value: 1 }
+              sizes { value: 1 }
+              sizes { value: 2 }
+              sizes { value: 2 }
+              strides { value: 4 }
+              strides { value: 4 }
+              strides { value: 2 }
+              strides { value: 1 }
+              dtype: DTYPE_FLOAT32
+              device { type: "cuda" }
+            }
+          }
+          outputs {
+            tensor {
+              sizes { value: 1 }
+              sizes { value: 1 }
+              sizes { value: 2 }
+              sizes { value: 2 }
+              strides { value: 4 }
+              strides { value: 4 }
+              strides { value: 2 }
+              strides { value: 1 }
+              dtype: DTYPE_INT64
+              device { type: "cuda" }
+            }
+          }
+        }
+        output { list { items { ref { node: "pool" output: 0 } } } }
+      )pb",
+      &proto));
+  absl::StatusOr<Graph> g = Import(proto);
+  ASSERT_TRUE(g.ok()) << g.status();
+  const Node& pool = g->node(1);
+  ASSERT_EQ(pool.num_args, 6u);
+  auto args = g->args(pool);
+  auto ints = [&](const Arg& a) {
+    std::vector<int64_t> v;
+    EXPECT_EQ(a.kind, ArgKind::kList);
+    for (const Arg& item : g->items(a)) v.push_back(item.int_value);
+    return v;
+  };
+  EXPECT_EQ(args[0].kind, ArgKind::kRef);
+  EXPECT_EQ(ints(args[1]), (std::vector<int64_t>{2, 2}));
+  EXPECT_EQ(ints(args[2]), (std::vector<int64_t>{}));
+  EXPECT_EQ(ints(args[3]), (std::vector<int64_t>{0, 0}));
+  EXPECT_EQ(ints(args[4]), (std::vector<int64_t>{1, 1}));
+  EXPECT_EQ(args[5].kind, ArgKind::kBool);
 }
 
 TEST(ImportTest, SymbolicSizesParse) {

@@ -17,6 +17,7 @@
 #include "compiler/interp/interpreter.h"
 #include "gtest/gtest.h"
 #include "tests/compiler/runtime_check.h"
+#include "tests/compiler/training_ops.h"
 
 namespace kiln {
 namespace {
@@ -556,6 +557,22 @@ std::vector<OpCase> Cases() {
   cases.push_back({"reduce_scatter_coalesced",
                    "_c10d_functional.reduce_scatter_tensor_coalesced.default",
                    {TensorList{T({4, 3}), T({2}, bf16)}, S("sum"), I(1), S("0")}});
+  // max_pool2d: windows with stride, padding, dilation and ceil_mode, 3-d and 4-d inputs,
+  // strided layouts, half types (compared in float, indices exactly).
+  const std::string pool = "aten.max_pool2d_with_indices.default";
+  cases.push_back({"max_pool2d", pool, {T({2, 3, 8, 9}), Ints({2, 2})}});
+  cases.push_back(
+      {"max_pool2d_3d", pool, {T({3, 7, 7}), Ints({3, 3}), Ints({2, 2}), Ints({1, 1})}});
+  cases.push_back({"max_pool2d_pad_dilate",
+                   pool,
+                   {T({1, 2, 11, 10}), Ints({3, 2}), Ints({2, 1}), Ints({1, 1}), Ints({2, 1})}});
+  cases.push_back(
+      {"max_pool2d_ceil",
+       pool,
+       {T({2, 2, 7, 8}), Ints({3, 3}), Ints({2, 2}), Ints({0, 0}), Ints({1, 1}), B(true)}});
+  cases.push_back({"max_pool2d_strided", pool, {T({2, 3, 6, 6}, f32, {1, 2, 36, 6}), Ints({2})}});
+  cases.push_back({"max_pool2d_bf16", pool, {T({1, 4, 6, 6}, bf16), Ints({3, 3}), Ints({1, 1})}});
+  cases.push_back({"max_pool2d_f64", pool, {T({1, 1, 5, 5}, f64), Ints({5, 5})}});
   return cases;
 }
 
@@ -596,6 +613,66 @@ TEST(OpListTest, CatMatchesInterpreter) {
   auto report = testing::CheckOnRuntime(g, *artifact);
   ASSERT_TRUE(report.ok()) << report.status();
   EXPECT_TRUE(report->ok) << report->message;
+}
+
+// max_pool2d's backward gathers gradients by the forward's indices, which must come from a
+// real forward (random indices could name a position outside the window): the pair is one
+// graph.
+TEST(OpListTest, MaxPoolBackwardMatchesInterpreter) {
+  struct Window {
+    std::vector<int64_t> x, kernel, stride, padding, dilation;
+    bool ceil_mode;
+  };
+  for (const Window& w : std::vector<Window>{{{2, 3, 8, 9}, {2, 2}, {2, 2}, {0, 0}, {1, 1}, false},
+                                             {{2, 3, 8, 9}, {3, 3}, {1, 1}, {1, 1}, {1, 1}, false},
+                                             {{3, 9, 8}, {3, 2}, {2, 3}, {1, 1}, {2, 1}, true}}) {
+    const std::vector<v1::Argument> window = {Ints(w.kernel), Ints(w.stride), Ints(w.padding),
+                                              Ints(w.dilation), B(w.ceil_mode)};
+    std::vector<ArgSpec> args = {T(w.x)};
+    args.insert(args.end(), window.begin(), window.end());
+    auto g = OneOpGraph("aten.max_pool2d_with_indices.default", args, {});
+    ASSERT_TRUE(g.ok()) << g.status();
+    // grad_output: an input shaped like the pooled output.
+    const v1::TensorMeta pooled = g->nodes(0).outputs(0).tensor();
+    v1::GraphInput* grad = g->add_inputs();
+    grad->set_name("grad");
+    *grad->mutable_meta()->mutable_tensor() = pooled;
+    v1::Node bw;
+    bw.set_name("bw");
+    bw.set_target("aten.max_pool2d_with_indices_backward.default");
+    bw.add_args()->mutable_ref()->set_node("grad");
+    bw.add_args()->mutable_ref()->set_node("x0");
+    for (const v1::Argument& a : window) *bw.add_args() = a;
+    v1::ValueRef* indices = bw.add_args()->mutable_ref();
+    indices->set_node("op");
+    indices->set_output(1);
+    *bw.add_outputs()->mutable_tensor() = g->inputs(0).meta().tensor();
+    *g->add_nodes() = bw;
+    g->mutable_output()->mutable_list()->add_items()->mutable_ref()->set_node("bw");
+    auto gg = graph::Import(*g);
+    ASSERT_TRUE(gg.ok()) << gg.status();
+    v1::CompileOptions options;
+    options.set_target("x86_64");
+    auto artifact = compiler::Compile(*gg, options, "max-pool");
+    ASSERT_TRUE(artifact.ok()) << artifact.status();
+    EXPECT_EQ(artifact->summary().fallback_steps(), 0);
+    for (uint64_t seed : {1, 2}) {
+      exec::CheckOptions co;
+      co.input_seed = seed;
+      auto report = testing::CheckOnRuntime(*g, *artifact, co);
+      ASSERT_TRUE(report.ok()) << report.status();
+      EXPECT_TRUE(report->ok) << report->message;
+    }
+  }
+}
+
+// Every op of the training graphs Kiln targets compiles: lowered, or an extern step the
+// runtime implements; none falls back. (operator.mul multiplies symbolic sizes, whose values
+// the compiler takes from the node's metadata: it computes nothing.)
+TEST(OpListTest, EveryTrainingOpHasALowering) {
+  for (const std::string op : testing::kTrainingOps) {
+    if (op != "operator.mul") EXPECT_TRUE(decompose::HasLowering(op)) << op;
+  }
 }
 
 // Every op Kiln lowers can be run by the interpreter, so that a lowering can be checked
