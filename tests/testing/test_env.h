@@ -10,6 +10,20 @@
 
 namespace kiln::testing {
 
+// Whether this build runs under a sanitizer, whose tests run many times slower: slow tests
+// check fewer points there (the release build checks them all).
+#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
+inline constexpr bool kSanitized = true;
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer) || __has_feature(thread_sanitizer)
+inline constexpr bool kSanitized = true;
+#else
+inline constexpr bool kSanitized = false;
+#endif
+#else
+inline constexpr bool kSanitized = false;
+#endif
+
 // The folder of shared real graphs (env KILN_GRAPHS_DIR overrides the configured path).
 std::string GraphsDir();
 

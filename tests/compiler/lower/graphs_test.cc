@@ -19,18 +19,7 @@
 namespace kiln {
 namespace {
 
-// Sanitizer builds run the interpreter many times slower: they check fewer points.
-#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
-constexpr bool kSanitized = true;
-#elif defined(__has_feature)
-#if __has_feature(address_sanitizer) || __has_feature(thread_sanitizer)
-constexpr bool kSanitized = true;
-#else
-constexpr bool kSanitized = false;
-#endif
-#else
-constexpr bool kSanitized = false;
-#endif
+using testing::kSanitized;
 
 // Whole graphs run their matmuls and attention in float32 on the runtime (the interpreter in
 // float64). With uniform [-1, 1) weights nanoGPT's attention logits reach ~30, and its forward
