@@ -2,6 +2,8 @@
 // gRPC, beside redis-server (no persistence) measured in the same run with the same value
 // sizes and concurrency. kilnd persists every write (WAL on; a second table adds fsync per
 // write). Usage: cache_bench [--seconds S] [--kilnd PATH] [--redis-server PATH]
+//   [--sizes 1K,64K,1M] [--clients 1,16] [--tables wal,sync,store]
+// The last three pick rows (for profiling one case); by default every row runs.
 
 #include <arpa/inet.h>
 #include <netinet/in.h>
@@ -25,6 +27,8 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "absl/strings/str_split.h"
+#include "absl/strings/strip.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/clock.h"
 #include "cache/cache.h"
@@ -262,10 +266,26 @@ void PrintRow(const char* op, size_t size, int clients, const Result& k, const R
   std::fflush(stdout);
 }
 
+// "1K,64K,1M" -> bytes; "1,16" -> counts.
+std::vector<int64_t> ParseList(const std::string& text) {
+  std::vector<int64_t> out;
+  for (absl::string_view item : absl::StrSplit(text, ',')) {
+    int64_t scale = 1;
+    if (absl::ConsumeSuffix(&item, "K")) scale = 1 << 10;
+    if (absl::ConsumeSuffix(&item, "M")) scale = 1 << 20;
+    int64_t n = 0;
+    if (!absl::SimpleAtoi(item, &n) || n <= 0) Die("bad list " + text);
+    out.push_back(n * scale);
+  }
+  return out;
+}
+
 int Main(int argc, char** argv) {
   double seconds = 3;
   std::string kilnd = testing::KilndPath();
   std::string redis = "/usr/bin/redis-server";
+  std::vector<int64_t> only_sizes, only_clients;
+  std::string tables = "wal,sync,store";
   for (int i = 1; i + 1 < argc; i += 2) {
     const std::string flag = argv[i];
     if (flag == "--seconds")
@@ -274,9 +294,22 @@ int Main(int argc, char** argv) {
       kilnd = argv[i + 1];
     else if (flag == "--redis-server")
       redis = argv[i + 1];
+    else if (flag == "--sizes")
+      only_sizes = ParseList(argv[i + 1]);
+    else if (flag == "--clients")
+      only_clients = ParseList(argv[i + 1]);
+    else if (flag == "--tables")
+      tables = argv[i + 1];
     else
       Die("unknown flag " + flag);
   }
+  const std::vector<std::string> table_list = absl::StrSplit(tables, ',');
+  auto table_on = [&](const char* name) {
+    return std::find(table_list.begin(), table_list.end(), name) != table_list.end();
+  };
+  auto picked = [](const std::vector<int64_t>& only, int64_t v) {
+    return only.empty() || std::find(only.begin(), only.end(), v) != only.end();
+  };
   setenv("KILN_BINARY_DIR", kilnd.substr(0, kilnd.rfind("/server/kilnd")).c_str(), 0);
 
   testing::TempDir dir;
@@ -325,8 +358,10 @@ int Main(int argc, char** argv) {
     uint64_t seed = flags.size() * 1000;
     for (const Size& size : sizes) {
       for (int clients : kClients) {
+        ++seed;
+        if (!picked(only_sizes, size.bytes) || !picked(only_clients, clients)) continue;
         const int n = clients == 1 ? size.puts_per_run / 4 : size.puts_per_run;
-        const Values values = MakeValues(size.bytes, n, ++seed);
+        const Values values = MakeValues(size.bytes, n, seed);
         std::vector<std::string> keys;
         for (const v1::Digest& d : values.digests) keys.push_back(d.hash());
         const Result kput = Measure(clients, n, 0, [&](int c, int64_t i) {
@@ -355,20 +390,24 @@ int Main(int argc, char** argv) {
     }
   };
 
-  run_table({}, true,
-            "kilnd (WAL on, no fsync per write: acknowledged writes survive kill -9) vs "
-            "redis-server (no persistence)",
-            {std::begin(kSizes), std::end(kSizes)});
-  run_table({"--cache-sync-writes"}, false,
-            "kilnd --cache-sync-writes (fsync per write: survives a machine crash) vs "
-            "redis-server (no persistence): what durability costs",
-            {{1 << 10, 2000}, {64 << 10, 1000}, {1 << 20, 200}});
+  if (table_on("wal")) {
+    run_table({}, true,
+              "kilnd (WAL on, no fsync per write: acknowledged writes survive kill -9) vs "
+              "redis-server (no persistence)",
+              {std::begin(kSizes), std::end(kSizes)});
+  }
+  if (table_on("sync")) {
+    run_table({"--cache-sync-writes"}, false,
+              "kilnd --cache-sync-writes (fsync per write: survives a machine crash) vs "
+              "redis-server (no persistence): what durability costs",
+              {{1 << 10, 2000}, {64 << 10, 1000}, {1 << 20, 200}});
+  }
   // The store alone, in this process: what the transport adds is the difference.
-  std::printf(
-      "\nThe store in-process (no gRPC), same values, for comparison with the kilnd rows\n\n");
-  std::printf("| op  | size    | c  | store op/s | p50 ms | p99 ms |\n");
-  std::printf("|-----|---------|----|-----------|--------|--------|\n");
-  {
+  if (table_on("store")) {
+    std::printf(
+        "\nThe store in-process (no gRPC), same values, for comparison with the kilnd rows\n\n");
+    std::printf("| op  | size    | c  | store op/s | p50 ms | p99 ms |\n");
+    std::printf("|-----|---------|----|-----------|--------|--------|\n");
     cache::CacheOptions o;
     o.path = dir.path() + "/inprocess";
     absl::StatusOr<std::unique_ptr<cache::Cache>> store = cache::Cache::Open(o);
@@ -376,8 +415,10 @@ int Main(int argc, char** argv) {
     uint64_t seed = 7777;
     for (const Size& size : kSizes) {
       for (int clients : kClients) {
+        ++seed;
+        if (!picked(only_sizes, size.bytes) || !picked(only_clients, clients)) continue;
         const int n = clients == 1 ? size.puts_per_run / 4 : size.puts_per_run;
-        const Values values = MakeValues(size.bytes, n, ++seed);
+        const Values values = MakeValues(size.bytes, n, seed);
         const Result put = Measure(clients, n, 0, [&](int c, int64_t i) {
           return (*store)->store().Put(values.digests[i], values.bytes[i]).ok();
         });
