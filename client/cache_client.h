@@ -1,10 +1,11 @@
 #pragma once
 
-// A CacheClient talks to kilnd's kiln.v1.Cache service: blobs by digest (streamed in chunks
-// when large) and the action cache. Thread-safe: calls may run concurrently on one client.
-// Errors are the server's status codes (NOT_FOUND, INVALID_ARGUMENT, ...) or UNAVAILABLE /
-// DEADLINE_EXCEEDED from the transport.
+// A CacheClient talks to kilnd's kiln.v1.Cache service: blobs by digest (in one unary call
+// when they fit one message, else streamed in chunks) and the action cache. Thread-safe: calls may
+// run concurrently on one client. Errors are the server's status codes (NOT_FOUND,
+// INVALID_ARGUMENT, ...) or UNAVAILABLE / DEADLINE_EXCEEDED from the transport.
 
+#include <atomic>
 #include <cstdint>
 #include <memory>
 #include <string>
@@ -53,8 +54,12 @@ class CacheClient {
 
  private:
   void Prepare(grpc::ClientContext* context) const;
+  absl::StatusOr<std::string> GetWhole(const v1::Digest& digest);
+  absl::StatusOr<std::string> GetStream(const v1::Digest& digest);
 
   std::unique_ptr<v1::Cache::Stub> stub_;
+  // Cleared when the server turns out not to know GetWhole (one older than the method).
+  std::atomic<bool> get_whole_{true};
   ChannelOptions channel_options_;
   CacheClientOptions options_;
 };

@@ -83,6 +83,20 @@ grpc::Status CacheService::Get(grpc::ServerContext* context, const v1::GetReques
   return grpc::Status::OK;
 }
 
+grpc::Status CacheService::GetWhole(grpc::ServerContext* context, const v1::GetRequest* request,
+                                    v1::GetResponse* response) {
+  if (auto who = authorizer_->Check(*context, Role::kRead); !who.ok()) {
+    return ToGrpcStatus(who.status());
+  }
+  absl::StatusOr<std::string> bytes = cache_->store().Get(request->digest(), chunk_bytes_);
+  if (!bytes.ok()) return Reply(bytes.status(), "digest");
+  v1::Digest* digest = response->mutable_digest();
+  digest->set_hash(request->digest().hash());
+  digest->set_size_bytes(static_cast<int64_t>(bytes->size()));
+  response->set_data(*std::move(bytes));
+  return grpc::Status::OK;
+}
+
 grpc::Status CacheService::Put(grpc::ServerContext* context,
                                grpc::ServerReader<v1::PutRequest>* reader,
                                v1::PutResponse* response) {

@@ -1,6 +1,6 @@
 #pragma once
 
-// kiln.v1.Cache over gRPC: blob Get/Put (in chunks above 4 MiB), FindMissing, Stat and the
+// kiln.v1.Cache over gRPC: blob Get/GetWhole/Put (in chunks above 4 MiB), FindMissing, Stat and the
 // action cache, with the status codes cache.proto documents. A synchronous service: every
 // call runs on a thread of gRPC's sync-server pool, which exists for blocking handlers and
 // grows with the load, so disk work never runs on gRPC's polling or callback threads.
@@ -31,6 +31,8 @@ class CacheService final : public v1::Cache::Service {
 
   grpc::Status Get(grpc::ServerContext* context, const v1::GetRequest* request,
                    grpc::ServerWriter<v1::GetResponse>* writer) override;
+  grpc::Status GetWhole(grpc::ServerContext* context, const v1::GetRequest* request,
+                        v1::GetResponse* response) override;
   grpc::Status Put(grpc::ServerContext* context, grpc::ServerReader<v1::PutRequest>* reader,
                    v1::PutResponse* response) override;
   grpc::Status FindMissing(grpc::ServerContext* context, const v1::FindMissingRequest* request,
