@@ -98,7 +98,7 @@ absl::StatusOr<std::string> Store::Get(const v1::Digest& digest, int64_t max_byt
     }
   }
   std::string value;
-  rocksdb::Status s = db_->db()->Get(rocksdb::ReadOptions(), db_->blobs(), raw, &value);
+  rocksdb::Status s = db_->db()->Get(db_->blob_read_options(), db_->blobs(), raw, &value);
   if (s.IsNotFound()) {
     c.blob_get_misses.fetch_add(1);
     return absl::NotFoundError(absl::StrCat("no blob ", digest.hash()));

@@ -231,7 +231,8 @@ TEST(StoreTest, CorruptionDetectedByRocksDbIsDroppedToo) {
     auto cache = OpenOrDie(Options(path));
     ASSERT_TRUE(cache->store().Put(DigestOf(value), value).ok());
   }
-  // Damage the blob file itself: RocksDB's own checksum fails before Kiln's hash runs.
+  // Damage the blob file itself: whether RocksDB's decoding or Kiln's hash notices first,
+  // the blob is dropped.
   int damaged = 0;
   for (const auto& entry : std::filesystem::directory_iterator(path)) {
     if (entry.path().extension() != ".blob") continue;
