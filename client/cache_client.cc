@@ -60,6 +60,30 @@ absl::StatusOr<CacheClient::PutResult> CacheClient::Put(absl::string_view bytes)
 
 absl::StatusOr<CacheClient::PutResult> CacheClient::Put(const v1::Digest& digest,
                                                         absl::string_view bytes) {
+  // As Get: one unary call when the blob fits one message and the server knows PutWhole.
+  if (bytes.size() <= kChunkBytes && put_whole_.load(std::memory_order_relaxed)) {
+    absl::StatusOr<PutResult> put = PutWhole(digest, bytes);
+    if (absl::IsUnimplemented(put.status())) put_whole_.store(false, std::memory_order_relaxed);
+    if (!absl::IsUnimplemented(put.status()) && !absl::IsOutOfRange(put.status())) return put;
+  }
+  return PutStream(digest, bytes);
+}
+
+absl::StatusOr<CacheClient::PutResult> CacheClient::PutWhole(const v1::Digest& digest,
+                                                             absl::string_view bytes) {
+  grpc::ClientContext context;
+  Prepare(&context);
+  v1::PutRequest request;
+  *request.mutable_digest() = digest;
+  request.set_data(bytes.data(), bytes.size());
+  v1::PutResponse response;
+  grpc::Status status = stub_->PutWhole(&context, request, &response);
+  if (!status.ok()) return FromGrpcStatus(status);
+  return PutResult{response.digest(), response.already_present()};
+}
+
+absl::StatusOr<CacheClient::PutResult> CacheClient::PutStream(const v1::Digest& digest,
+                                                              absl::string_view bytes) {
   grpc::ClientContext context;
   Prepare(&context);
   v1::PutResponse response;

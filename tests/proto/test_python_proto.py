@@ -22,6 +22,8 @@ def test_services_are_generated():
     cache = cache_pb2.DESCRIPTOR.services_by_name["Cache"].methods_by_name
     assert cache["Get"].server_streaming and not cache["Get"].client_streaming
     assert not cache["GetWhole"].server_streaming and not cache["GetWhole"].client_streaming
+    assert cache["Put"].client_streaming and not cache["Put"].server_streaming
+    assert not cache["PutWhole"].server_streaming and not cache["PutWhole"].client_streaming
 
 
 def test_cli_output_parses_in_python():

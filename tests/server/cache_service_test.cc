@@ -166,10 +166,84 @@ TEST_F(CacheServiceTest, GetWholeAnswersOneMessageAndTheStreamStillServesEveryBl
   EXPECT_EQ(stats.blob_get_misses(), 1);
 }
 
-// A Cache service as kilnd served it before GetWhole: only the streaming Get.
+TEST_F(CacheServiceTest, PutWholeTakesOneMessageAndThePutStreamStillTakesEveryBlob) {
+  Start();
+  std::unique_ptr<v1::Cache::Stub> stub = Stub();
+  auto put_whole = [&](const v1::Digest& digest, const std::string& bytes,
+                       bool with_digest = true) -> absl::StatusOr<v1::PutResponse> {
+    grpc::ClientContext context;
+    v1::PutRequest request;
+    if (with_digest) *request.mutable_digest() = digest;
+    request.set_data(bytes);
+    v1::PutResponse response;
+    grpc::Status status = stub->PutWhole(&context, request, &response);
+    if (!status.ok()) return FromGrpcStatus(status);
+    return response;
+  };
+  const std::string small = PseudoRandomBytes(3000, 12);
+  absl::StatusOr<v1::PutResponse> put = put_whole(DigestOf(small), small);
+  ASSERT_TRUE(put.ok()) << put.status();
+  EXPECT_FALSE(put->already_present());
+  EXPECT_EQ(put->digest().hash(), DigestOf(small).hash());
+  put = put_whole(DigestOf(small), small);
+  ASSERT_TRUE(put.ok()) << put.status();
+  EXPECT_TRUE(put->already_present());
+
+  // More than one message: OUT_OF_RANGE, nothing stored.
+  const std::string large = PseudoRandomBytes((size_t{4} << 20) + 1, 13);
+  absl::Status s = put_whole(DigestOf(large), large).status();
+  EXPECT_TRUE(absl::IsOutOfRange(s)) << s;
+  s = put_whole(DigestOf(small), small, /*with_digest=*/false).status();
+  EXPECT_TRUE(absl::IsInvalidArgument(s)) << s;
+  ASSERT_TRUE(ErrorDetailOf(s).has_value());
+  EXPECT_EQ(ErrorDetailOf(s)->violations(0).field(), "digest");
+  v1::Digest wrong_size = DigestOf(small);
+  wrong_size.set_size_bytes(2999);
+  s = put_whole(wrong_size, small).status();
+  EXPECT_TRUE(absl::IsInvalidArgument(s)) << s;
+  ASSERT_TRUE(ErrorDetailOf(s).has_value());
+  EXPECT_EQ(ErrorDetailOf(s)->violations(0).field(), "data");
+
+  // Older clients send even small blobs as a stream.
+  const std::string streamed = PseudoRandomBytes(2000, 14);
+  {
+    grpc::ClientContext context;
+    v1::PutResponse response;
+    std::unique_ptr<grpc::ClientWriter<v1::PutRequest>> writer = stub->Put(&context, &response);
+    v1::PutRequest request;
+    *request.mutable_digest() = DigestOf(streamed);
+    request.set_data(streamed);
+    ASSERT_TRUE(writer->Write(request, grpc::WriteOptions().set_last_message()));
+    grpc::Status status = writer->Finish();
+    ASSERT_TRUE(status.ok()) << status.error_message();
+    EXPECT_FALSE(response.already_present());
+  }
+  ASSERT_TRUE(client_->Put(large).ok()) << "the client sends it in chunks";
+  for (const std::string* bytes : {&small, &streamed, &large}) {
+    absl::StatusOr<std::string> got = client_->Get(DigestOf(*bytes));
+    ASSERT_TRUE(got.ok()) << got.status();
+    EXPECT_TRUE(*got == *bytes);
+  }
+  const v1::CacheStats stats = Stats();
+  EXPECT_EQ(stats.blobs(), 3);
+  EXPECT_EQ(stats.blob_puts(), 3);
+}
+
+// A Cache service as kilnd served it before GetWhole and PutWhole: only the streaming Get and
+// Put.
 class StreamOnlyCache final : public v1::Cache::Service {
  public:
   explicit StreamOnlyCache(std::string blob) : blob_(std::move(blob)) {}
+  grpc::Status Put(grpc::ServerContext*, grpc::ServerReader<v1::PutRequest>* reader,
+                   v1::PutResponse* response) override {
+    ++puts_;
+    v1::PutRequest request;
+    std::string bytes;
+    while (reader->Read(&request)) bytes.append(request.data());
+    *response->mutable_digest() = DigestOf(bytes);
+    response->set_already_present(bytes == blob_);
+    return grpc::Status::OK;
+  }
   grpc::Status Get(grpc::ServerContext*, const v1::GetRequest* request,
                    grpc::ServerWriter<v1::GetResponse>* writer) override {
     ++gets_;
@@ -183,12 +257,13 @@ class StreamOnlyCache final : public v1::Cache::Service {
     return grpc::Status::OK;
   }
   std::atomic<int> gets_{0};
+  std::atomic<int> puts_{0};
 
  private:
   const std::string blob_;
 };
 
-TEST(CacheClientTest, FallsBackToTheStreamOnAServerWithoutGetWhole) {
+TEST(CacheClientTest, FallsBackToStreamsOnAServerWithoutGetWholeAndPutWhole) {
   const std::string blob = PseudoRandomBytes(3000, 10);
   StreamOnlyCache service(blob);
   int port = 0;
@@ -208,6 +283,13 @@ TEST(CacheClientTest, FallsBackToTheStreamOnAServerWithoutGetWhole) {
   }
   EXPECT_TRUE(absl::IsNotFound((*client)->Get(DigestOf("absent")).status()));
   EXPECT_EQ(service.gets_.load(), 3);
+  for (int i = 0; i < 2; ++i) {
+    absl::StatusOr<CacheClient::PutResult> put = (*client)->Put(blob);
+    ASSERT_TRUE(put.ok()) << put.status();
+    EXPECT_TRUE(put->already_present);
+    EXPECT_EQ(put->digest.hash(), DigestOf(blob).hash());
+  }
+  EXPECT_EQ(service.puts_.load(), 2);
   server->Shutdown();
 }
 
