@@ -72,7 +72,7 @@ grpc::Status CacheService::Get(grpc::ServerContext* context, const v1::GetReques
   for (int64_t offset = 0; offset < size; offset += chunk_bytes_) {
     if (context->IsCancelled()) return grpc::Status(grpc::StatusCode::CANCELLED, "cancelled");
     response.set_offset(offset);
-    response.set_data(bytes->substr(offset, chunk_bytes_));
+    response.mutable_data()->assign(*bytes, offset, chunk_bytes_);
     if (offset + chunk_bytes_ >= size) {
       writer->WriteLast(response, grpc::WriteOptions());
     } else if (!writer->Write(response)) {
