@@ -125,6 +125,7 @@ absl::Status FromRocks(const rocksdb::Status& status, absl::string_view what) {
 CacheDb::CacheDb(const CacheOptions& options) : options_(options) {
   write_options_.sync = options.sync_writes;
   bookkeeping_options_.sync = false;
+  blob_read_options_.verify_checksums = false;
 }
 
 CacheDb::~CacheDb() { Close().IgnoreError(); }
@@ -166,7 +167,10 @@ absl::Status CacheDb::OpenRocks(const std::string& path) {
   blobs.write_buffer_size = size_t{64} << 20;
   blobs.enable_blob_files = true;
   blobs.min_blob_size = kMinBlobFileValue;
-  blobs.blob_compression_type = rocksdb::kZSTD;
+  // LZ4, not zstd: a blob read from disk is decompressed on the Get path, where zstd costs more
+  // than the SHA-256 that Get must pay anyway. On a shared object (artifacts are mostly
+  // code), zstd -3: 2.8x at 280 MB/s in, 1.2 GB/s out; LZ4: 1.9x at 700 MB/s in, 4 GB/s out.
+  blobs.blob_compression_type = rocksdb::kLZ4Compression;
   blobs.enable_blob_garbage_collection = true;
   blobs.blob_cache = block_cache;
   // Freshly flushed blobs are the likeliest to be read next (an artifact is fetched right

@@ -3,7 +3,7 @@
 // The RocksDB database under a cache and the bookkeeping its parts (Store, ActionCache,
 // eviction) share. Internal to cache/: other components use cache/cache.h.
 //
-// Column families: `blobs` (raw SHA-256 -> bytes, large values in zstd blob files),
+// Column families: `blobs` (raw SHA-256 -> bytes, large values in LZ4 blob files),
 // `actions` (compile key -> kiln.v1.ActionEntry), `index` (one record per blob and per
 // action: last access, size; the sample space of eviction) and `refs` (raw SHA-256 -> how
 // many action variants reference the blob). A blob and its index record, an action and its
@@ -95,6 +95,11 @@ class CacheDb {
   const rocksdb::WriteOptions& write_options() const { return write_options_; }
   // For bookkeeping nobody waits for (access times): WAL, never fsync.
   const rocksdb::WriteOptions& bookkeeping_write_options() const { return bookkeeping_options_; }
+  // For reading blob values, which Store::Get hashes whatever RocksDB says: RocksDB's own
+  // checksums are skipped there. They would add a CRC32C over every blob read from disk, and
+  // the RocksDB that Debian ships computes it without the CPU's instruction (0.7 ms per MiB,
+  // more than the SHA-256).
+  const rocksdb::ReadOptions& blob_read_options() const { return blob_read_options_; }
 
   const CacheOptions& options() const { return options_; }
   Counters& counters() { return counters_; }
@@ -111,6 +116,7 @@ class CacheDb {
   CacheOptions options_;
   rocksdb::WriteOptions write_options_;
   rocksdb::WriteOptions bookkeeping_options_;
+  rocksdb::ReadOptions blob_read_options_;
   std::unique_ptr<rocksdb::DB> db_;
   std::vector<rocksdb::ColumnFamilyHandle*> handles_;
   Counters counters_;

@@ -81,12 +81,24 @@ absl::StatusOr<bool> Store::Put(const v1::Digest& digest, absl::string_view byte
   return false;
 }
 
-absl::StatusOr<std::string> Store::Get(const v1::Digest& digest) {
+absl::StatusOr<std::string> Store::Get(const v1::Digest& digest, int64_t max_bytes) {
   if (absl::Status s = ValidateDigest(digest); !s.ok()) return s;
   Counters& c = db_->counters();
   const std::string raw = RawHash(digest.hash());
+  if (max_bytes < std::numeric_limits<int64_t>::max()) {
+    int64_t size = digest.size_bytes();
+    if (size == 0) {
+      absl::StatusOr<int64_t> stored = StoredSize(raw);
+      if (!stored.ok()) return stored.status();
+      size = *stored;
+    }
+    if (size > max_bytes) {
+      return absl::OutOfRangeError(
+          absl::StrCat("blob ", digest.hash(), " has ", size, " bytes, more than ", max_bytes));
+    }
+  }
   std::string value;
-  rocksdb::Status s = db_->db()->Get(rocksdb::ReadOptions(), db_->blobs(), raw, &value);
+  rocksdb::Status s = db_->db()->Get(db_->blob_read_options(), db_->blobs(), raw, &value);
   if (s.IsNotFound()) {
     c.blob_get_misses.fetch_add(1);
     return absl::NotFoundError(absl::StrCat("no blob ", digest.hash()));

@@ -10,6 +10,7 @@
 #include <array>
 #include <cstdint>
 #include <functional>
+#include <limits>
 #include <string>
 #include <vector>
 
@@ -39,8 +40,10 @@ class Store {
   absl::StatusOr<bool> Put(const v1::Digest& digest, absl::string_view bytes);
 
   // The verified bytes of a blob. NOT_FOUND when absent or dropped as corrupt;
-  // INVALID_ARGUMENT for a malformed digest.
-  absl::StatusOr<std::string> Get(const v1::Digest& digest);
+  // INVALID_ARGUMENT for a malformed digest; OUT_OF_RANGE, without reading it, for a blob
+  // longer than `max_bytes`.
+  absl::StatusOr<std::string> Get(const v1::Digest& digest,
+                                  int64_t max_bytes = std::numeric_limits<int64_t>::max());
 
   // Whether the store holds the blob, without reading (or verifying) it.
   absl::StatusOr<bool> Contains(const v1::Digest& digest);

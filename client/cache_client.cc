@@ -60,6 +60,30 @@ absl::StatusOr<CacheClient::PutResult> CacheClient::Put(absl::string_view bytes)
 
 absl::StatusOr<CacheClient::PutResult> CacheClient::Put(const v1::Digest& digest,
                                                         absl::string_view bytes) {
+  // As Get: one unary call when the blob fits one message and the server knows PutWhole.
+  if (bytes.size() <= kChunkBytes && put_whole_.load(std::memory_order_relaxed)) {
+    absl::StatusOr<PutResult> put = PutWhole(digest, bytes);
+    if (absl::IsUnimplemented(put.status())) put_whole_.store(false, std::memory_order_relaxed);
+    if (!absl::IsUnimplemented(put.status()) && !absl::IsOutOfRange(put.status())) return put;
+  }
+  return PutStream(digest, bytes);
+}
+
+absl::StatusOr<CacheClient::PutResult> CacheClient::PutWhole(const v1::Digest& digest,
+                                                             absl::string_view bytes) {
+  grpc::ClientContext context;
+  Prepare(&context);
+  v1::PutRequest request;
+  *request.mutable_digest() = digest;
+  request.set_data(bytes.data(), bytes.size());
+  v1::PutResponse response;
+  grpc::Status status = stub_->PutWhole(&context, request, &response);
+  if (!status.ok()) return FromGrpcStatus(status);
+  return PutResult{response.digest(), response.already_present()};
+}
+
+absl::StatusOr<CacheClient::PutResult> CacheClient::PutStream(const v1::Digest& digest,
+                                                              absl::string_view bytes) {
   grpc::ClientContext context;
   Prepare(&context);
   v1::PutResponse response;
@@ -89,6 +113,36 @@ absl::StatusOr<CacheClient::PutResult> CacheClient::Put(const v1::Digest& digest
 }
 
 absl::StatusOr<std::string> CacheClient::Get(const v1::Digest& digest) {
+  absl::StatusOr<std::string> bytes;
+  // A blob that fits in one message comes in a unary call; larger ones, those of unknown size
+  // that turn out larger, and every blob from a server without GetWhole come in a stream.
+  bool whole = digest.size_bytes() <= static_cast<int64_t>(kChunkBytes) &&
+               get_whole_.load(std::memory_order_relaxed);
+  if (whole) {
+    bytes = GetWhole(digest);
+    if (absl::IsUnimplemented(bytes.status())) get_whole_.store(false, std::memory_order_relaxed);
+    whole = !absl::IsUnimplemented(bytes.status()) && !absl::IsOutOfRange(bytes.status());
+  }
+  if (!whole) bytes = GetStream(digest);
+  if (!bytes.ok()) return bytes.status();
+  if (options_.verify_reads && Sha256Hex(*bytes) != digest.hash()) {
+    return absl::DataLossError(absl::StrCat("blob ", digest.hash(), " arrived damaged"));
+  }
+  return bytes;
+}
+
+absl::StatusOr<std::string> CacheClient::GetWhole(const v1::Digest& digest) {
+  grpc::ClientContext context;
+  Prepare(&context);
+  v1::GetRequest request;
+  *request.mutable_digest() = digest;
+  v1::GetResponse response;
+  grpc::Status status = stub_->GetWhole(&context, request, &response);
+  if (!status.ok()) return FromGrpcStatus(status);
+  return std::move(*response.mutable_data());
+}
+
+absl::StatusOr<std::string> CacheClient::GetStream(const v1::Digest& digest) {
   grpc::ClientContext context;
   Prepare(&context);
   v1::GetRequest request;
@@ -115,9 +169,6 @@ absl::StatusOr<std::string> CacheClient::Get(const v1::Digest& digest) {
   }
   grpc::Status status = reader->Finish();
   if (!status.ok()) return FromGrpcStatus(status);
-  if (options_.verify_reads && Sha256Hex(bytes) != digest.hash()) {
-    return absl::DataLossError(absl::StrCat("blob ", digest.hash(), " arrived damaged"));
-  }
   return bytes;
 }
 

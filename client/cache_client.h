@@ -1,10 +1,11 @@
 #pragma once
 
-// A CacheClient talks to kilnd's kiln.v1.Cache service: blobs by digest (streamed in chunks
-// when large) and the action cache. Thread-safe: calls may run concurrently on one client.
-// Errors are the server's status codes (NOT_FOUND, INVALID_ARGUMENT, ...) or UNAVAILABLE /
-// DEADLINE_EXCEEDED from the transport.
+// A CacheClient talks to kilnd's kiln.v1.Cache service: blobs by digest (in one unary call
+// each way when they fit one message, else streamed in chunks) and the action cache. Thread-safe:
+// calls may run concurrently on one client. Errors are the server's status codes (NOT_FOUND,
+// INVALID_ARGUMENT, ...) or UNAVAILABLE / DEADLINE_EXCEEDED from the transport.
 
+#include <atomic>
 #include <cstdint>
 #include <memory>
 #include <string>
@@ -53,8 +54,15 @@ class CacheClient {
 
  private:
   void Prepare(grpc::ClientContext* context) const;
+  absl::StatusOr<PutResult> PutWhole(const v1::Digest& digest, absl::string_view bytes);
+  absl::StatusOr<PutResult> PutStream(const v1::Digest& digest, absl::string_view bytes);
+  absl::StatusOr<std::string> GetWhole(const v1::Digest& digest);
+  absl::StatusOr<std::string> GetStream(const v1::Digest& digest);
 
   std::unique_ptr<v1::Cache::Stub> stub_;
+  // Cleared when the server turns out not to know PutWhole / GetWhole (one older than them).
+  std::atomic<bool> put_whole_{true};
+  std::atomic<bool> get_whole_{true};
   ChannelOptions channel_options_;
   CacheClientOptions options_;
 };

@@ -72,7 +72,7 @@ grpc::Status CacheService::Get(grpc::ServerContext* context, const v1::GetReques
   for (int64_t offset = 0; offset < size; offset += chunk_bytes_) {
     if (context->IsCancelled()) return grpc::Status(grpc::StatusCode::CANCELLED, "cancelled");
     response.set_offset(offset);
-    response.set_data(bytes->substr(offset, chunk_bytes_));
+    response.mutable_data()->assign(*bytes, offset, chunk_bytes_);
     if (offset + chunk_bytes_ >= size) {
       writer->WriteLast(response, grpc::WriteOptions());
     } else if (!writer->Write(response)) {
@@ -80,6 +80,51 @@ grpc::Status CacheService::Get(grpc::ServerContext* context, const v1::GetReques
     }
     response.clear_digest();
   }
+  return grpc::Status::OK;
+}
+
+grpc::Status CacheService::GetWhole(grpc::ServerContext* context, const v1::GetRequest* request,
+                                    v1::GetResponse* response) {
+  if (auto who = authorizer_->Check(*context, Role::kRead); !who.ok()) {
+    return ToGrpcStatus(who.status());
+  }
+  absl::StatusOr<std::string> bytes = cache_->store().Get(request->digest(), chunk_bytes_);
+  if (!bytes.ok()) return Reply(bytes.status(), "digest");
+  v1::Digest* digest = response->mutable_digest();
+  digest->set_hash(request->digest().hash());
+  digest->set_size_bytes(static_cast<int64_t>(bytes->size()));
+  response->set_data(*std::move(bytes));
+  return grpc::Status::OK;
+}
+
+grpc::Status CacheService::CheckDeclared(const v1::PutRequest& first) const {
+  if (!first.has_digest()) {
+    return Reply(absl::InvalidArgumentError("the first message must carry the digest"), "digest");
+  }
+  if (absl::Status s = ValidateDigest(first.digest()); !s.ok()) return Reply(s, "digest");
+  if (first.digest().size_bytes() > max_blob_bytes_) {
+    return ToGrpcStatus(absl::ResourceExhaustedError(absl::StrCat(
+        "blob of ", first.digest().size_bytes(), " bytes exceeds the maximum blob size of ",
+        max_blob_bytes_, " bytes (--max-blob-bytes)")));
+  }
+  return grpc::Status::OK;
+}
+
+grpc::Status CacheService::Store(const v1::Digest& digest, absl::string_view bytes,
+                                 v1::PutResponse* response) {
+  if (static_cast<int64_t>(bytes.size()) != digest.size_bytes()) {
+    return Reply(
+        absl::InvalidArgumentError(absl::StrCat(
+            "digest.size_bytes is ", digest.size_bytes(), " but ",
+            static_cast<int64_t>(bytes.size()) > digest.size_bytes() ? "more"
+                                                                     : absl::StrCat(bytes.size()),
+            " bytes were sent")),
+        "data");
+  }
+  absl::StatusOr<bool> present = cache_->store().Put(digest, bytes);
+  if (!present.ok()) return Reply(present.status(), "data");
+  *response->mutable_digest() = digest;
+  response->set_already_present(*present);
   return grpc::Status::OK;
 }
 
@@ -93,16 +138,8 @@ grpc::Status CacheService::Put(grpc::ServerContext* context,
   if (!reader->Read(&request)) {
     return Reply(absl::InvalidArgumentError("the stream carried no message"), "digest");
   }
-  if (!request.has_digest()) {
-    return Reply(absl::InvalidArgumentError("the first message must carry the digest"), "digest");
-  }
+  if (grpc::Status s = CheckDeclared(request); !s.ok()) return s;
   const v1::Digest digest = request.digest();
-  if (absl::Status s = ValidateDigest(digest); !s.ok()) return Reply(s, "digest");
-  if (digest.size_bytes() > max_blob_bytes_) {
-    return ToGrpcStatus(absl::ResourceExhaustedError(
-        absl::StrCat("blob of ", digest.size_bytes(), " bytes exceeds the maximum blob size of ",
-                     max_blob_bytes_, " bytes (--max-blob-bytes)")));
-  }
   std::string bytes = std::move(*request.mutable_data());
   // Reserve what the digest declares, but not more than a few chunks up front: a declared
   // size alone must not pin memory.
@@ -118,20 +155,21 @@ grpc::Status CacheService::Put(grpc::ServerContext* context,
     bytes.append(request.data());
   }
   if (context->IsCancelled()) return grpc::Status(grpc::StatusCode::CANCELLED, "cancelled");
-  if (static_cast<int64_t>(bytes.size()) != digest.size_bytes()) {
-    return Reply(
-        absl::InvalidArgumentError(absl::StrCat(
-            "digest.size_bytes is ", digest.size_bytes(), " but ",
-            static_cast<int64_t>(bytes.size()) > digest.size_bytes() ? "more"
-                                                                     : absl::StrCat(bytes.size()),
-            " bytes were sent")),
-        "data");
+  return Store(digest, bytes, response);
+}
+
+grpc::Status CacheService::PutWhole(grpc::ServerContext* context, const v1::PutRequest* request,
+                                    v1::PutResponse* response) {
+  if (auto who = authorizer_->Check(*context, Role::kCompile); !who.ok()) {
+    return ToGrpcStatus(who.status());
   }
-  absl::StatusOr<bool> present = cache_->store().Put(digest, bytes);
-  if (!present.ok()) return Reply(present.status(), "data");
-  *response->mutable_digest() = digest;
-  response->set_already_present(*present);
-  return grpc::Status::OK;
+  if (grpc::Status s = CheckDeclared(*request); !s.ok()) return s;
+  if (static_cast<int64_t>(request->data().size()) > chunk_bytes_) {
+    return ToGrpcStatus(absl::OutOfRangeError(
+        absl::StrCat("a blob of ", request->data().size(), " bytes is more than one message of ",
+                     chunk_bytes_, "; send it in chunks with Put")));
+  }
+  return Store(request->digest(), request->data(), response);
 }
 
 grpc::Status CacheService::FindMissing(grpc::ServerContext* context,

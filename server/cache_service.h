@@ -1,15 +1,17 @@
 #pragma once
 
-// kiln.v1.Cache over gRPC: blob Get/Put (in chunks above 4 MiB), FindMissing, Stat and the
-// action cache, with the status codes cache.proto documents. A synchronous service: every
-// call runs on a thread of gRPC's sync-server pool, which exists for blocking handlers and
-// grows with the load, so disk work never runs on gRPC's polling or callback threads.
+// kiln.v1.Cache over gRPC: blobs (one message each way up to 4 MiB, unary or streamed; in chunks
+// above), FindMissing, Stat and the action cache, with the status codes cache.proto documents.
+// A synchronous service: every call runs on a thread of gRPC's sync-server pool, which exists
+// for blocking handlers and grows with the load, so disk work never runs on gRPC's polling or
+// callback threads.
 
 #include <cstdint>
 #include <memory>
 #include <string>
 
 #include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
 #include "cache/cache.h"
 #include "kiln/v1/cache.grpc.pb.h"
 #include "server/auth.h"
@@ -31,8 +33,12 @@ class CacheService final : public v1::Cache::Service {
 
   grpc::Status Get(grpc::ServerContext* context, const v1::GetRequest* request,
                    grpc::ServerWriter<v1::GetResponse>* writer) override;
+  grpc::Status GetWhole(grpc::ServerContext* context, const v1::GetRequest* request,
+                        v1::GetResponse* response) override;
   grpc::Status Put(grpc::ServerContext* context, grpc::ServerReader<v1::PutRequest>* reader,
                    v1::PutResponse* response) override;
+  grpc::Status PutWhole(grpc::ServerContext* context, const v1::PutRequest* request,
+                        v1::PutResponse* response) override;
   grpc::Status FindMissing(grpc::ServerContext* context, const v1::FindMissingRequest* request,
                            v1::FindMissingResponse* response) override;
   grpc::Status Stat(grpc::ServerContext* context, const v1::StatRequest* request,
@@ -43,6 +49,11 @@ class CacheService final : public v1::Cache::Service {
                          v1::PutActionResponse* response) override;
 
  private:
+  // The checks a Put's first (or only) message passes before anything is read or stored.
+  grpc::Status CheckDeclared(const v1::PutRequest& first) const;
+  // Stores what a Put received, once the sizes agree.
+  grpc::Status Store(const v1::Digest& digest, absl::string_view bytes, v1::PutResponse* response);
+
   cache::Cache* const cache_;
   const Authorizer* const authorizer_;
   const int64_t max_blob_bytes_;

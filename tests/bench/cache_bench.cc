@@ -2,6 +2,10 @@
 // gRPC, beside redis-server (no persistence) measured in the same run with the same value
 // sizes and concurrency. kilnd persists every write (WAL on; a second table adds fsync per
 // write). Usage: cache_bench [--seconds S] [--kilnd PATH] [--redis-server PATH]
+//   [--sizes 1K,64K,1M] [--clients 1,16] [--tables wal,sync,store]
+// The last three pick rows (for profiling one case); by default every row runs. Beside each
+// rate, "cpu µs/op" is the CPU time per operation of the server + of the client process:
+// what the machine spends, whatever else runs on it.
 
 #include <arpa/inet.h>
 #include <netinet/in.h>
@@ -25,6 +29,8 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "absl/strings/str_split.h"
+#include "absl/strings/strip.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/clock.h"
 #include "cache/cache.h"
@@ -177,14 +183,48 @@ struct Result {
   double p50_ms = 0;
   double p99_ms = 0;
   int64_t errors = 0;
+  // CPU time per operation, in µs, of the server process and of this (the client) process.
+  // Less sensitive than throughput to other load on the machine.
+  double server_cpu_us = 0;
+  double client_cpu_us = 0;
 };
 
+// CPU seconds `pid` has used (user and system, all threads), from /proc.
+double ProcessCpuSeconds(pid_t pid) {
+  std::FILE* f = std::fopen(absl::StrCat("/proc/", pid, "/stat").c_str(), "r");
+  if (f == nullptr) return 0;
+  char buf[1024];
+  const size_t n = std::fread(buf, 1, sizeof(buf) - 1, f);
+  std::fclose(f);
+  buf[n] = '\0';
+  // Fields after the command name (which may hold spaces) start past the last ')'.
+  const char* p = std::strrchr(buf, ')');
+  if (p == nullptr) return 0;
+  std::vector<absl::string_view> fields = absl::StrSplit(p + 2, ' ');
+  int64_t utime = 0, stime = 0;
+  // utime and stime are fields 14 and 15 of the line, 12 and 13 after the state field.
+  if (fields.size() < 14 || !absl::SimpleAtoi(fields[11], &utime) ||
+      !absl::SimpleAtoi(fields[12], &stime)) {
+    return 0;
+  }
+  return static_cast<double>(utime + stime) / static_cast<double>(sysconf(_SC_CLK_TCK));
+}
+
+double OwnCpuSeconds() {
+  timespec ts{};
+  clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
+  return static_cast<double>(ts.tv_sec) + static_cast<double>(ts.tv_nsec) * 1e-9;
+}
+
 // Runs `op(client, i)` from `clients` threads: `total_ops` operations in all, or for
-// `seconds` when total_ops is 0.
-Result Measure(int clients, int64_t total_ops, double seconds,
+// `seconds` when total_ops is 0. `server` (0: none) is the process whose CPU time is counted
+// as the server's.
+Result Measure(pid_t server, int clients, int64_t total_ops, double seconds,
                const std::function<bool(int client, int64_t i)>& op) {
   std::vector<std::vector<double>> latencies(clients);
   std::atomic<int64_t> next{0}, errors{0};
+  const double server_cpu0 = server != 0 ? ProcessCpuSeconds(server) : 0;
+  const double client_cpu0 = OwnCpuSeconds();
   const Clock::time_point start = Clock::now();
   const Clock::time_point stop =
       start + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(seconds));
@@ -203,6 +243,8 @@ Result Measure(int clients, int64_t total_ops, double seconds,
   }
   for (std::thread& t : threads) t.join();
   const double elapsed = std::chrono::duration<double>(Clock::now() - start).count();
+  const double server_cpu = server != 0 ? ProcessCpuSeconds(server) - server_cpu0 : 0;
+  const double client_cpu = OwnCpuSeconds() - client_cpu0;
   std::vector<double> all;
   for (const auto& l : latencies) all.insert(all.end(), l.begin(), l.end());
   std::sort(all.begin(), all.end());
@@ -212,6 +254,8 @@ Result Measure(int clients, int64_t total_ops, double seconds,
   r.ops_per_second = static_cast<double>(all.size()) / elapsed;
   r.p50_ms = all[all.size() / 2];
   r.p99_ms = all[std::min(all.size() - 1, all.size() * 99 / 100)];
+  r.server_cpu_us = server_cpu * 1e6 / static_cast<double>(all.size());
+  r.client_cpu_us = client_cpu * 1e6 / static_cast<double>(all.size());
   return r;
 }
 
@@ -251,21 +295,43 @@ std::string SizeName(size_t size) {
   return size >= (1 << 20) ? absl::StrCat(size >> 20, " MiB") : absl::StrCat(size >> 10, " KiB");
 }
 
+std::string CpuCell(const Result& r) {
+  return absl::StrFormat("%.0f+%.0f", r.server_cpu_us, r.client_cpu_us);
+}
+
 void PrintRow(const char* op, size_t size, int clients, const Result& k, const Result& r) {
-  std::printf("| %-3s | %7s | %2d | %9.0f | %6.3f | %6.3f | %9.0f | %6.3f | %6.3f | %5.2fx |%s\n",
-              op, SizeName(size).c_str(), clients, k.ops_per_second, k.p50_ms, k.p99_ms,
-              r.ops_per_second, r.p50_ms, r.p99_ms,
-              r.ops_per_second > 0 ? k.ops_per_second / r.ops_per_second : 0.0,
-              k.errors + r.errors > 0
-                  ? absl::StrCat(" errors: kiln ", k.errors, " redis ", r.errors).c_str()
-                  : "");
+  std::printf(
+      "| %-3s | %7s | %2d | %9.0f | %6.3f | %6.3f | %11s | %9.0f | %6.3f | %6.3f | %11s | %5.2fx "
+      "|%s\n",
+      op, SizeName(size).c_str(), clients, k.ops_per_second, k.p50_ms, k.p99_ms, CpuCell(k).c_str(),
+      r.ops_per_second, r.p50_ms, r.p99_ms, CpuCell(r).c_str(),
+      r.ops_per_second > 0 ? k.ops_per_second / r.ops_per_second : 0.0,
+      k.errors + r.errors > 0
+          ? absl::StrCat(" errors: kiln ", k.errors, " redis ", r.errors).c_str()
+          : "");
   std::fflush(stdout);
+}
+
+// "1K,64K,1M" -> bytes; "1,16" -> counts.
+std::vector<int64_t> ParseList(const std::string& text) {
+  std::vector<int64_t> out;
+  for (absl::string_view item : absl::StrSplit(text, ',')) {
+    int64_t scale = 1;
+    if (absl::ConsumeSuffix(&item, "K")) scale = 1 << 10;
+    if (absl::ConsumeSuffix(&item, "M")) scale = 1 << 20;
+    int64_t n = 0;
+    if (!absl::SimpleAtoi(item, &n) || n <= 0) Die("bad list " + text);
+    out.push_back(n * scale);
+  }
+  return out;
 }
 
 int Main(int argc, char** argv) {
   double seconds = 3;
   std::string kilnd = testing::KilndPath();
   std::string redis = "/usr/bin/redis-server";
+  std::vector<int64_t> only_sizes, only_clients;
+  std::string tables = "wal,sync,store";
   for (int i = 1; i + 1 < argc; i += 2) {
     const std::string flag = argv[i];
     if (flag == "--seconds")
@@ -274,9 +340,22 @@ int Main(int argc, char** argv) {
       kilnd = argv[i + 1];
     else if (flag == "--redis-server")
       redis = argv[i + 1];
+    else if (flag == "--sizes")
+      only_sizes = ParseList(argv[i + 1]);
+    else if (flag == "--clients")
+      only_clients = ParseList(argv[i + 1]);
+    else if (flag == "--tables")
+      tables = argv[i + 1];
     else
       Die("unknown flag " + flag);
   }
+  const std::vector<std::string> table_list = absl::StrSplit(tables, ',');
+  auto table_on = [&](const char* name) {
+    return std::find(table_list.begin(), table_list.end(), name) != table_list.end();
+  };
+  auto picked = [](const std::vector<int64_t>& only, int64_t v) {
+    return only.empty() || std::find(only.begin(), only.end(), v) != only.end();
+  };
   setenv("KILN_BINARY_DIR", kilnd.substr(0, kilnd.rfind("/server/kilnd")).c_str(), 0);
 
   testing::TempDir dir;
@@ -307,11 +386,11 @@ int Main(int argc, char** argv) {
     if (!k.ok()) Die(k.status().ToString());
     std::printf("\n%s\n\n", title);
     std::printf(
-        "| op  | size    | c  | kiln op/s | p50 ms | p99 ms | redis op/s | p50 ms | "
-        "p99 ms | kiln/redis |\n");
+        "| op  | size    | c  | kiln op/s | p50 ms | p99 ms | cpu µs/op   | redis op/s | p50 ms "
+        "| p99 ms | cpu µs/op   | kiln/redis |\n");
     std::printf(
-        "|-----|---------|----|-----------|--------|--------|-----------|--------|"
-        "--------|-------|\n");
+        "|-----|---------|----|-----------|--------|--------|-------------|-----------|--------|"
+        "--------|-------------|-------|\n");
     std::vector<std::unique_ptr<client::CacheClient>> kiln_clients;
     std::vector<std::unique_ptr<RespClient>> redis_clients;
     client::CacheClientOptions options;
@@ -325,14 +404,16 @@ int Main(int argc, char** argv) {
     uint64_t seed = flags.size() * 1000;
     for (const Size& size : sizes) {
       for (int clients : kClients) {
+        ++seed;
+        if (!picked(only_sizes, size.bytes) || !picked(only_clients, clients)) continue;
         const int n = clients == 1 ? size.puts_per_run / 4 : size.puts_per_run;
-        const Values values = MakeValues(size.bytes, n, ++seed);
+        const Values values = MakeValues(size.bytes, n, seed);
         std::vector<std::string> keys;
         for (const v1::Digest& d : values.digests) keys.push_back(d.hash());
-        const Result kput = Measure(clients, n, 0, [&](int c, int64_t i) {
+        const Result kput = Measure(k->process().pid(), clients, n, 0, [&](int c, int64_t i) {
           return kiln_clients[c]->Put(values.digests[i], values.bytes[i]).ok();
         });
-        const Result rput = Measure(clients, n, 0, [&](int c, int64_t i) {
+        const Result rput = Measure(redis_server->pid(), clients, n, 0, [&](int c, int64_t i) {
           return redis_clients[c]->Set(keys[i], values.bytes[i]);
         });
         PrintRow("put", size.bytes, clients, kput, rput);
@@ -341,34 +422,40 @@ int Main(int argc, char** argv) {
         std::vector<int> order(1 << 16);
         std::mt19937 rng(static_cast<unsigned>(seed));
         for (int& o : order) o = static_cast<int>(rng() % values.bytes.size());
-        const Result kget = Measure(clients, 0, seconds, [&](int c, int64_t i) {
+        const Result kget = Measure(k->process().pid(), clients, 0, seconds, [&](int c, int64_t i) {
           absl::StatusOr<std::string> got =
               kiln_clients[c]->Get(values.digests[order[i % order.size()]]);
           return got.ok() && got->size() == size.bytes;
         });
-        const Result rget = Measure(clients, 0, seconds, [&](int c, int64_t i) {
-          thread_local std::string v;
-          return redis_clients[c]->Get(keys[order[i % order.size()]], &v) && v.size() == size.bytes;
-        });
+        const Result rget =
+            Measure(redis_server->pid(), clients, 0, seconds, [&](int c, int64_t i) {
+              thread_local std::string v;
+              return redis_clients[c]->Get(keys[order[i % order.size()]], &v) &&
+                     v.size() == size.bytes;
+            });
         PrintRow("get", size.bytes, clients, kget, rget);
       }
     }
   };
 
-  run_table({}, true,
-            "kilnd (WAL on, no fsync per write: acknowledged writes survive kill -9) vs "
-            "redis-server (no persistence)",
-            {std::begin(kSizes), std::end(kSizes)});
-  run_table({"--cache-sync-writes"}, false,
-            "kilnd --cache-sync-writes (fsync per write: survives a machine crash) vs "
-            "redis-server (no persistence): what durability costs",
-            {{1 << 10, 2000}, {64 << 10, 1000}, {1 << 20, 200}});
+  if (table_on("wal")) {
+    run_table({}, true,
+              "kilnd (WAL on, no fsync per write: acknowledged writes survive kill -9) vs "
+              "redis-server (no persistence)",
+              {std::begin(kSizes), std::end(kSizes)});
+  }
+  if (table_on("sync")) {
+    run_table({"--cache-sync-writes"}, false,
+              "kilnd --cache-sync-writes (fsync per write: survives a machine crash) vs "
+              "redis-server (no persistence): what durability costs",
+              {{1 << 10, 2000}, {64 << 10, 1000}, {1 << 20, 200}});
+  }
   // The store alone, in this process: what the transport adds is the difference.
-  std::printf(
-      "\nThe store in-process (no gRPC), same values, for comparison with the kilnd rows\n\n");
-  std::printf("| op  | size    | c  | store op/s | p50 ms | p99 ms |\n");
-  std::printf("|-----|---------|----|-----------|--------|--------|\n");
-  {
+  if (table_on("store")) {
+    std::printf(
+        "\nThe store in-process (no gRPC), same values, for comparison with the kilnd rows\n\n");
+    std::printf("| op  | size    | c  | store op/s | p50 ms | p99 ms | cpu µs/op |\n");
+    std::printf("|-----|---------|----|-----------|--------|--------|-----------|\n");
     cache::CacheOptions o;
     o.path = dir.path() + "/inprocess";
     absl::StatusOr<std::unique_ptr<cache::Cache>> store = cache::Cache::Open(o);
@@ -376,17 +463,20 @@ int Main(int argc, char** argv) {
     uint64_t seed = 7777;
     for (const Size& size : kSizes) {
       for (int clients : kClients) {
+        ++seed;
+        if (!picked(only_sizes, size.bytes) || !picked(only_clients, clients)) continue;
         const int n = clients == 1 ? size.puts_per_run / 4 : size.puts_per_run;
-        const Values values = MakeValues(size.bytes, n, ++seed);
-        const Result put = Measure(clients, n, 0, [&](int c, int64_t i) {
+        const Values values = MakeValues(size.bytes, n, seed);
+        const Result put = Measure(0, clients, n, 0, [&](int c, int64_t i) {
           return (*store)->store().Put(values.digests[i], values.bytes[i]).ok();
         });
-        const Result get = Measure(clients, 0, seconds / 2, [&](int c, int64_t i) {
+        const Result get = Measure(0, clients, 0, seconds / 2, [&](int c, int64_t i) {
           return (*store)->store().Get(values.digests[(i * 7919) % n]).ok();
         });
         for (auto [op, r] : {std::pair{"put", put}, std::pair{"get", get}}) {
-          std::printf("| %-3s | %7s | %2d | %9.0f | %6.3f | %6.3f |\n", op,
-                      SizeName(size.bytes).c_str(), clients, r.ops_per_second, r.p50_ms, r.p99_ms);
+          std::printf("| %-3s | %7s | %2d | %9.0f | %6.3f | %6.3f | %9.0f |\n", op,
+                      SizeName(size.bytes).c_str(), clients, r.ops_per_second, r.p50_ms, r.p99_ms,
+                      r.client_cpu_us);
         }
       }
     }

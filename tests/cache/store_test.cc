@@ -84,6 +84,33 @@ TEST(StoreTest, SizeZeroInADigestMatchesAnyLength) {
   EXPECT_FALSE(*cache->store().Contains(wrong));
 }
 
+TEST(StoreTest, GetWithALimitRefusesLongerBlobsWithoutReadingThem) {
+  TempDir dir;
+  auto cache = OpenOrDie(Options(dir.path() + "/store"));
+  const std::string bytes = PseudoRandomBytes(5000, 4);
+  const v1::Digest d = DigestOf(bytes);
+  ASSERT_TRUE(cache->store().Put(d, bytes).ok());
+  v1::Digest any = d;
+  any.set_size_bytes(0);
+
+  absl::StatusOr<std::string> got = cache->store().Get(d, 5000);
+  ASSERT_TRUE(got.ok()) << got.status();
+  EXPECT_EQ(*got, bytes);
+  got = cache->store().Get(any, 5000);
+  ASSERT_TRUE(got.ok()) << got.status();
+  EXPECT_EQ(*got, bytes);
+  // The declared size decides, or the stored one when the digest leaves it open.
+  EXPECT_TRUE(absl::IsOutOfRange(cache->store().Get(d, 4999).status()));
+  EXPECT_TRUE(absl::IsOutOfRange(cache->store().Get(any, 4999).status()));
+  v1::Digest absent = DigestOf("absent");
+  absent.set_size_bytes(0);
+  EXPECT_TRUE(absl::IsNotFound(cache->store().Get(absent, 4999).status()));
+
+  const CacheStatistics s = cache->Statistics();
+  EXPECT_EQ(s.blob_gets, 2) << "refused reads are not answered reads";
+  EXPECT_EQ(s.blob_get_misses, 1);
+}
+
 TEST(StoreTest, BadInputGetsTheRightCodeAndWritesNothing) {
   TempDir dir;
   CacheOptions o = Options(dir.path() + "/store");
@@ -204,7 +231,8 @@ TEST(StoreTest, CorruptionDetectedByRocksDbIsDroppedToo) {
     auto cache = OpenOrDie(Options(path));
     ASSERT_TRUE(cache->store().Put(DigestOf(value), value).ok());
   }
-  // Damage the blob file itself: RocksDB's own checksum fails before Kiln's hash runs.
+  // Damage the blob file itself: whether RocksDB's decoding or Kiln's hash notices first,
+  // the blob is dropped.
   int damaged = 0;
   for (const auto& entry : std::filesystem::directory_iterator(path)) {
     if (entry.path().extension() != ".blob") continue;

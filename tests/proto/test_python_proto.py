@@ -19,6 +19,11 @@ def test_services_are_generated():
     assert errors_pb2.ErrorDetail().divergence.job_id == ""
     assert admin_pb2.ExplainResponse().equal is False
     assert cache_pb2.CacheStats().blobs == 0
+    cache = cache_pb2.DESCRIPTOR.services_by_name["Cache"].methods_by_name
+    assert cache["Get"].server_streaming and not cache["Get"].client_streaming
+    assert not cache["GetWhole"].server_streaming and not cache["GetWhole"].client_streaming
+    assert cache["Put"].client_streaming and not cache["Put"].server_streaming
+    assert not cache["PutWhole"].server_streaming and not cache["PutWhole"].client_streaming
 
 
 def test_cli_output_parses_in_python():

@@ -9,9 +9,11 @@
 #include <fstream>
 #include <optional>
 
+#include "client/cache_client.h"
 #include "client/health.h"
 #include "kiln/v1/admin.grpc.pb.h"
 #include "kiln/v1/cache.grpc.pb.h"
+#include "proto/digest.h"
 #include "tests/testing/certs.h"
 #include "tests/testing/kilnd_process.h"
 #include "tests/testing/test_env.h"
@@ -161,6 +163,32 @@ class RolesTest : public ::testing::Test {
   TempDir dir_;
   std::optional<KilndProcess> kilnd_;
 };
+
+TEST_F(RolesTest, BlobReadsNeedReadAndWritesNeedCompileInOneMessageOrInChunks) {
+  client::ChannelOptions o;
+  o.address = kilnd_->address();
+  o.token = "reader-token-0123456789";
+  absl::StatusOr<std::unique_ptr<client::CacheClient>> reader = client::CacheClient::Create(o);
+  o.token = "compile-token-0123456789";
+  absl::StatusOr<std::unique_ptr<client::CacheClient>> writer = client::CacheClient::Create(o);
+  o.token = "";
+  absl::StatusOr<std::unique_ptr<client::CacheClient>> anonymous = client::CacheClient::Create(o);
+  ASSERT_TRUE(reader.ok() && writer.ok() && anonymous.ok());
+  // The first travels in unary calls (PutWhole, GetWhole), the second in chunks.
+  const std::string small = "artifact bytes", large(5 << 20, 'k');
+  for (const std::string* bytes : {&small, &large}) {
+    absl::Status s = (*reader)->Put(*bytes).status();
+    EXPECT_TRUE(absl::IsPermissionDenied(s)) << s;
+    s = (*anonymous)->Put(*bytes).status();
+    EXPECT_TRUE(absl::IsUnauthenticated(s)) << s;
+    ASSERT_TRUE((*writer)->Put(*bytes).ok());
+    absl::StatusOr<std::string> got = (*reader)->Get(DigestOf(*bytes));
+    ASSERT_TRUE(got.ok()) << got.status();
+    EXPECT_TRUE(*got == *bytes);
+    s = (*anonymous)->Get(DigestOf(*bytes)).status();
+    EXPECT_TRUE(absl::IsUnauthenticated(s)) << s;
+  }
+}
 
 TEST_F(RolesTest, MissingOrUnknownTokenIsUnauthenticated) {
   EXPECT_EQ(Stat(""), grpc::StatusCode::UNAUTHENTICATED);

@@ -1,16 +1,20 @@
-// The Cache service through a real kilnd over loopback: blobs small and chunked, bad input,
-// the action cache, restarts, corruption on disk and the CLI.
+// The Cache service through a real kilnd over loopback: blobs small and chunked, GetWhole
+// beside the streaming Get, bad input, the action cache, restarts, corruption on disk and the
+// CLI; and the client against a server older than GetWhole.
 
 #include <signal.h>
 
 #include <gtest/gtest.h>
 
+#include <atomic>
 #include <filesystem>
 #include <fstream>
 
 #include "absl/strings/str_cat.h"
 #include "cache/db.h"
 #include "client/cache_client.h"
+#include "grpcpp/security/server_credentials.h"
+#include "grpcpp/server_builder.h"
 #include "proto/digest.h"
 #include "proto/grpc_status.h"
 #include "tests/testing/kilnd_process.h"
@@ -48,6 +52,12 @@ class CacheServiceTest : public ::testing::Test {
   }
 
   std::string data_dir() const { return dir_.path() + "/data"; }
+  // The service's own stub, for what CacheClient does not do (call a given method).
+  std::unique_ptr<v1::Cache::Stub> Stub() {
+    client::ChannelOptions options;
+    options.address = kilnd_->address();
+    return v1::Cache::NewStub(*client::CreateChannel(options));
+  }
   v1::CacheStats Stats() {
     absl::StatusOr<v1::CacheStats> s = client_->Stat();
     EXPECT_TRUE(s.ok()) << s.status();
@@ -78,6 +88,209 @@ TEST_F(CacheServiceTest, BlobsRoundTripInOneMessageAndInChunks) {
   EXPECT_EQ(s.blobs(), 4);
   EXPECT_EQ(s.blob_puts(), 4);
   EXPECT_EQ(s.blob_gets(), 4);
+}
+
+// Reads through the streaming Get, as clients older than GetWhole do.
+absl::StatusOr<std::string> StreamGet(v1::Cache::Stub& stub, const v1::Digest& digest) {
+  grpc::ClientContext context;
+  v1::GetRequest request;
+  *request.mutable_digest() = digest;
+  std::unique_ptr<grpc::ClientReader<v1::GetResponse>> reader = stub.Get(&context, request);
+  std::string bytes;
+  v1::GetResponse response;
+  while (reader->Read(&response)) {
+    if (response.offset() != static_cast<int64_t>(bytes.size())) {
+      return absl::DataLossError("chunks out of order");
+    }
+    bytes.append(response.data());
+  }
+  grpc::Status status = reader->Finish();
+  if (!status.ok()) return FromGrpcStatus(status);
+  return bytes;
+}
+
+absl::StatusOr<v1::GetResponse> GetWhole(v1::Cache::Stub& stub, const v1::Digest& digest) {
+  grpc::ClientContext context;
+  v1::GetRequest request;
+  *request.mutable_digest() = digest;
+  v1::GetResponse response;
+  grpc::Status status = stub.GetWhole(&context, request, &response);
+  if (!status.ok()) return FromGrpcStatus(status);
+  return response;
+}
+
+TEST_F(CacheServiceTest, GetWholeAnswersOneMessageAndTheStreamStillServesEveryBlob) {
+  Start();
+  const std::string small = PseudoRandomBytes(70000, 8);
+  const std::string large = PseudoRandomBytes((size_t{9} << 20) + 1, 9);
+  ASSERT_TRUE(client_->Put(small).ok());
+  ASSERT_TRUE(client_->Put(large).ok());
+  std::unique_ptr<v1::Cache::Stub> stub = Stub();
+
+  absl::StatusOr<v1::GetResponse> whole = GetWhole(*stub, DigestOf(small));
+  ASSERT_TRUE(whole.ok()) << whole.status();
+  EXPECT_TRUE(whole->data() == small);
+  EXPECT_EQ(whole->digest().hash(), DigestOf(small).hash());
+  EXPECT_EQ(whole->digest().size_bytes(), 70000);
+  EXPECT_EQ(whole->offset(), 0);
+
+  // Larger than one message: OUT_OF_RANGE, whether the digest says so or leaves the size open.
+  v1::Digest open_size = DigestOf(large);
+  open_size.set_size_bytes(0);
+  for (const v1::Digest& d : {DigestOf(large), open_size}) {
+    absl::Status s = GetWhole(*stub, d).status();
+    EXPECT_TRUE(absl::IsOutOfRange(s)) << s;
+  }
+  absl::Status absent = GetWhole(*stub, DigestOf("absent")).status();
+  EXPECT_TRUE(absl::IsNotFound(absent)) << absent;
+  v1::Digest malformed;
+  malformed.set_hash("nope");
+  absl::Status bad = GetWhole(*stub, malformed).status();
+  EXPECT_TRUE(absl::IsInvalidArgument(bad)) << bad;
+  ASSERT_TRUE(ErrorDetailOf(bad).has_value());
+  EXPECT_EQ(ErrorDetailOf(bad)->violations(0).field(), "digest");
+
+  // The stream serves small blobs (in one message) and large ones (in chunks).
+  for (const std::string* bytes : {&small, &large}) {
+    absl::StatusOr<std::string> streamed = StreamGet(*stub, DigestOf(*bytes));
+    ASSERT_TRUE(streamed.ok()) << streamed.status();
+    EXPECT_TRUE(*streamed == *bytes);
+  }
+  // The client finds a large blob of unknown size through the stream, after GetWhole refused.
+  absl::StatusOr<std::string> got = client_->Get(open_size);
+  ASSERT_TRUE(got.ok()) << got.status();
+  EXPECT_TRUE(*got == large);
+
+  const v1::CacheStats stats = Stats();
+  EXPECT_EQ(stats.blob_gets(), 4) << "reads refused as too large count as none";
+  EXPECT_EQ(stats.blob_get_misses(), 1);
+}
+
+TEST_F(CacheServiceTest, PutWholeTakesOneMessageAndThePutStreamStillTakesEveryBlob) {
+  Start();
+  std::unique_ptr<v1::Cache::Stub> stub = Stub();
+  auto put_whole = [&](const v1::Digest& digest, const std::string& bytes,
+                       bool with_digest = true) -> absl::StatusOr<v1::PutResponse> {
+    grpc::ClientContext context;
+    v1::PutRequest request;
+    if (with_digest) *request.mutable_digest() = digest;
+    request.set_data(bytes);
+    v1::PutResponse response;
+    grpc::Status status = stub->PutWhole(&context, request, &response);
+    if (!status.ok()) return FromGrpcStatus(status);
+    return response;
+  };
+  const std::string small = PseudoRandomBytes(3000, 12);
+  absl::StatusOr<v1::PutResponse> put = put_whole(DigestOf(small), small);
+  ASSERT_TRUE(put.ok()) << put.status();
+  EXPECT_FALSE(put->already_present());
+  EXPECT_EQ(put->digest().hash(), DigestOf(small).hash());
+  put = put_whole(DigestOf(small), small);
+  ASSERT_TRUE(put.ok()) << put.status();
+  EXPECT_TRUE(put->already_present());
+
+  // More than one message: OUT_OF_RANGE, nothing stored.
+  const std::string large = PseudoRandomBytes((size_t{4} << 20) + 1, 13);
+  absl::Status s = put_whole(DigestOf(large), large).status();
+  EXPECT_TRUE(absl::IsOutOfRange(s)) << s;
+  s = put_whole(DigestOf(small), small, /*with_digest=*/false).status();
+  EXPECT_TRUE(absl::IsInvalidArgument(s)) << s;
+  ASSERT_TRUE(ErrorDetailOf(s).has_value());
+  EXPECT_EQ(ErrorDetailOf(s)->violations(0).field(), "digest");
+  v1::Digest wrong_size = DigestOf(small);
+  wrong_size.set_size_bytes(2999);
+  s = put_whole(wrong_size, small).status();
+  EXPECT_TRUE(absl::IsInvalidArgument(s)) << s;
+  ASSERT_TRUE(ErrorDetailOf(s).has_value());
+  EXPECT_EQ(ErrorDetailOf(s)->violations(0).field(), "data");
+
+  // Older clients send even small blobs as a stream.
+  const std::string streamed = PseudoRandomBytes(2000, 14);
+  {
+    grpc::ClientContext context;
+    v1::PutResponse response;
+    std::unique_ptr<grpc::ClientWriter<v1::PutRequest>> writer = stub->Put(&context, &response);
+    v1::PutRequest request;
+    *request.mutable_digest() = DigestOf(streamed);
+    request.set_data(streamed);
+    ASSERT_TRUE(writer->Write(request, grpc::WriteOptions().set_last_message()));
+    grpc::Status status = writer->Finish();
+    ASSERT_TRUE(status.ok()) << status.error_message();
+    EXPECT_FALSE(response.already_present());
+  }
+  ASSERT_TRUE(client_->Put(large).ok()) << "the client sends it in chunks";
+  for (const std::string* bytes : {&small, &streamed, &large}) {
+    absl::StatusOr<std::string> got = client_->Get(DigestOf(*bytes));
+    ASSERT_TRUE(got.ok()) << got.status();
+    EXPECT_TRUE(*got == *bytes);
+  }
+  const v1::CacheStats stats = Stats();
+  EXPECT_EQ(stats.blobs(), 3);
+  EXPECT_EQ(stats.blob_puts(), 3);
+}
+
+// A Cache service as kilnd served it before GetWhole and PutWhole: only the streaming Get and
+// Put.
+class StreamOnlyCache final : public v1::Cache::Service {
+ public:
+  explicit StreamOnlyCache(std::string blob) : blob_(std::move(blob)) {}
+  grpc::Status Put(grpc::ServerContext*, grpc::ServerReader<v1::PutRequest>* reader,
+                   v1::PutResponse* response) override {
+    ++puts_;
+    v1::PutRequest request;
+    std::string bytes;
+    while (reader->Read(&request)) bytes.append(request.data());
+    *response->mutable_digest() = DigestOf(bytes);
+    response->set_already_present(bytes == blob_);
+    return grpc::Status::OK;
+  }
+  grpc::Status Get(grpc::ServerContext*, const v1::GetRequest* request,
+                   grpc::ServerWriter<v1::GetResponse>* writer) override {
+    ++gets_;
+    if (request->digest().hash() != DigestOf(blob_).hash()) {
+      return grpc::Status(grpc::StatusCode::NOT_FOUND, "no blob");
+    }
+    v1::GetResponse response;
+    *response.mutable_digest() = DigestOf(blob_);
+    response.set_data(blob_);
+    writer->WriteLast(response, grpc::WriteOptions());
+    return grpc::Status::OK;
+  }
+  std::atomic<int> gets_{0};
+  std::atomic<int> puts_{0};
+
+ private:
+  const std::string blob_;
+};
+
+TEST(CacheClientTest, FallsBackToStreamsOnAServerWithoutGetWholeAndPutWhole) {
+  const std::string blob = PseudoRandomBytes(3000, 10);
+  StreamOnlyCache service(blob);
+  int port = 0;
+  grpc::ServerBuilder builder;
+  builder.AddListeningPort("127.0.0.1:0", grpc::InsecureServerCredentials(), &port);
+  builder.RegisterService(&service);
+  std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
+  ASSERT_NE(server, nullptr);
+  client::ChannelOptions options;
+  options.address = absl::StrCat("127.0.0.1:", port);
+  absl::StatusOr<std::unique_ptr<CacheClient>> client = CacheClient::Create(options);
+  ASSERT_TRUE(client.ok()) << client.status();
+  for (int i = 0; i < 2; ++i) {
+    absl::StatusOr<std::string> got = (*client)->Get(DigestOf(blob));
+    ASSERT_TRUE(got.ok()) << got.status();
+    EXPECT_EQ(*got, blob);
+  }
+  EXPECT_TRUE(absl::IsNotFound((*client)->Get(DigestOf("absent")).status()));
+  EXPECT_EQ(service.gets_.load(), 3);
+  for (int i = 0; i < 2; ++i) {
+    absl::StatusOr<CacheClient::PutResult> put = (*client)->Put(blob);
+    ASSERT_TRUE(put.ok()) << put.status();
+    EXPECT_TRUE(put->already_present);
+    EXPECT_EQ(put->digest.hash(), DigestOf(blob).hash());
+  }
+  EXPECT_EQ(service.puts_.load(), 2);
+  server->Shutdown();
 }
 
 TEST_F(CacheServiceTest, FindMissingAndNotFound) {
@@ -174,25 +387,32 @@ TEST_F(CacheServiceTest, ContentsSurviveARestart) {
 
 TEST_F(CacheServiceTest, CorruptBytesOnDiskAreNeverServed) {
   Start();
-  const std::string bytes = PseudoRandomBytes(100000, 6);
-  ASSERT_TRUE(client_->Put(bytes).ok());
+  // One is read with GetWhole (through the client), the other through the stream.
+  const std::string whole = PseudoRandomBytes(100000, 6);
+  const std::string streamed = PseudoRandomBytes(100000, 11);
+  ASSERT_TRUE(client_->Put(whole).ok());
+  ASSERT_TRUE(client_->Put(streamed).ok());
   Stop();
   {
     cache::CacheOptions o;
     o.path = data_dir() + "/store";
     absl::StatusOr<std::unique_ptr<cache::CacheDb>> db = cache::CacheDb::Open(o);
     ASSERT_TRUE(db.ok()) << db.status();
-    const std::string key = cache::RawHash(DigestOf(bytes).hash());
-    std::string value;
-    ASSERT_TRUE((*db)->db()->Get(rocksdb::ReadOptions(), (*db)->blobs(), key, &value).ok());
-    value[777] ^= 1;
-    ASSERT_TRUE((*db)->db()->Put(rocksdb::WriteOptions(), (*db)->blobs(), key, value).ok());
+    for (const std::string* bytes : {&whole, &streamed}) {
+      const std::string key = cache::RawHash(DigestOf(*bytes).hash());
+      std::string value;
+      ASSERT_TRUE((*db)->db()->Get(rocksdb::ReadOptions(), (*db)->blobs(), key, &value).ok());
+      value[777] ^= 1;
+      ASSERT_TRUE((*db)->db()->Put(rocksdb::WriteOptions(), (*db)->blobs(), key, value).ok());
+    }
   }
   Start();
-  absl::Status s = client_->Get(DigestOf(bytes)).status();
+  absl::Status s = client_->Get(DigestOf(whole)).status();
+  EXPECT_TRUE(absl::IsNotFound(s)) << s;
+  s = StreamGet(*Stub(), DigestOf(streamed)).status();
   EXPECT_TRUE(absl::IsNotFound(s)) << s;
   const v1::CacheStats stats = Stats();
-  EXPECT_EQ(stats.integrity_failures(), 1);
+  EXPECT_EQ(stats.integrity_failures(), 2);
   EXPECT_EQ(stats.blobs(), 0);
   Stop();
 }

@@ -1,11 +1,14 @@
-// kilnd as a process: health over loopback, drain on SIGTERM, one server per data directory.
+// kilnd as a process: health over loopback (Check and Watch), drain on SIGTERM, one server per
+// data directory.
 
 #include <signal.h>
 
 #include <gtest/gtest.h>
 
 #include "absl/time/clock.h"
+#include "client/channel.h"
 #include "client/health.h"
+#include "grpc/health/v1/health.grpc.pb.h"
 #include "tests/testing/kilnd_process.h"
 #include "tests/testing/test_env.h"
 
@@ -39,6 +42,33 @@ TEST(KilndTest, ServesHealthAndDrainsOnSigterm) {
   const std::string log = kilnd->process().Stderr();
   EXPECT_NE(log.find("\"event\":\"draining\""), std::string::npos) << log;
   EXPECT_NE(log.find("\"event\":\"stopped\""), std::string::npos) << log;
+}
+
+TEST(KilndTest, AHealthWatchSeesTheDrainAndDoesNotHoldIt) {
+  TempDir dir;
+  absl::StatusOr<KilndProcess> kilnd = KilndProcess::Start(dir.path() + "/data");
+  ASSERT_TRUE(kilnd.ok()) << kilnd.status();
+  absl::StatusOr<std::shared_ptr<grpc::Channel>> channel = client::CreateChannel(ChannelTo(*kilnd));
+  ASSERT_TRUE(channel.ok()) << channel.status();
+  auto stub = grpc::health::v1::Health::NewStub(*channel);
+  grpc::ClientContext context;
+  std::unique_ptr<grpc::ClientReader<grpc::health::v1::HealthCheckResponse>> reader =
+      stub->Watch(&context, grpc::health::v1::HealthCheckRequest());
+  grpc::health::v1::HealthCheckResponse response;
+  ASSERT_TRUE(reader->Read(&response));
+  EXPECT_EQ(response.status(), grpc::health::v1::HealthCheckResponse::SERVING);
+
+  // The grace period (10 s by default) would hold a drain waiting for the stream.
+  const absl::Time sent = absl::Now();
+  kilnd->process().Signal(SIGTERM);
+  ASSERT_TRUE(reader->Read(&response));
+  EXPECT_EQ(response.status(), grpc::health::v1::HealthCheckResponse::NOT_SERVING);
+  EXPECT_FALSE(reader->Read(&response));
+  reader->Finish().IgnoreError();
+  std::optional<int> code = kilnd->process().Wait(absl::Seconds(30));
+  ASSERT_TRUE(code.has_value());
+  EXPECT_EQ(*code, 0) << kilnd->process().Stderr();
+  EXPECT_LT(absl::Now() - sent, absl::Seconds(5));
 }
 
 TEST(KilndTest, CliHealthReportsServing) {
