@@ -3,7 +3,7 @@
 // The RocksDB database under a cache and the bookkeeping its parts (Store, ActionCache,
 // eviction) share. Internal to cache/: other components use cache/cache.h.
 //
-// Column families: `blobs` (raw SHA-256 -> bytes, large values in LZ4 blob files),
+// Column families: `blobs` (raw SHA-256 -> bytes, large values in zstd blob files),
 // `actions` (compile key -> kiln.v1.ActionEntry), `index` (one record per blob and per
 // action: last access, size; the sample space of eviction) and `refs` (raw SHA-256 -> how
 // many action variants reference the blob). A blob and its index record, an action and its
