@@ -554,7 +554,9 @@ class Decomposer {
   absl::Status Full(uint32_t node, std::function<absl::StatusOr<int32_t>(Body&, ScalarType)> fill);
   absl::Status Arange(uint32_t node);
   absl::Status IndexSelect(uint32_t node, bool gather);
-  absl::StatusOr<PoolWindow> Window(uint32_t node, size_t first) const;
+  absl::StatusOr<PoolWindow> Window(uint32_t node, size_t first, int32_t x) const;
+  Body PoolBody(std::vector<IndexExpr> lead, const PoolWindow& w);
+  int32_t LoadPlane(Body& b, int32_t t, int32_t row, int32_t col, int32_t mask);
   absl::Status MaxPool2d(uint32_t node);
   absl::Status MaxPool2dBackward(uint32_t node);
   absl::Status Copy(uint32_t node, int src_arg);
@@ -1635,7 +1637,10 @@ absl::Status Decomposer::IndexSelect(uint32_t node, bool gather) {
 
 // Arguments from `first` on: kernel_size, stride (empty: the kernel), padding, dilation; a
 // one-element list repeats, as ATen's do.
-absl::StatusOr<PoolWindow> Decomposer::Window(uint32_t node, size_t first) const {
+absl::StatusOr<PoolWindow> Decomposer::Window(uint32_t node, size_t first, int32_t x) const {
+  if (Rank(x) != 3 && Rank(x) != 4) {
+    return absl::UnimplementedError("max_pool2d of a tensor not 3-d or 4-d");
+  }
   auto pair = [&](size_t i, std::vector<int64_t> dflt) -> std::vector<int64_t> {
     std::vector<int64_t> v = i < NumArgs(node) ? Ints(A(node, i)) : std::vector<int64_t>();
     if (v.empty()) v = std::move(dflt);
@@ -1657,32 +1662,49 @@ absl::StatusOr<PoolWindow> Decomposer::Window(uint32_t node, size_t first) const
   return w;
 }
 
+// The iteration space of a pooling kernel: `lead` (an output's or input's sizes) followed by
+// the window's two offsets, which are reduced.
+Body Decomposer::PoolBody(std::vector<IndexExpr> lead, const PoolWindow& w) {
+  std::vector<bool> red(lead.size() + 2, false);
+  red[lead.size()] = red[lead.size() + 1] = true;
+  lead.push_back(IndexExpr::Const(w.kh));
+  lead.push_back(IndexExpr::Const(w.kw));
+  reduced_ = red;
+  return Body(std::move(lead), red);
+}
+
+// Element (.., row, col) of the 3-d or 4-d tensor `t`: its leading dims at the body's, its
+// last two at computed positions, read only where `mask` holds.
+int32_t Decomposer::LoadPlane(Body& b, int32_t t, int32_t row, int32_t col, int32_t mask) {
+  const size_t r = Rank(t);
+  std::vector<IndexExpr> coords;
+  for (size_t d = 0; d + 2 < r; ++d) coords.push_back(Body::V(d));
+  coords.resize(r);
+  std::vector<int32_t> dyn(r, -1);
+  dyn[r - 2] = row;
+  dyn[r - 1] = col;
+  return b.Load(t, ST(t), coords, mask, dyn);
+}
+
 absl::Status Decomposer::MaxPool2d(uint32_t node) {
   // out[.., i, j] = max over the window (a, b) of x[.., i*sh + a*dh - ph, j*sw + b*dw - pw],
   // positions outside x counting as -inf; indices are the winner's h * W + w, the first
   // maximum in window order winning and a NaN taking over, as ATen's kernel does.
   const int32_t x = In(node, 0);
   const size_t r = Rank(x);
-  if (r != 3 && r != 4) return absl::UnimplementedError("max_pool2d of a tensor not 3-d or 4-d");
-  auto win = Window(node, 1);
+  auto win = Window(node, 1, x);
   if (!win.ok()) return win.status();
   const PoolWindow w = *win;
   const graph::Value* out = Out(node, 0);
   if (out == nullptr) return absl::InternalError("max_pool2d without a tensor output");
   auto out_sizes = Syms(g_.sizes(*out));
   if (!out_sizes.ok()) return out_sizes.status();
-  std::vector<IndexExpr> sizes = *out_sizes;
-  sizes.push_back(IndexExpr::Const(w.kh));
-  sizes.push_back(IndexExpr::Const(w.kw));
-  std::vector<bool> red(r + 2, false);
-  red[r] = red[r + 1] = true;
   const IndexExpr height = Tn(x).sizes[r - 2], width = Tn(x).sizes[r - 1];
   const ScalarType acc = loop::ComputeType(ST(x));
   for (int k : {0, 1}) {
     const graph::Value* o = Out(node, static_cast<size_t>(k));
     if (o == nullptr) continue;
-    Body b(sizes, red);
-    reduced_ = red;
+    Body b = PoolBody(*out_sizes, w);
     const IndexExpr ih = Body::V(r - 2) * IndexExpr::Const(w.sh) +
                          Body::V(r) * IndexExpr::Const(w.dh) - IndexExpr::Const(w.ph);
     const IndexExpr iw = Body::V(r - 1) * IndexExpr::Const(w.sw) +
@@ -1693,14 +1715,7 @@ absl::Status Decomposer::MaxPool2d(uint32_t node) {
                                        b.Bin(Opcode::kLt, ph, b.Idx(height))),
                                  b.Bin(Opcode::kAnd, b.Bin(Opcode::kGe, pw, b.IConst(0)),
                                        b.Bin(Opcode::kLt, pw, b.Idx(width))));
-    std::vector<IndexExpr> coords;
-    std::vector<int32_t> dyn(r, -1);
-    for (size_t d = 0; d + 2 < r; ++d) coords.push_back(Body::V(d));
-    coords.push_back(IndexExpr());
-    coords.push_back(IndexExpr());
-    dyn[r - 2] = ph;
-    dyn[r - 1] = pw;
-    const int32_t v = b.Sel(inside, b.Cast(b.Load(x, ST(x), coords, inside, dyn), acc),
+    const int32_t v = b.Sel(inside, b.Cast(LoadPlane(b, x, ph, pw, inside), acc),
                             b.Const(-std::numeric_limits<double>::infinity(), acc));
     b.SetReduce(ReduceKind::kArgMax, b.Idx(ih * width + iw));
     std::vector<int32_t> out_dims;
@@ -1719,22 +1734,15 @@ absl::Status Decomposer::MaxPool2dBackward(uint32_t node) {
   // the sum runs in a fixed order and fuses like any reduction.
   const int32_t g = In(node, 0), x = In(node, 1), indices = In(node, 7);
   const size_t r = Rank(x);
-  if (r != 3 && r != 4) return absl::UnimplementedError("max_pool2d of a tensor not 3-d or 4-d");
-  auto win = Window(node, 2);
+  auto win = Window(node, 2, x);
   if (!win.ok()) return win.status();
   const PoolWindow w = *win;
   const graph::Value* out = Out(node, 0);
   if (out == nullptr) return absl::InternalError("max_pool2d backward without a tensor output");
-  std::vector<IndexExpr> sizes = Tn(x).sizes;
-  sizes.push_back(IndexExpr::Const(w.kh));
-  sizes.push_back(IndexExpr::Const(w.kw));
-  std::vector<bool> red(r + 2, false);
-  red[r] = red[r + 1] = true;
   const IndexExpr width = Tn(x).sizes[r - 1];
   const IndexExpr oh = Tn(g).sizes[r - 2], ow = Tn(g).sizes[r - 1];
   const ScalarType acc = loop::ComputeType(ST(g));
-  Body b(sizes, red);
-  reduced_ = red;
+  Body b = PoolBody(Tn(x).sizes, w);
   // Shifted by whole strides so the dividend is never negative.
   auto position = [&](size_t dim, size_t off, int64_t s, int64_t p, int64_t d, int64_t k,
                       const IndexExpr& extent, int32_t* ok) {
@@ -1755,19 +1763,10 @@ absl::Status Decomposer::MaxPool2dBackward(uint32_t node) {
   const int32_t qi = position(r - 2, r, w.sh, w.ph, w.dh, w.kh, oh, &ok_h);
   const int32_t qj = position(r - 1, r + 1, w.sw, w.pw, w.dw, w.kw, ow, &ok_w);
   const int32_t inside = b.Bin(Opcode::kAnd, ok_h, ok_w);
-  std::vector<IndexExpr> coords;
-  std::vector<int32_t> dyn(r, -1);
-  for (size_t d = 0; d + 2 < r; ++d) coords.push_back(Body::V(d));
-  coords.push_back(IndexExpr());
-  coords.push_back(IndexExpr());
-  dyn[r - 2] = qi;
-  dyn[r - 1] = qj;
-  const int32_t winner =
-      b.Cast(b.Load(indices, ST(indices), coords, inside, dyn), ScalarType::kI64);
+  const int32_t winner = b.Cast(LoadPlane(b, indices, qi, qj, inside), ScalarType::kI64);
   const int32_t here = b.Idx(Body::V(r - 2) * width + Body::V(r - 1));
   const int32_t take = b.Bin(Opcode::kAnd, inside, b.Bin(Opcode::kEq, winner, here));
-  const int32_t v =
-      b.Sel(take, b.Cast(b.Load(g, ST(g), coords, inside, dyn), acc), b.Const(0.0, acc));
+  const int32_t v = b.Sel(take, b.Cast(LoadPlane(b, g, qi, qj, inside), acc), b.Const(0.0, acc));
   return FinishReduce(node, b, v, ReduceKind::kSum, out->dtype, false, 0, false).status();
 }
 

@@ -1,7 +1,7 @@
 #pragma once
 
-// The compiler's tests check artifacts the way a trainer runs them: on the client CPU
-// runtime (client/runtime), against the reference interpreter.
+// The compiler's tests compile graphs for x86_64 and check the artifacts the way a trainer
+// runs them: on the client CPU runtime (client/runtime), against the reference interpreter.
 
 #include "absl/status/statusor.h"
 #include "compiler/exec/check.h"
@@ -9,6 +9,9 @@
 #include "kiln/v1/graph.pb.h"
 
 namespace kiln::testing {
+
+// Imports `graph` and compiles it for x86_64.
+absl::StatusOr<v1::CompiledGraph> CompileForCpu(const v1::Graph& graph);
 
 // exec::CheckAgainstInterpreter with the artifact run by a CpuRuntime (buffers poisoned,
 // fallback steps through the interpreter).

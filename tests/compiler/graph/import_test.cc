@@ -109,24 +109,13 @@ TEST(ImportTest, ListDefaultsFollowTheArguments) {
               device { type: "cuda" }
             }
           }
-          outputs {
-            tensor {
-              sizes { value: 1 }
-              sizes { value: 1 }
-              sizes { value: 2 }
-              sizes { value: 2 }
-              strides { value: 4 }
-              strides { value: 4 }
-              strides { value: 2 }
-              strides { value: 1 }
-              dtype: DTYPE_INT64
-              device { type: "cuda" }
-            }
-          }
         }
         output { list { items { ref { node: "pool" output: 0 } } } }
       )pb",
       &proto));
+  // The indices: shaped like the values, int64.
+  *proto.mutable_nodes(0)->add_outputs() = proto.nodes(0).outputs(0);
+  proto.mutable_nodes(0)->mutable_outputs(1)->mutable_tensor()->set_dtype(v1::DTYPE_INT64);
   absl::StatusOr<Graph> g = Import(proto);
   ASSERT_TRUE(g.ok()) << g.status();
   const Node& pool = g->node(1);

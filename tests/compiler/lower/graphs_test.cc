@@ -27,19 +27,11 @@ using testing::kSanitized;
 // stay under 0.1x of it. Graphs are held to 4x.
 constexpr double kGraphToleranceScale = 4;
 
-absl::StatusOr<v1::CompiledGraph> CompileProto(const v1::Graph& proto) {
-  auto g = graph::Import(proto);
-  if (!g.ok()) return g.status();
-  v1::CompileOptions options;
-  options.set_target("x86_64");
-  return compiler::Compile(*g, options, "test-key");
-}
-
 class SharedGraphTest : public ::testing::TestWithParam<std::string> {};
 
 TEST_P(SharedGraphTest, MatchesInterpreter) {
   const v1::Graph proto = testing::LoadSharedGraph(GetParam());
-  auto artifact = CompileProto(proto);
+  auto artifact = testing::CompileForCpu(proto);
   ASSERT_TRUE(artifact.ok()) << artifact.status();
   for (uint64_t seed : {1, 2}) {
     if (kSanitized && seed > 1) break;
@@ -59,7 +51,7 @@ TEST_P(SharedGraphTest, MatchesInterpreter) {
 TEST_P(SharedGraphTest, InProcessExecutorMatchesInterpreter) {
   if (kSanitized && GetParam().starts_with("nanogpt")) GTEST_SKIP() << "the runtime covers it";
   const v1::Graph proto = testing::LoadSharedGraph(GetParam());
-  auto artifact = CompileProto(proto);
+  auto artifact = testing::CompileForCpu(proto);
   ASSERT_TRUE(artifact.ok()) << artifact.status();
   exec::CheckOptions options;
   options.threads = 2;
@@ -70,8 +62,8 @@ TEST_P(SharedGraphTest, InProcessExecutorMatchesInterpreter) {
 
 TEST_P(SharedGraphTest, Deterministic) {
   const v1::Graph proto = testing::LoadSharedGraph(GetParam());
-  auto a = CompileProto(proto);
-  auto b = CompileProto(proto);
+  auto a = testing::CompileForCpu(proto);
+  auto b = testing::CompileForCpu(proto);
   ASSERT_TRUE(a.ok()) << a.status();
   ASSERT_TRUE(b.ok()) << b.status();
   std::string sa, sb;
@@ -86,7 +78,7 @@ TEST_P(SharedGraphTest, Deterministic) {
 // refuses a tensor that does not fit, naming the input, instead of reading past it.
 TEST(CompiledInputsTest, RuntimeNamesTheInputThatDoesNotFit) {
   const v1::Graph proto = testing::LoadSharedGraph("mlp_fp32.fw.json");
-  auto artifact = CompileProto(proto);
+  auto artifact = testing::CompileForCpu(proto);
   ASSERT_TRUE(artifact.ok()) << artifact.status();
   ASSERT_EQ(artifact->inputs_size(), proto.inputs_size());
   auto runtime = runtime::CpuRuntime::Load(*artifact);
@@ -137,8 +129,8 @@ TEST(CompiledInputsTest, RuntimeNamesTheInputThatDoesNotFit) {
 // Keys ignore process-group names, so the artifact two jobs share must not carry either job's
 // names: collectives name their groups canonically ("pg0", "pg1" in order of first use).
 TEST(CollectiveArtifactTest, GroupsAreNamedByPosition) {
-  auto a = CompileProto(testing::CollectiveGraph("tp:0", "dp:1"));
-  auto b = CompileProto(testing::CollectiveGraph("group_17", "group_3"));
+  auto a = testing::CompileForCpu(testing::CollectiveGraph("tp:0", "dp:1"));
+  auto b = testing::CompileForCpu(testing::CollectiveGraph("group_17", "group_3"));
   ASSERT_TRUE(a.ok()) << a.status();
   ASSERT_TRUE(b.ok()) << b.status();
   EXPECT_EQ(a->SerializeAsString(), b->SerializeAsString());
@@ -153,7 +145,7 @@ TEST(CollectiveArtifactTest, GroupsAreNamedByPosition) {
     }
   }
   EXPECT_EQ(groups, (std::vector<std::string>{"pg0", "pg1"}));
-  auto same = CompileProto(testing::CollectiveGraph("tp:0", "tp:0"));
+  auto same = testing::CompileForCpu(testing::CollectiveGraph("tp:0", "tp:0"));
   ASSERT_TRUE(same.ok()) << same.status();
   EXPECT_NE(same->SerializeAsString(), a->SerializeAsString()) << "one group is not two";
 }
@@ -178,7 +170,7 @@ INSTANTIATE_TEST_SUITE_P(Graphs, SharedGraphTest,
 TEST(SymbolicGraphTest, RunsAtOtherSymbolValues) {
   for (const char* name : {"mlp_automatic_dynamic2.fw.json", "mlp_automatic_dynamic2.bw.json"}) {
     const v1::Graph proto = testing::LoadSharedGraph(name);
-    auto artifact = CompileProto(proto);
+    auto artifact = testing::CompileForCpu(proto);
     ASSERT_TRUE(artifact.ok()) << artifact.status();
     std::string sym;
     for (const v1::Symbol& s : proto.symbols()) sym = s.name();

@@ -209,11 +209,7 @@ TEST_P(OpTest, MatchesInterpreter) {
   const OpCase& c = GetParam();
   auto proto = OneOpGraph(c.target, c.args, c.kwargs);
   ASSERT_TRUE(proto.ok()) << proto.status();
-  auto g = graph::Import(*proto);
-  ASSERT_TRUE(g.ok()) << g.status();
-  v1::CompileOptions options;
-  options.set_target("x86_64");
-  auto artifact = compiler::Compile(*g, options, "op-test");
+  auto artifact = testing::CompileForCpu(*proto);
   ASSERT_TRUE(artifact.ok()) << artifact.status();
   EXPECT_EQ(artifact->summary().fallback_steps(), 0) << artifact->summary().fallbacks(0).reason();
   for (uint64_t seed : {3, 4}) {
@@ -606,11 +602,7 @@ TEST(OpListTest, CatMatchesInterpreter) {
   SetMeta(node.add_outputs()->mutable_tensor(), {2, 9}, {9, 1}, 0, v1::DTYPE_FLOAT32);
   *g.add_nodes() = node;
   g.mutable_output()->mutable_list()->add_items()->mutable_ref()->set_node("cat");
-  auto gg = graph::Import(g);
-  ASSERT_TRUE(gg.ok()) << gg.status();
-  v1::CompileOptions options;
-  options.set_target("x86_64");
-  auto artifact = compiler::Compile(*gg, options, "cat");
+  auto artifact = testing::CompileForCpu(g);
   ASSERT_TRUE(artifact.ok()) << artifact.status();
   auto report = testing::CheckOnRuntime(g, *artifact);
   ASSERT_TRUE(report.ok()) << report.status();
@@ -651,11 +643,7 @@ TEST(OpListTest, MaxPoolBackwardMatchesInterpreter) {
     *bw.add_outputs()->mutable_tensor() = g->inputs(0).meta().tensor();
     *g->add_nodes() = bw;
     g->mutable_output()->mutable_list()->add_items()->mutable_ref()->set_node("bw");
-    auto gg = graph::Import(*g);
-    ASSERT_TRUE(gg.ok()) << gg.status();
-    v1::CompileOptions options;
-    options.set_target("x86_64");
-    auto artifact = compiler::Compile(*gg, options, "max-pool");
+    auto artifact = testing::CompileForCpu(*g);
     ASSERT_TRUE(artifact.ok()) << artifact.status();
     EXPECT_EQ(artifact->summary().fallback_steps(), 0);
     for (uint64_t seed : {1, 2}) {
