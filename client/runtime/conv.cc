@@ -245,23 +245,29 @@ void WeightGrad(const ConvGeometry& g, const T* small, const T* big, T* dwm,
   }
 }
 
+// Reads stride, padding, dilation, transposed, output_padding and groups from argument
+// `first` on (where both convolution ops keep them) and derives the geometry.
+bool ReadGeometry(ArgReader& r, int first, const Tensor& input, const Tensor& weight,
+                  ConvGeometry& g) {
+  const std::vector<int64_t> stride = r.GetInts(first, "stride", {1});
+  const std::vector<int64_t> padding = r.GetInts(first + 1, "padding", {0});
+  const std::vector<int64_t> dilation = r.GetInts(first + 2, "dilation", {1});
+  const bool transposed = r.GetBool(first + 3, "transposed", false);
+  const std::vector<int64_t> output_padding = r.GetInts(first + 4, "output_padding", {0});
+  const int64_t groups = r.GetInt(first + 5, "groups", 1);
+  if (!r.ok()) return false;
+  return MakeGeometry(r, input.sizes(), weight.sizes(), stride, padding, dilation, transposed,
+                      output_padding, groups, g);
+}
+
 template <typename T>
 absl::Status ConvolutionTyped(ArgReader& r, const ExternCall& call) {
   const Tensor input = r.GetTensor(0, "input");
   const Tensor weight = r.GetTensor(1, "weight");
   const Tensor bias = r.GetOptTensor(2, "bias");
-  const std::vector<int64_t> stride = r.GetInts(3, "stride", {1});
-  const std::vector<int64_t> padding = r.GetInts(4, "padding", {0});
-  const std::vector<int64_t> dilation = r.GetInts(5, "dilation", {1});
-  const bool transposed = r.GetBool(6, "transposed", false);
-  const std::vector<int64_t> output_padding = r.GetInts(7, "output_padding", {0});
-  const int64_t groups = r.GetInt(8, "groups", 1);
-  if (!r.ok()) return r.status();
   ConvGeometry g;
-  if (!MakeGeometry(r, input.sizes(), weight.sizes(), stride, padding, dilation, transposed,
-                    output_padding, groups, g)) {
-    return r.status();
-  }
+  if (!ReadGeometry(r, 3, input, weight, g)) return r.status();
+  const bool transposed = g.transposed;
   if (bias.defined())
     r.Check(bias.dim() == 1 && bias.size(0) == g.cout, "bias must have ", g.cout, " elements");
   r.CheckOutput(0, Shape(g.n, g.cout, g.out_sp), input.dtype());
@@ -293,20 +299,12 @@ absl::Status ConvolutionBackwardTyped(ArgReader& r, const ExternCall& call) {
   const Tensor grad_output = r.GetTensor(0, "grad_output");
   const Tensor input = r.GetTensor(1, "input");
   const Tensor weight = r.GetTensor(2, "weight");
-  const std::vector<int64_t> stride = r.GetInts(4, "stride", {1});
-  const std::vector<int64_t> padding = r.GetInts(5, "padding", {0});
-  const std::vector<int64_t> dilation = r.GetInts(6, "dilation", {1});
-  const bool transposed = r.GetBool(7, "transposed", false);
-  const std::vector<int64_t> output_padding = r.GetInts(8, "output_padding", {0});
-  const int64_t groups = r.GetInt(9, "groups", 1);
   const std::vector<bool> mask = r.GetBools(10, "output_mask", {true, true, true});
   if (!r.ok()) return r.status();
   if (!r.Check(mask.size() == 3, "output_mask must have 3 entries")) return r.status();
   ConvGeometry g;
-  if (!MakeGeometry(r, input.sizes(), weight.sizes(), stride, padding, dilation, transposed,
-                    output_padding, groups, g)) {
-    return r.status();
-  }
+  if (!ReadGeometry(r, 4, input, weight, g)) return r.status();
+  const bool transposed = g.transposed;
   r.Check(grad_output.sizes() == Shape(g.n, g.cout, g.out_sp), "grad_output ",
           grad_output.DebugString(), " does not match the convolution's output");
   if (mask[0]) r.CheckOutput(0, input.sizes(), input.dtype());

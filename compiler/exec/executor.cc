@@ -428,52 +428,18 @@ absl::Status Executor::Launch(int32_t kernel) {
 }
 
 absl::StatusOr<interp::Arg> Executor::ValueArg(const v1::Argument& a) {
-  switch (a.kind_case()) {
-    case v1::Argument::kIntValue:
-      return interp::Arg(static_cast<int64_t>(a.int_value()));
-    case v1::Argument::kFloatValue:
-      return interp::Arg(a.float_value());
-    case v1::Argument::kBoolValue:
-      return interp::Arg(a.bool_value());
-    case v1::Argument::kStringValue:
-      return interp::Arg(a.string_value());
-    case v1::Argument::kNone:
-      return interp::Arg();
-    case v1::Argument::kDtype:
-      return interp::Arg(a.dtype());
-    case v1::Argument::kDevice: {
-      interp::Arg out;
-      out.v = a.device();
-      return out;
-    }
-    case v1::Argument::kLayout: {
-      interp::Arg out;
-      out.v = a.layout();
-      return out;
-    }
-    case v1::Argument::kMemoryFormat:
-      return interp::Arg(a.memory_format());
-    case v1::Argument::kList: {
-      interp::Arg::List items;
-      for (const v1::Argument& x : a.list().items()) {
-        auto i = ValueArg(x);
-        if (!i.ok()) return i.status();
-        items.push_back(*std::move(i));
-      }
-      return interp::Arg(std::move(items));
-    }
-    case v1::Argument::kSymbolic: {
-      auto e = sym::Parse(a.symbolic().expr());
-      if (!e.ok()) return e.status();
-      auto v = sym::Evaluate(**e, bindings_);
-      if (!v.ok()) return v.status();
-      if (const int64_t* i = std::get_if<int64_t>(&*v)) return interp::Arg(*i);
-      if (const double* d = std::get_if<double>(&*v)) return interp::Arg(*d);
-      return interp::Arg(std::get<bool>(*v));
-    }
-    default:
+  return interp::ArgFromArgument(a, [this](const v1::Argument& x) -> absl::StatusOr<interp::Arg> {
+    if (x.kind_case() != v1::Argument::kSymbolic) {
       return absl::UnimplementedError("argument kind");
-  }
+    }
+    auto e = sym::Parse(x.symbolic().expr());
+    if (!e.ok()) return e.status();
+    auto v = sym::Evaluate(**e, bindings_);
+    if (!v.ok()) return v.status();
+    if (const int64_t* i = std::get_if<int64_t>(&*v)) return interp::Arg(*i);
+    if (const double* d = std::get_if<double>(&*v)) return interp::Arg(*d);
+    return interp::Arg(std::get<bool>(*v));
+  });
 }
 
 absl::StatusOr<interp::Arg> Executor::ToArg(const v1::CallArgument& a) {

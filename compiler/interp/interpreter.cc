@@ -155,6 +155,11 @@ class GraphRun {
   }
 
   absl::StatusOr<Arg> Resolve(const v1::Argument& a) {
+    return ArgFromArgument(a, [this](const v1::Argument& x) { return ResolveOther(x); });
+  }
+
+  // References and symbolic values; the rest are constants.
+  absl::StatusOr<Arg> ResolveOther(const v1::Argument& a) {
     switch (a.kind_case()) {
       case v1::Argument::kRef: {
         auto it = env_.find(a.ref().node());
@@ -177,37 +182,6 @@ class GraphRun {
           return Arg(std::move(l));
         }
         return Arg::FromValue(p.values[0]);
-      }
-      case v1::Argument::kIntValue:
-        return Arg(a.int_value());
-      case v1::Argument::kFloatValue:
-        return Arg(a.float_value());
-      case v1::Argument::kBoolValue:
-        return Arg(a.bool_value());
-      case v1::Argument::kStringValue:
-        return Arg(a.string_value());
-      case v1::Argument::kDtype:
-        return Arg(a.dtype());
-      case v1::Argument::kDevice: {
-        Arg r;
-        r.v = a.device();
-        return r;
-      }
-      case v1::Argument::kLayout: {
-        Arg r;
-        r.v = a.layout();
-        return r;
-      }
-      case v1::Argument::kMemoryFormat:
-        return Arg(a.memory_format());
-      case v1::Argument::kList: {
-        Arg::List l;
-        for (const v1::Argument& item : a.list().items()) {
-          absl::StatusOr<Arg> r = Resolve(item);
-          if (!r.ok()) return r.status();
-          l.push_back(*std::move(r));
-        }
-        return Arg(std::move(l));
       }
       case v1::Argument::kSymbolic: {
         absl::StatusOr<int64_t> v = EvalSymInt(a.symbolic().expr(), symbols_);
@@ -331,6 +305,47 @@ absl::StatusOr<std::vector<Value>> Run(const v1::Graph& graph, absl::Span<const 
   std::optional<ExactFloatScope> exact;
   if (!options.round_to_dtype) exact.emplace();
   return GraphRun(graph, options).Run(inputs);
+}
+
+absl::StatusOr<Arg> ArgFromArgument(
+    const v1::Argument& a, const std::function<absl::StatusOr<Arg>(const v1::Argument&)>& other) {
+  switch (a.kind_case()) {
+    case v1::Argument::kIntValue:
+      return Arg(static_cast<int64_t>(a.int_value()));
+    case v1::Argument::kFloatValue:
+      return Arg(a.float_value());
+    case v1::Argument::kBoolValue:
+      return Arg(a.bool_value());
+    case v1::Argument::kStringValue:
+      return Arg(a.string_value());
+    case v1::Argument::kNone:
+      return Arg();
+    case v1::Argument::kDtype:
+      return Arg(a.dtype());
+    case v1::Argument::kDevice: {
+      Arg r;
+      r.v = a.device();
+      return r;
+    }
+    case v1::Argument::kLayout: {
+      Arg r;
+      r.v = a.layout();
+      return r;
+    }
+    case v1::Argument::kMemoryFormat:
+      return Arg(a.memory_format());
+    case v1::Argument::kList: {
+      Arg::List l;
+      for (const v1::Argument& item : a.list().items()) {
+        absl::StatusOr<Arg> r = ArgFromArgument(item, other);
+        if (!r.ok()) return r.status();
+        l.push_back(*std::move(r));
+      }
+      return Arg(std::move(l));
+    }
+    default:
+      return other(a);
+  }
 }
 
 absl::StatusOr<std::vector<Value>> RunOp(absl::string_view target, std::vector<Arg> args,

@@ -15,6 +15,7 @@
 // INVALID_ARGUMENT naming the node.
 
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <string>
 #include <utility>
@@ -86,6 +87,12 @@ struct RunOptions {
 // output, flattened in order (None entries kept).
 absl::StatusOr<std::vector<Value>> Run(const v1::Graph& graph, absl::Span<const Value> inputs,
                                        const RunOptions& options = {});
+
+// A graph or plan argument as an op argument: constants (scalars, strings, dtypes, devices,
+// layouts, memory formats, None) convert here, lists item by item; anything else (a node
+// reference, a symbolic value) goes to `other`.
+absl::StatusOr<Arg> ArgFromArgument(
+    const v1::Argument& a, const std::function<absl::StatusOr<Arg>(const v1::Argument&)>& other);
 
 // Runs one op by its OpOverload name ("aten.add.Tensor") on the given arguments; returns
 // its results (one entry for a single result, one per element for a tuple or list).

@@ -14,30 +14,19 @@
 namespace kiln::runtime {
 namespace {
 
+using testing::B;
+using testing::Bools;
+using testing::Ints;
 using testing::Layout;
+using testing::None;
 using testing::RandomTensor;
+using testing::V;
 using Kwargs = std::vector<std::pair<std::string, CallValue>>;
 
 constexpr auto kF32 = v1::DTYPE_FLOAT32;
 constexpr auto kF64 = v1::DTYPE_FLOAT64;
 constexpr auto kBF16 = v1::DTYPE_BFLOAT16;
 constexpr auto kF16 = v1::DTYPE_FLOAT16;
-
-CallValue V(Tensor t) { return CallValue{std::move(t)}; }
-CallValue V(int64_t i) { return CallValue{i}; }
-CallValue V(double d) { return CallValue{d}; }
-CallValue B(bool b) { return CallValue{b}; }
-CallValue None() { return CallValue{}; }
-CallValue Ints(std::vector<int64_t> v) {
-  CallValue::List l;
-  for (int64_t i : v) l.push_back(CallValue{i});
-  return CallValue{std::move(l)};
-}
-CallValue Bools(std::vector<bool> v) {
-  CallValue::List l;
-  for (bool b : v) l.push_back(CallValue{static_cast<bool>(b)});
-  return CallValue{std::move(l)};
-}
 
 double MaxAbs(const std::vector<double>& v) {
   double m = 0;

@@ -14,22 +14,13 @@
 namespace kiln::runtime {
 namespace {
 
+using testing::Bools;
+using testing::Ints;
 using testing::Layout;
 using testing::RandomTensor;
+using testing::V;
 
 constexpr auto kF64 = v1::DTYPE_FLOAT64;
-
-CallValue V(Tensor t) { return CallValue{std::move(t)}; }
-CallValue Ints(std::vector<int64_t> v) {
-  CallValue::List l;
-  for (int64_t i : v) l.push_back(CallValue{i});
-  return CallValue{std::move(l)};
-}
-CallValue Bools(std::vector<bool> v) {
-  CallValue::List l;
-  for (bool b : v) l.push_back(CallValue{static_cast<bool>(b)});
-  return CallValue{std::move(l)};
-}
 
 class GradientTest : public ::testing::Test {
  protected:

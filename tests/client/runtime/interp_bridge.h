@@ -20,6 +20,23 @@
 
 namespace kiln::runtime::testing {
 
+// Call arguments for extern-op tests.
+inline CallValue V(Tensor t) { return CallValue{std::move(t)}; }
+inline CallValue V(int64_t i) { return CallValue{i}; }
+inline CallValue V(double d) { return CallValue{d}; }
+inline CallValue B(bool b) { return CallValue{b}; }
+inline CallValue None() { return CallValue{}; }
+inline CallValue Ints(const std::vector<int64_t>& v) {
+  CallValue::List l;
+  for (int64_t i : v) l.push_back(CallValue{i});
+  return CallValue{std::move(l)};
+}
+inline CallValue Bools(const std::vector<bool>& v) {
+  CallValue::List l;
+  for (bool b : v) l.push_back(CallValue{static_cast<bool>(b)});
+  return CallValue{std::move(l)};
+}
+
 // A contiguous interpreter copy of `t` (values rounded to t's dtype, as stored).
 interp::Tensor ToInterp(const Tensor& t);
 interp::Arg ToInterp(const CallValue& v);

@@ -101,30 +101,10 @@ void SetMeta(v1::TensorMeta* m, const std::vector<int64_t>& sizes,
   m->mutable_device()->set_index(0);
 }
 
+// A constant argument for the interpreter (the tensors are graph inputs, passed apart).
 absl::StatusOr<interp::Arg> ToInterp(const v1::Argument& a) {
-  switch (a.kind_case()) {
-    case v1::Argument::kIntValue:
-      return interp::Arg(static_cast<int64_t>(a.int_value()));
-    case v1::Argument::kFloatValue:
-      return interp::Arg(a.float_value());
-    case v1::Argument::kBoolValue:
-      return interp::Arg(a.bool_value());
-    case v1::Argument::kStringValue:
-      return interp::Arg(a.string_value());
-    case v1::Argument::kDtype:
-      return interp::Arg(a.dtype());
-    case v1::Argument::kList: {
-      interp::Arg::List items;
-      for (const v1::Argument& x : a.list().items()) {
-        auto i = ToInterp(x);
-        if (!i.ok()) return i.status();
-        items.push_back(*i);
-      }
-      return interp::Arg(std::move(items));
-    }
-    default:
-      return interp::Arg();
-  }
+  return interp::ArgFromArgument(
+      a, [](const v1::Argument&) -> absl::StatusOr<interp::Arg> { return interp::Arg(); });
 }
 
 // One node of `target` over the given arguments; its outputs' metadata come from running
