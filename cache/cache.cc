@@ -71,6 +71,8 @@ absl::Status Cache::CountEntries() {
 CacheStatistics Cache::Statistics() const {
   CacheStatistics s = db_->counters().Snapshot();
   s.budget_bytes = db_->options().budget_bytes;
+  s.memory_blobs = store_->memory().blobs();
+  s.memory_bytes = store_->memory().bytes();
   return s;
 }
 

@@ -55,6 +55,7 @@ CacheStatistics Counters::Snapshot() const {
   s.evicted_blobs = evicted_blobs.load();
   s.evicted_bytes = evicted_bytes.load();
   s.blob_gets = blob_gets.load();
+  s.memory_hits = memory_hits.load();
   s.blob_get_misses = blob_get_misses.load();
   s.blob_puts = blob_puts.load();
   s.stores_moved_aside = stores_moved_aside.load();

@@ -40,6 +40,7 @@ struct Counters {
   std::atomic<int64_t> evicted_blobs{0};
   std::atomic<int64_t> evicted_bytes{0};
   std::atomic<int64_t> blob_gets{0};
+  std::atomic<int64_t> memory_hits{0};
   std::atomic<int64_t> blob_get_misses{0};
   std::atomic<int64_t> blob_puts{0};
   std::atomic<int64_t> stores_moved_aside{0};

@@ -31,6 +31,9 @@ struct CacheOptions {
 
   // One LRU cache for RocksDB's table blocks and its blob values.
   int64_t block_cache_bytes = int64_t{256} << 20;
+  // Recently used blobs kept in memory, already verified (see MemoryTier); 0: none, every
+  // read goes to RocksDB and hashes the blob again.
+  int64_t memory_bytes = int64_t{1} << 30;
 
   // An entry accessed more recently than this is not evicted while the store is within
   // `hard_limit_ratio` of the budget; past that the budget wins.

@@ -16,6 +16,9 @@ v1::CacheStats ToProto(const CacheStatistics& s) {
   out.set_evictions(s.evictions);
   out.set_evicted_bytes(s.evicted_bytes);
   out.set_blob_gets(s.blob_gets);
+  out.set_memory_hits(s.memory_hits);
+  out.set_memory_blobs(s.memory_blobs);
+  out.set_memory_bytes(s.memory_bytes);
   out.set_blob_get_misses(s.blob_get_misses);
   out.set_blob_puts(s.blob_puts);
   return out;

@@ -25,6 +25,9 @@ struct CacheStatistics {
   int64_t evicted_blobs = 0;       // blobs evicted (unreferenced, or freed with an action)
   int64_t evicted_bytes = 0;       // bytes freed by eviction
   int64_t blob_gets = 0;           // blob reads answered
+  int64_t memory_hits = 0;         // of those, answered from the memory tier
+  int64_t memory_blobs = 0;        // blobs the memory tier holds
+  int64_t memory_bytes = 0;        // their total length
   int64_t blob_get_misses = 0;     // blob reads for blobs not held (or dropped as corrupt)
   int64_t blob_puts = 0;           // blob writes that stored something new
   int64_t stores_moved_aside = 0;  // corrupt databases moved aside when opening

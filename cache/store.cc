@@ -16,7 +16,7 @@ std::string ShortHash(absl::string_view raw_hash) { return ToHex(raw_hash).subst
 }  // namespace
 
 Store::Store(CacheDb* db, std::function<void()> after_write)
-    : db_(db), after_write_(std::move(after_write)) {}
+    : db_(db), after_write_(std::move(after_write)), memory_(db->options().memory_bytes) {}
 
 Store::Stripe& Store::StripeOf(absl::string_view raw_hash) {
   return stripes_[static_cast<uint8_t>(raw_hash[0]) % kStripes];
@@ -76,14 +76,52 @@ absl::StatusOr<bool> Store::Put(const v1::Digest& digest, absl::string_view byte
     c.blobs.fetch_add(1);
     c.blob_bytes.fetch_add(size);
     c.blob_puts.fetch_add(1);
+    // Under the stripe, so that a delete of this blob cannot slip in before it is kept.
+    memory_.Insert(raw, std::make_shared<std::string>(bytes));
   }
   if (after_write_) after_write_();
   return false;
 }
 
 absl::StatusOr<std::string> Store::Get(const v1::Digest& digest, int64_t max_bytes) {
+  absl::StatusOr<BlobBytes> blob = Read(digest, max_bytes);
+  if (!blob.ok()) return blob.status();
+  return **blob;
+}
+
+absl::StatusOr<BlobBytes> Store::ReadKept(const v1::Digest& digest, int64_t max_bytes) {
   if (absl::Status s = ValidateDigest(digest); !s.ok()) return s;
   Counters& c = db_->counters();
+  const std::string raw = RawHash(digest.hash());
+  MemoryTier::Lookup kept = memory_.Find(raw);
+  if (kept.found == MemoryTier::Found::kCorrupt) {
+    // The stored blob may be intact: Read verifies it again from disk.
+    c.integrity_failures.fetch_add(1);
+    db_->Log("blob_integrity_failure",
+             absl::StrCat("blob ", digest.hash(),
+                          ": the copy in memory no longer matches its checksum; dropped from "
+                          "memory, reading the stored blob"));
+  }
+  if (kept.found != MemoryTier::Found::kHit) return BlobBytes();
+  const auto size = static_cast<int64_t>(kept.bytes->size());
+  if (digest.size_bytes() != 0 && digest.size_bytes() != size) {
+    c.blob_get_misses.fetch_add(1);
+    return absl::NotFoundError(
+        absl::StrCat("blob ", digest.hash(), " has ", size, " bytes, not ", digest.size_bytes()));
+  }
+  if (size > max_bytes) {
+    return absl::OutOfRangeError(
+        absl::StrCat("blob ", digest.hash(), " has ", size, " bytes, more than ", max_bytes));
+  }
+  Touch(raw, db_->NowMs());
+  c.blob_gets.fetch_add(1);
+  c.memory_hits.fetch_add(1);
+  return std::move(kept.bytes);
+}
+
+absl::StatusOr<BlobBytes> Store::Read(const v1::Digest& digest, int64_t max_bytes) {
+  absl::StatusOr<BlobBytes> kept = ReadKept(digest, max_bytes);
+  if (!kept.ok() || *kept != nullptr) return kept;
   const std::string raw = RawHash(digest.hash());
   if (max_bytes < std::numeric_limits<int64_t>::max()) {
     int64_t size = digest.size_bytes();
@@ -97,6 +135,13 @@ absl::StatusOr<std::string> Store::Get(const v1::Digest& digest, int64_t max_byt
           absl::StrCat("blob ", digest.hash(), " has ", size, " bytes, more than ", max_bytes));
     }
   }
+  return ReadFromDisk(digest, raw);
+}
+
+absl::StatusOr<BlobBytes> Store::ReadFromDisk(const v1::Digest& digest, const std::string& raw) {
+  Counters& c = db_->counters();
+  Stripe& stripe = StripeOf(raw);
+  const uint64_t deletes_before = stripe.deletes.load();
   std::string value;
   rocksdb::Status s = db_->db()->Get(db_->blob_read_options(), db_->blobs(), raw, &value);
   if (s.IsNotFound()) {
@@ -118,9 +163,14 @@ absl::StatusOr<std::string> Store::Get(const v1::Digest& digest, int64_t max_byt
     return absl::NotFoundError(absl::StrCat("blob ", digest.hash(), " has ", value.size(),
                                             " bytes, not ", digest.size_bytes()));
   }
+  BlobBytes blob = std::make_shared<std::string>(std::move(value));
+  {
+    MutexLock lock(&stripe.mu);
+    if (stripe.deletes.load() == deletes_before) memory_.Insert(raw, blob);
+  }
   Touch(raw, db_->NowMs());
   c.blob_gets.fetch_add(1);
-  return value;
+  return blob;
 }
 
 void Store::DropCorrupt(absl::string_view raw_hash, absl::string_view why) {
@@ -139,6 +189,8 @@ absl::StatusOr<int64_t> Store::Delete(absl::string_view raw_hash) {
   const std::string index_key = IndexKey(raw_hash, EntryKind::kBlob);
   Stripe& stripe = StripeOf(raw_hash);
   MutexLock lock(&stripe.mu);
+  stripe.deletes.fetch_add(1);
+  memory_.Erase(raw_hash);
   std::string bytes;
   rocksdb::Status found = db_->db()->Get(rocksdb::ReadOptions(), db_->index(), index_key, &bytes);
   IndexRecord record;

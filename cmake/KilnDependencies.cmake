@@ -28,6 +28,9 @@ find_program(KILN_PROTOC protoc REQUIRED)
 find_program(KILN_GRPC_CPP_PLUGIN grpc_cpp_plugin REQUIRED)
 find_program(KILN_GRPC_PYTHON_PLUGIN grpc_python_plugin)
 
+# xxHash, header only (XXH_INLINE_ALL): the cache's in-memory checksums.
+find_path(KILN_XXHASH_INCLUDE xxhash.h REQUIRED)
+
 find_path(KILN_HTTPLIB_INCLUDE httplib.h REQUIRED)
 # Debian builds cpp-httplib as a shared library; its header must see the same switches.
 find_library(KILN_HTTPLIB_LIBRARY cpp-httplib REQUIRED)

@@ -10,7 +10,7 @@ packages=(
   libncurses-dev libffi-dev
   # libraries
   libgrpc++-dev libgrpc-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler libabsl-dev
-  librocksdb-dev libsnappy-dev liblz4-dev libbz2-dev libgflags-dev
+  librocksdb-dev libxxhash-dev libsnappy-dev liblz4-dev libbz2-dev libgflags-dev
   libgtest-dev libgmock-dev googletest libbenchmark-dev libopenblas-dev
   libcpp-httplib-dev libspdlog-dev libfmt-dev nlohmann-json3-dev libcli11-dev libssl-dev openssl
   # tests and benchmarks

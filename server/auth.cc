@@ -96,14 +96,36 @@ absl::StatusOr<std::unique_ptr<Authorizer>> Authorizer::FromText(absl::string_vi
   return authorizer;
 }
 
+namespace {
+
+// `identity`, if its role includes `needed`; PERMISSION_DENIED otherwise.
+absl::StatusOr<Identity> HoldsRole(Identity identity, Role needed) {
+  if (static_cast<int>(identity.role) < static_cast<int>(needed)) {
+    return absl::PermissionDeniedError(absl::StrCat("the token of ", identity.name, " has role ",
+                                                    RoleName(identity.role), "; this call needs ",
+                                                    RoleName(needed)));
+  }
+  return identity;
+}
+
+}  // namespace
+
 absl::StatusOr<Identity> Authorizer::Identify(const grpc::ServerContextBase& context) const {
   if (tokens_.empty()) return Identity{PeerName(context), Role::kAdmin};
   const auto& metadata = context.client_metadata();
   auto it = metadata.find("authorization");
-  if (it == metadata.end()) {
+  if (it == metadata.end()) return IdentifyHeader(nullptr, "");
+  const absl::string_view header(it->second.data(), it->second.size());
+  return IdentifyHeader(&header, "");
+}
+
+absl::StatusOr<Identity> Authorizer::IdentifyHeader(const absl::string_view* authorization,
+                                                    absl::string_view peer) const {
+  if (tokens_.empty()) return Identity{std::string(peer), Role::kAdmin};
+  if (authorization == nullptr) {
     return absl::UnauthenticatedError("missing `authorization: Bearer TOKEN` metadata");
   }
-  absl::string_view header(it->second.data(), it->second.size());
+  absl::string_view header = *authorization;
   if (!absl::ConsumePrefix(&header, "Bearer ")) {
     return absl::UnauthenticatedError("the authorization metadata is not a Bearer token");
   }
@@ -123,12 +145,14 @@ absl::StatusOr<Identity> Authorizer::Check(const grpc::ServerContextBase& contex
                                            Role needed) const {
   absl::StatusOr<Identity> identity = Identify(context);
   if (!identity.ok()) return identity.status();
-  if (static_cast<int>(identity->role) < static_cast<int>(needed)) {
-    return absl::PermissionDeniedError(absl::StrCat("the token of ", identity->name, " has role ",
-                                                    RoleName(identity->role), "; this call needs ",
-                                                    RoleName(needed)));
-  }
-  return identity;
+  return HoldsRole(*std::move(identity), needed);
+}
+
+absl::StatusOr<Identity> Authorizer::CheckHeader(const absl::string_view* authorization,
+                                                 absl::string_view peer, Role needed) const {
+  absl::StatusOr<Identity> identity = IdentifyHeader(authorization, peer);
+  if (!identity.ok()) return identity.status();
+  return HoldsRole(*std::move(identity), needed);
 }
 
 }  // namespace kiln::server

@@ -45,6 +45,13 @@ class Authorizer {
   // The identity a token grants, without a role check (UNAUTHENTICATED if unknown).
   absl::StatusOr<Identity> Identify(const grpc::ServerContextBase& context) const;
 
+  // The same for a caller outside gRPC: `authorization` is its Authorization header (null
+  // when absent), `peer` names it when no token does.
+  absl::StatusOr<Identity> IdentifyHeader(const absl::string_view* authorization,
+                                          absl::string_view peer) const;
+  absl::StatusOr<Identity> CheckHeader(const absl::string_view* authorization,
+                                       absl::string_view peer, Role needed) const;
+
   bool enabled() const { return !tokens_.empty(); }
 
  private:

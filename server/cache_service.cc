@@ -4,6 +4,9 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "grpcpp/impl/rpc_service_method.h"
+#include "grpcpp/support/method_handler.h"
+#include "grpcpp/support/slice.h"
 #include "proto/digest.h"
 #include "proto/grpc_status.h"
 #include "server/json_log.h"
@@ -19,6 +22,41 @@ grpc::Status Reply(const absl::Status& status, absl::string_view field) {
   return ToGrpcStatus(status);
 }
 
+// Blobs up to this length are copied into the message; longer ones are lent to gRPC.
+constexpr size_t kLendAbove = 16 << 10;
+
+void ReleaseLent(void* blob) { delete static_cast<cache::BlobBytes*>(blob); }
+
+// kiln.v1.GetResponse{digest: {hash, size_bytes}, data: blob} as protobuf's wire format: the
+// fields before `data` serialized by protobuf, then data's tag and length, then the blob, lent
+// to the transport (it holds a reference until the bytes are written) when long.
+grpc::ByteBuffer EncodeGetResponse(const std::string& hash, cache::BlobBytes blob) {
+  v1::GetResponse head;
+  head.mutable_digest()->set_hash(hash);
+  head.mutable_digest()->set_size_bytes(static_cast<int64_t>(blob->size()));
+  std::string prefix = head.SerializeAsString();
+  prefix.push_back(static_cast<char>((v1::GetResponse::kDataFieldNumber << 3) | 2));
+  for (uint64_t n = blob->size(); true; n >>= 7) {
+    if (n < 0x80) {
+      prefix.push_back(static_cast<char>(n));
+      break;
+    }
+    prefix.push_back(static_cast<char>((n & 0x7f) | 0x80));
+  }
+  if (blob->size() <= kLendAbove) {
+    prefix.append(*blob);
+    grpc::Slice whole(prefix);
+    return grpc::ByteBuffer(&whole, 1);
+  }
+  char* data = const_cast<char*>(blob->data());  // gRPC only reads it
+  const size_t size = blob->size();
+  grpc::Slice slices[] = {
+      grpc::Slice(prefix),
+      grpc::Slice(data, size, ReleaseLent, new cache::BlobBytes(std::move(blob))),
+  };
+  return grpc::ByteBuffer(slices, 2);
+}
+
 }  // namespace
 
 absl::StatusOr<std::unique_ptr<cache::Cache>> OpenServerCache(const ServerConfig& config,
@@ -28,6 +66,7 @@ absl::StatusOr<std::unique_ptr<cache::Cache>> OpenServerCache(const ServerConfig
   options.budget_bytes = config.cache_max_bytes;
   options.max_blob_bytes = config.max_blob_bytes;
   options.sync_writes = config.cache_sync_writes;
+  options.memory_bytes = config.cache_memory_bytes;
   options.refuse_corrupt_store = config.refuse_corrupt_store;
   options.log = [](absl::string_view event, absl::string_view detail) {
     LogWarning(std::string(event), {{"detail", std::string(detail)}});
@@ -49,30 +88,56 @@ CacheService::CacheService(cache::Cache* cache, const Authorizer* authorizer,
     : cache_(cache),
       authorizer_(authorizer),
       max_blob_bytes_(max_blob_bytes),
-      chunk_bytes_(chunk_bytes) {}
+      chunk_bytes_(chunk_bytes) {
+  // GetWhole answers with a byte buffer: gRPC's sync API allows another response type only
+  // for a handler that reads the request itself ("streamed unary"); on the wire it is the
+  // same unary call.
+  const int get_whole = v1::GetRequest::descriptor()
+                            ->file()
+                            ->FindServiceByName("Cache")
+                            ->FindMethodByName("GetWhole")
+                            ->index();
+  MarkMethodStreamed(
+      get_whole, new grpc::internal::StreamedUnaryHandler<v1::GetRequest, grpc::ByteBuffer>(
+                     [this](grpc::ServerContext* context,
+                            grpc::ServerUnaryStreamer<v1::GetRequest, grpc::ByteBuffer>* stream) {
+                       v1::GetRequest request;
+                       if (!stream->Read(&request)) {
+                         return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
+                                             "no kiln.v1.GetRequest could be read from the call");
+                       }
+                       grpc::ByteBuffer response;
+                       grpc::Status status = GetWholeEncoded(context, &request, &response);
+                       // Sent together with the status, in one batch.
+                       if (status.ok())
+                         stream->Write(response, grpc::WriteOptions().set_last_message());
+                       return status;
+                     }));
+}
 
 grpc::Status CacheService::Get(grpc::ServerContext* context, const v1::GetRequest* request,
                                grpc::ServerWriter<v1::GetResponse>* writer) {
   if (auto who = authorizer_->Check(*context, Role::kRead); !who.ok()) {
     return ToGrpcStatus(who.status());
   }
-  absl::StatusOr<std::string> bytes = cache_->store().Get(request->digest());
-  if (!bytes.ok()) return Reply(bytes.status(), "digest");
-  const auto size = static_cast<int64_t>(bytes->size());
+  absl::StatusOr<cache::BlobBytes> blob = cache_->store().Read(request->digest());
+  if (!blob.ok()) return Reply(blob.status(), "digest");
+  const std::string& bytes = **blob;
+  const auto size = static_cast<int64_t>(bytes.size());
   v1::GetResponse response;
   v1::Digest* digest = response.mutable_digest();
   digest->set_hash(request->digest().hash());
   digest->set_size_bytes(size);
   // The last message goes out with the status, in one write.
   if (size <= chunk_bytes_) {
-    response.set_data(*std::move(bytes));
+    response.set_data(bytes);
     writer->WriteLast(response, grpc::WriteOptions());
     return grpc::Status::OK;
   }
   for (int64_t offset = 0; offset < size; offset += chunk_bytes_) {
     if (context->IsCancelled()) return grpc::Status(grpc::StatusCode::CANCELLED, "cancelled");
     response.set_offset(offset);
-    response.mutable_data()->assign(*bytes, offset, chunk_bytes_);
+    response.mutable_data()->assign(bytes, offset, chunk_bytes_);
     if (offset + chunk_bytes_ >= size) {
       writer->WriteLast(response, grpc::WriteOptions());
     } else if (!writer->Write(response)) {
@@ -83,17 +148,15 @@ grpc::Status CacheService::Get(grpc::ServerContext* context, const v1::GetReques
   return grpc::Status::OK;
 }
 
-grpc::Status CacheService::GetWhole(grpc::ServerContext* context, const v1::GetRequest* request,
-                                    v1::GetResponse* response) {
+grpc::Status CacheService::GetWholeEncoded(grpc::ServerContext* context,
+                                           const v1::GetRequest* request,
+                                           grpc::ByteBuffer* response) {
   if (auto who = authorizer_->Check(*context, Role::kRead); !who.ok()) {
     return ToGrpcStatus(who.status());
   }
-  absl::StatusOr<std::string> bytes = cache_->store().Get(request->digest(), chunk_bytes_);
-  if (!bytes.ok()) return Reply(bytes.status(), "digest");
-  v1::Digest* digest = response->mutable_digest();
-  digest->set_hash(request->digest().hash());
-  digest->set_size_bytes(static_cast<int64_t>(bytes->size()));
-  response->set_data(*std::move(bytes));
+  absl::StatusOr<cache::BlobBytes> blob = cache_->store().Read(request->digest(), chunk_bytes_);
+  if (!blob.ok()) return Reply(blob.status(), "digest");
+  *response = EncodeGetResponse(request->digest().hash(), *std::move(blob));
   return grpc::Status::OK;
 }
 

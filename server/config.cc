@@ -57,6 +57,12 @@ absl::Status ValidateConfig(const ServerConfig& config) {
       return s;
     }
   }
+  if (!config.blob_listen.empty()) {
+    if (absl::Status s = ValidateHostPort("blob-listen", config.blob_listen); !s.ok()) return s;
+  }
+  if (config.blob_loops < 1 || config.blob_loops > 64) {
+    return absl::InvalidArgumentError("--blob-loops must be between 1 and 64");
+  }
   if (config.tls_cert_file.empty() != config.tls_key_file.empty()) {
     return absl::InvalidArgumentError("--tls-cert and --tls-key go together");
   }
@@ -64,9 +70,10 @@ absl::Status ValidateConfig(const ServerConfig& config) {
     return absl::InvalidArgumentError("--tls-client-ca needs --tls-cert and --tls-key");
   }
   if (!config.insecure) {
-    // With TLS the gRPC port may face the network; the HTTP endpoint has no TLS of its own.
-    for (auto [flag, address] : {std::pair{"listen", &config.listen},
-                                 std::pair{"metrics-listen", &config.metrics_listen}}) {
+    // With TLS the gRPC port may face the network; the HTTP endpoints have no TLS of their own.
+    for (auto [flag, address] :
+         {std::pair{"listen", &config.listen}, std::pair{"metrics-listen", &config.metrics_listen},
+          std::pair{"blob-listen", &config.blob_listen}}) {
       if (config.tls() && address == &config.listen) continue;
       if (!address->empty() && !IsLoopbackAddress(*address)) {
         return absl::InvalidArgumentError(
@@ -104,6 +111,9 @@ absl::Status ValidateConfig(const ServerConfig& config) {
   }
   if (config.cache_max_bytes < 0) {
     return absl::InvalidArgumentError("--cache-max-bytes must not be negative (0: no limit)");
+  }
+  if (config.cache_memory_bytes < 0) {
+    return absl::InvalidArgumentError("--cache-memory-bytes must not be negative (0: none)");
   }
   if (config.max_blob_bytes < 1 || config.max_blob_bytes > (int64_t{2} << 30) - 1) {
     return absl::InvalidArgumentError("--max-blob-bytes must be between 1 and 2 GiB - 1");

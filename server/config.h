@@ -12,17 +12,20 @@ namespace kiln::server {
 struct ServerConfig {
   std::string listen = "127.0.0.1:50051";         // gRPC address; port 0 picks a free port
   std::string metrics_listen = "127.0.0.1:9464";  // HTTP for /metrics; empty disables it
-  std::string data_dir = "kiln-data";             // store and lock file
-  bool insecure = false;                          // allow a non-loopback listen address without TLS
-  double drain_seconds = 10;  // grace period on SIGTERM before in-flight work is cancelled
+  std::string blob_listen;  // HTTP/1.1 blob endpoint (GET/HEAD/PUT /cas/<hash>); empty: none
+  int blob_loops = 2;       // its event-loop threads
+  std::string data_dir = "kiln-data";  // store and lock file
+  bool insecure = false;               // allow a non-loopback listen address without TLS
+  double drain_seconds = 10;           // grace period on SIGTERM before in-flight work is cancelled
   int64_t max_message_bytes = 64 << 20;  // largest gRPC message accepted
   std::string log_level = "info";        // debug, info, warning, error
 
   // The cache (content-addressed store and action cache under <data_dir>/store).
-  int64_t cache_max_bytes = int64_t{16} << 30;  // eviction budget; 0: no limit
-  int64_t max_blob_bytes = int64_t{256} << 20;  // largest blob a Put may store
-  bool refuse_corrupt_store = false;            // exit instead of moving a corrupt store aside
-  bool cache_sync_writes = false;               // fsync every cache write (machine crashes too)
+  int64_t cache_max_bytes = int64_t{16} << 30;    // eviction budget; 0: no limit
+  int64_t max_blob_bytes = int64_t{256} << 20;    // largest blob a Put may store
+  bool refuse_corrupt_store = false;              // exit instead of moving a corrupt store aside
+  bool cache_sync_writes = false;                 // fsync every cache write (machine crashes too)
+  int64_t cache_memory_bytes = int64_t{1} << 30;  // verified blobs served from memory; 0: none
   // TLS: a PEM certificate chain and key make the gRPC port (and HTTP stays loopback-only
   // unless --insecure) speak TLS; a client CA additionally requires and verifies client
   // certificates (mutual TLS).

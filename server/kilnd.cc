@@ -18,6 +18,7 @@
 #include "compiler/canon/toolchain.h"
 #include "server/admin_service.h"
 #include "server/auth.h"
+#include "server/blob_http.h"
 #include "server/cache_service.h"
 #include "server/compile_service.h"
 #include "server/data_dir.h"
@@ -46,6 +47,7 @@ struct KilnServer::State {
   std::unique_ptr<TraceStore> traces;
   std::unique_ptr<grpc::Server> grpc_server;
   std::unique_ptr<HttpEndpoint> http;
+  std::unique_ptr<BlobHttpServer> blob_http;
   int grpc_port = 0;
   absl::Time started = absl::Now();
   std::once_flag drain_once;
@@ -117,6 +119,12 @@ void AddCacheMetrics(MetricsRegistry& metrics, cache::Cache* cache) {
        [](const cache::CacheStatistics& s) { return s.variants; }, false},
       {"kiln_cache_integrity_failures_total", "Blobs whose bytes no longer matched their digest.",
        [](const cache::CacheStatistics& s) { return s.integrity_failures; }, true},
+      {"kiln_cache_blob_reads_total", "Blob reads answered.",
+       [](const cache::CacheStatistics& s) { return s.blob_gets; }, true},
+      {"kiln_cache_memory_hits_total", "Blob reads answered from the memory tier.",
+       [](const cache::CacheStatistics& s) { return s.memory_hits; }, true},
+      {"kiln_cache_memory_bytes", "Bytes of verified blobs kept in memory.",
+       [](const cache::CacheStatistics& s) { return s.memory_bytes; }, false},
       {"kiln_cache_evictions_total", "Action entries evicted.",
        [](const cache::CacheStatistics& s) { return s.evictions; }, true},
       {"kiln_cache_evicted_bytes_total", "Bytes freed by eviction.",
@@ -271,12 +279,29 @@ absl::StatusOr<std::unique_ptr<KilnServer>> KilnServer::Start(const ServerConfig
     });
   }
 
+  if (!config.blob_listen.empty()) {
+    BlobHttpOptions options;
+    options.address = config.blob_listen;
+    options.loops = config.blob_loops;
+    options.max_blob_bytes = config.max_blob_bytes;
+    options.metrics = &state->metrics;
+    absl::StatusOr<std::unique_ptr<BlobHttpServer>> blobs =
+        BlobHttpServer::Start(&state->cache->store(), state->authorizer.get(), options);
+    if (!blobs.ok()) {
+      state->grpc_server->Shutdown();
+      if (state->http) state->http->Stop();
+      return blobs.status();
+    }
+    state->blob_http = *std::move(blobs);
+  }
+
   LogInfo("serving", {{"grpc_port", state->grpc_port},
                       {"listen", config.listen},
                       {"tls", config.tls()},
                       {"mtls", !config.tls_client_ca_file.empty()},
                       {"tokens", state->authorizer->enabled()},
                       {"http_port", state->http ? state->http->port() : 0},
+                      {"blob_port", state->blob_http ? state->blob_http->port() : 0},
                       {"data_dir", config.data_dir},
                       {"version", kKilnVersion}});
   return std::unique_ptr<KilnServer>(new KilnServer(std::move(state)));
@@ -285,6 +310,8 @@ absl::StatusOr<std::unique_ptr<KilnServer>> KilnServer::Start(const ServerConfig
 int KilnServer::grpc_port() const { return state_->grpc_port; }
 
 int KilnServer::http_port() const { return state_->http ? state_->http->port() : 0; }
+
+int KilnServer::blob_port() const { return state_->blob_http ? state_->blob_http->port() : 0; }
 
 void KilnServer::Drain(absl::Duration grace) {
   std::call_once(state_->drain_once, [&] {
@@ -296,6 +323,8 @@ void KilnServer::Drain(absl::Duration grace) {
     state_->grpc_server->Shutdown(std::chrono::system_clock::now() +
                                   absl::ToChronoNanoseconds(grace));
     if (state_->http) state_->http->Stop();
+    // Blob requests in flight finish; connections close.
+    if (state_->blob_http) state_->blob_http->Stop();
     // Shutdown has returned: no call runs any more, so the store can be closed.
     if (absl::Status s = state_->cache->Close(); !s.ok()) {
       LogError("cache_close_failed", {{"error", s.ToString()}});

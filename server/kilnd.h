@@ -21,6 +21,7 @@ class KilnServer {
 
   int grpc_port() const;
   int http_port() const;  // 0 when the HTTP endpoint is disabled
+  int blob_port() const;  // 0 without --blob-listen
 
   // Stops taking new work and shuts down after at most `grace`.
   void Drain(absl::Duration grace);

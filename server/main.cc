@@ -67,6 +67,14 @@ int main(int argc, char** argv) {
                  "HTTP address for /metrics and status pages; empty disables it")
       ->envname("KILN_METRICS_LISTEN")
       ->capture_default_str();
+  app.add_option("--blob-listen", config.blob_listen,
+                 "HTTP/1.1 address serving blobs at /cas/<sha256 hex> (GET, HEAD, PUT); empty "
+                 "disables it")
+      ->envname("KILN_BLOB_LISTEN")
+      ->capture_default_str();
+  app.add_option("--blob-loops", config.blob_loops, "event-loop threads of --blob-listen")
+      ->envname("KILN_BLOB_LOOPS")
+      ->capture_default_str();
   app.add_option("--data-dir", config.data_dir, "directory for the store and lock file")
       ->envname("KILN_DATA_DIR")
       ->capture_default_str();
@@ -107,6 +115,12 @@ int main(int argc, char** argv) {
                  "byte budget of the cache; eviction keeps it near this (0: no limit; 16GiB, "
                  "512MB... accepted)")
       ->envname("KILN_CACHE_MAX_BYTES")
+      ->transform(CLI::AsSizeValue(false))
+      ->capture_default_str();
+  app.add_option("--cache-memory-bytes", config.cache_memory_bytes,
+                 "recently read blobs kept in memory, verified when they entered it and "
+                 "checked on every read (0: none: every read hashes the stored blob)")
+      ->envname("KILN_CACHE_MEMORY_BYTES")
       ->transform(CLI::AsSizeValue(false))
       ->capture_default_str();
   app.add_option("--max-blob-bytes", config.max_blob_bytes,

@@ -1,9 +1,13 @@
-// cache_bench: Get and Put throughput and latency of kilnd's Cache service over loopback
-// gRPC, beside redis-server (no persistence) measured in the same run with the same value
-// sizes and concurrency. kilnd persists every write (WAL on; a second table adds fsync per
-// write). Usage: cache_bench [--seconds S] [--kilnd PATH] [--redis-server PATH]
-//   [--sizes 1K,64K,1M] [--clients 1,16] [--tables wal,sync,store]
-// The last three pick rows (for profiling one case); by default every row runs. Beside each
+// cache_bench: Get and Put throughput and latency of kilnd's blobs over loopback, through
+// the gRPC Cache service and the HTTP/1.1 blob endpoint (--blob-listen), beside redis-server
+// (no persistence) measured in the same run with the same value sizes and concurrency.
+// kilnd persists every write (WAL on; a second table adds fsync per write). Usage: cache_bench
+// [--seconds S] [--kilnd PATH] [--redis-server PATH]
+//   [--sizes 1K,64K,1M] [--clients 1,16] [--tables wal,sync,store] [--rounds N]
+// The last three pick rows (for profiling one case); by default every row runs. Gets are
+// measured in N rounds (default 3) that take turns between kilnd and redis-server, each
+// `seconds / N` long, and every figure is the median of its rounds: a burst of other load
+// on the machine moves one round, not the ratio. Beside each
 // rate, "cpu µs/op" is the CPU time per operation of the server + of the client process:
 // what the machine spends, whatever else runs on it.
 
@@ -34,6 +38,7 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/time/clock.h"
 #include "cache/cache.h"
+#include "client/blob_http_client.h"
 #include "client/cache_client.h"
 #include "grpcpp/create_channel.h"
 #include "proto/digest.h"
@@ -259,6 +264,24 @@ Result Measure(pid_t server, int clients, int64_t total_ops, double seconds,
   return r;
 }
 
+// Per field, the median of several measurements of the same thing.
+Result Median(std::vector<Result> runs) {
+  auto median = [&](double Result::*field) {
+    std::vector<double> v;
+    for (const Result& r : runs) v.push_back(r.*field);
+    std::sort(v.begin(), v.end());
+    return v[v.size() / 2];
+  };
+  Result m;
+  m.ops_per_second = median(&Result::ops_per_second);
+  m.p50_ms = median(&Result::p50_ms);
+  m.p99_ms = median(&Result::p99_ms);
+  m.server_cpu_us = median(&Result::server_cpu_us);
+  m.client_cpu_us = median(&Result::client_cpu_us);
+  for (const Result& r : runs) m.errors += r.errors;
+  return m;
+}
+
 struct Values {
   std::vector<std::string> bytes;
   std::vector<v1::Digest> digests;
@@ -299,12 +322,13 @@ std::string CpuCell(const Result& r) {
   return absl::StrFormat("%.0f+%.0f", r.server_cpu_us, r.client_cpu_us);
 }
 
-void PrintRow(const char* op, size_t size, int clients, const Result& k, const Result& r) {
+void PrintRow(const char* op, const char* via, size_t size, int clients, const Result& k,
+              const Result& r) {
   std::printf(
-      "| %-3s | %7s | %2d | %9.0f | %6.3f | %6.3f | %11s | %9.0f | %6.3f | %6.3f | %11s | %5.2fx "
-      "|%s\n",
-      op, SizeName(size).c_str(), clients, k.ops_per_second, k.p50_ms, k.p99_ms, CpuCell(k).c_str(),
-      r.ops_per_second, r.p50_ms, r.p99_ms, CpuCell(r).c_str(),
+      "| %-3s | %-4s | %7s | %2d | %9.0f | %6.3f | %6.3f | %11s | %9.0f | %6.3f | %6.3f | %11s | "
+      "%5.2fx |%s\n",
+      op, via, SizeName(size).c_str(), clients, k.ops_per_second, k.p50_ms, k.p99_ms,
+      CpuCell(k).c_str(), r.ops_per_second, r.p50_ms, r.p99_ms, CpuCell(r).c_str(),
       r.ops_per_second > 0 ? k.ops_per_second / r.ops_per_second : 0.0,
       k.errors + r.errors > 0
           ? absl::StrCat(" errors: kiln ", k.errors, " redis ", r.errors).c_str()
@@ -328,6 +352,7 @@ std::vector<int64_t> ParseList(const std::string& text) {
 
 int Main(int argc, char** argv) {
   double seconds = 3;
+  int rounds = 3;
   std::string kilnd = testing::KilndPath();
   std::string redis = "/usr/bin/redis-server";
   std::vector<int64_t> only_sizes, only_clients;
@@ -346,6 +371,8 @@ int Main(int argc, char** argv) {
       only_clients = ParseList(argv[i + 1]);
     else if (flag == "--tables")
       tables = argv[i + 1];
+    else if (flag == "--rounds")
+      rounds = std::max(1, std::atoi(argv[i + 1]));
     else
       Die("unknown flag " + flag);
   }
@@ -381,23 +408,28 @@ int Main(int argc, char** argv) {
 
   auto run_table = [&](const std::vector<std::string>& flags, bool gets, const char* title,
                        const std::vector<Size>& sizes) {
-    absl::StatusOr<testing::KilndProcess> k =
-        testing::KilndProcess::Start(dir.path() + "/kiln-" + std::to_string(flags.size()), flags);
+    std::vector<std::string> kilnd_flags = flags;
+    kilnd_flags.insert(kilnd_flags.end(), {"--blob-listen", "127.0.0.1:0"});
+    absl::StatusOr<testing::KilndProcess> k = testing::KilndProcess::Start(
+        dir.path() + "/kiln-" + std::to_string(flags.size()), kilnd_flags);
     if (!k.ok()) Die(k.status().ToString());
     std::printf("\n%s\n\n", title);
     std::printf(
-        "| op  | size    | c  | kiln op/s | p50 ms | p99 ms | cpu µs/op   | redis op/s | p50 ms "
-        "| p99 ms | cpu µs/op   | kiln/redis |\n");
+        "| op  | via  | size    | c  | kiln op/s | p50 ms | p99 ms | cpu µs/op   | redis op/s | "
+        "p50 ms | p99 ms | cpu µs/op   | kiln/redis |\n");
     std::printf(
-        "|-----|---------|----|-----------|--------|--------|-------------|-----------|--------|"
-        "--------|-------------|-------|\n");
+        "|-----|------|---------|----|-----------|--------|--------|-------------|-----------|"
+        "--------|--------|-------------|-------|\n");
     std::vector<std::unique_ptr<client::CacheClient>> kiln_clients;
+    std::vector<std::unique_ptr<client::BlobHttpClient>> http_clients;
     std::vector<std::unique_ptr<RespClient>> redis_clients;
     client::CacheClientOptions options;
     options.verify_reads = false;  // kilnd verifies every read; Redis clients check nothing
     for (int c = 0; c < 16; ++c) {
       kiln_clients.push_back(std::make_unique<client::CacheClient>(
           Channel(k->address(), c), client::ChannelOptions{}, options));
+      http_clients.push_back(std::make_unique<client::BlobHttpClient>(client::BlobHttpClientOptions{
+          .address = "127.0.0.1:" + std::to_string(k->blob_port()), .verify_reads = false}));
       redis_clients.push_back(std::make_unique<RespClient>(redis_port));
       if (!redis_clients.back()->connected()) Die("cannot connect to redis-server");
     }
@@ -413,27 +445,42 @@ int Main(int argc, char** argv) {
         const Result kput = Measure(k->process().pid(), clients, n, 0, [&](int c, int64_t i) {
           return kiln_clients[c]->Put(values.digests[i], values.bytes[i]).ok();
         });
+        const Values http_values = MakeValues(size.bytes, n, seed + 500);
+        const Result hput = Measure(k->process().pid(), clients, n, 0, [&](int c, int64_t i) {
+          return http_clients[c]->Put(http_values.digests[i], http_values.bytes[i]).ok();
+        });
         const Result rput = Measure(redis_server->pid(), clients, n, 0, [&](int c, int64_t i) {
           return redis_clients[c]->Set(keys[i], values.bytes[i]);
         });
-        PrintRow("put", size.bytes, clients, kput, rput);
+        PrintRow("put", "grpc", size.bytes, clients, kput, rput);
+        PrintRow("put", "http", size.bytes, clients, hput, rput);
         if (!gets) continue;
         // Gets pick among the values just stored, in the same order for both servers.
         std::vector<int> order(1 << 16);
         std::mt19937 rng(static_cast<unsigned>(seed));
         for (int& o : order) o = static_cast<int>(rng() % values.bytes.size());
-        const Result kget = Measure(k->process().pid(), clients, 0, seconds, [&](int c, int64_t i) {
-          absl::StatusOr<std::string> got =
-              kiln_clients[c]->Get(values.digests[order[i % order.size()]]);
-          return got.ok() && got->size() == size.bytes;
-        });
-        const Result rget =
-            Measure(redis_server->pid(), clients, 0, seconds, [&](int c, int64_t i) {
-              thread_local std::string v;
-              return redis_clients[c]->Get(keys[order[i % order.size()]], &v) &&
-                     v.size() == size.bytes;
-            });
-        PrintRow("get", size.bytes, clients, kget, rget);
+        const double each = seconds / rounds;
+        std::vector<Result> kgets, hgets, rgets;
+        for (int round = 0; round < rounds; ++round) {
+          kgets.push_back(Measure(k->process().pid(), clients, 0, each, [&](int c, int64_t i) {
+            absl::StatusOr<std::string> got =
+                kiln_clients[c]->Get(values.digests[order[i % order.size()]]);
+            return got.ok() && got->size() == size.bytes;
+          }));
+          hgets.push_back(Measure(k->process().pid(), clients, 0, each, [&](int c, int64_t i) {
+            absl::StatusOr<std::string> got =
+                http_clients[c]->Get(values.digests[order[i % order.size()]]);
+            return got.ok() && got->size() == size.bytes;
+          }));
+          rgets.push_back(Measure(redis_server->pid(), clients, 0, each, [&](int c, int64_t i) {
+            thread_local std::string v;
+            return redis_clients[c]->Get(keys[order[i % order.size()]], &v) &&
+                   v.size() == size.bytes;
+          }));
+        }
+        const Result rget = Median(rgets);
+        PrintRow("get", "grpc", size.bytes, clients, Median(kgets), rget);
+        PrintRow("get", "http", size.bytes, clients, Median(hgets), rget);
       }
     }
   };

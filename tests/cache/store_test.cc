@@ -288,5 +288,95 @@ TEST(StoreTest, CorruptDatabaseIsMovedAsideUnlessRefused) {
   EXPECT_EQ(*cache->store().Get(DigestOf(value)), value);
 }
 
+TEST(StoreTest, WrittenBlobsAreReadFromMemoryWithoutACopy) {
+  TempDir dir;
+  auto cache = OpenOrDie(Options(dir.path() + "/store"));
+  const std::string value = PseudoRandomBytes(70000, 11);
+  ASSERT_TRUE(cache->store().Put(DigestOf(value), value).ok());
+  absl::StatusOr<BlobBytes> first = cache->store().Read(DigestOf(value));
+  absl::StatusOr<BlobBytes> second = cache->store().Read(DigestOf(value));
+  ASSERT_TRUE(first.ok() && second.ok());
+  EXPECT_EQ(first->get(), second->get());
+  EXPECT_EQ(**first, value);
+  const CacheStatistics s = cache->Statistics();
+  EXPECT_EQ(s.blob_gets, 2);
+  EXPECT_EQ(s.memory_hits, 2);
+  EXPECT_EQ(s.memory_blobs, 1);
+  EXPECT_EQ(s.memory_bytes, 70000);
+  // Limits and sizes are checked for reads from memory as for reads from disk.
+  EXPECT_TRUE(absl::IsOutOfRange(cache->store().Read(DigestOf(value), 69999).status()));
+  v1::Digest wrong_size = DigestOf(value);
+  wrong_size.set_size_bytes(5);
+  EXPECT_TRUE(absl::IsNotFound(cache->store().Read(wrong_size).status()));
+}
+
+TEST(StoreTest, ABlobReadFromDiskIsVerifiedThenKeptInMemory) {
+  TempDir dir;
+  const std::string path = dir.path() + "/store";
+  const std::string value = PseudoRandomBytes(300000, 12);
+  {
+    auto cache = OpenOrDie(Options(path));
+    ASSERT_TRUE(cache->store().Put(DigestOf(value), value).ok());
+  }
+  auto cache = OpenOrDie(Options(path));
+  EXPECT_EQ(cache->Statistics().memory_blobs, 0);
+  EXPECT_EQ(*cache->store().Get(DigestOf(value)), value);
+  EXPECT_EQ(cache->Statistics().memory_hits, 0);
+  EXPECT_EQ(*cache->store().Get(DigestOf(value)), value);
+  EXPECT_EQ(cache->Statistics().memory_hits, 1);
+}
+
+TEST(StoreTest, WithoutAMemoryTierEveryReadGoesToDisk) {
+  TempDir dir;
+  CacheOptions o = Options(dir.path() + "/store");
+  o.memory_bytes = 0;
+  auto cache = OpenOrDie(o);
+  const std::string value = PseudoRandomBytes(5000, 13);
+  ASSERT_TRUE(cache->store().Put(DigestOf(value), value).ok());
+  for (int i = 0; i < 3; ++i) EXPECT_EQ(*cache->store().Get(DigestOf(value)), value);
+  EXPECT_EQ(cache->Statistics().blob_gets, 3);
+  EXPECT_EQ(cache->Statistics().memory_hits, 0);
+  EXPECT_EQ(cache->Statistics().memory_blobs, 0);
+}
+
+TEST(StoreTest, ACopyDamagedInMemoryIsDroppedCountedAndTheStoredBlobServed) {
+  TempDir dir;
+  std::vector<std::string> events;
+  CacheOptions o = Options(dir.path() + "/store");
+  o.log = [&](absl::string_view event, absl::string_view detail) {
+    events.push_back(absl::StrCat(event, ": ", detail));
+  };
+  auto cache = OpenOrDie(o);
+  const std::string value = PseudoRandomBytes(64 << 10, 14);
+  ASSERT_TRUE(cache->store().Put(DigestOf(value), value).ok());
+  absl::StatusOr<BlobBytes> kept = cache->store().Read(DigestOf(value));
+  ASSERT_TRUE(kept.ok());
+  // A bit flips in the kept copy (the store allocated it mutable; a memory fault would not ask).
+  const_cast<std::string&>(**kept)[1234] ^= 0x08;
+  absl::StatusOr<std::string> got = cache->store().Get(DigestOf(value));
+  ASSERT_TRUE(got.ok()) << got.status();
+  EXPECT_EQ(*got, value);
+  const CacheStatistics s = cache->Statistics();
+  EXPECT_EQ(s.integrity_failures, 1);
+  EXPECT_EQ(s.memory_hits, 1);  // the first read only
+  EXPECT_EQ(s.blobs, 1);        // the stored blob was intact and stays
+  ASSERT_EQ(events.size(), 1u);
+  EXPECT_NE(events[0].find("copy in memory"), std::string::npos) << events[0];
+  // The verified stored bytes replaced the damaged copy.
+  EXPECT_EQ(*cache->store().Get(DigestOf(value)), value);
+  EXPECT_EQ(cache->Statistics().memory_hits, 2);
+}
+
+TEST(StoreTest, ADeletedBlobIsNotServedFromMemory) {
+  TempDir dir;
+  auto cache = OpenOrDie(Options(dir.path() + "/store"));
+  const std::string value = PseudoRandomBytes(4000, 15);
+  ASSERT_TRUE(cache->store().Put(DigestOf(value), value).ok());
+  ASSERT_TRUE(cache->store().Get(DigestOf(value)).ok());
+  ASSERT_EQ(*cache->store().Delete(RawHash(DigestOf(value).hash())), 4000);
+  EXPECT_TRUE(absl::IsNotFound(cache->store().Get(DigestOf(value)).status()));
+  EXPECT_EQ(cache->Statistics().memory_blobs, 0);
+}
+
 }  // namespace
 }  // namespace kiln::cache

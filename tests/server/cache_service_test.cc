@@ -12,6 +12,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "cache/db.h"
+#include "client/blob_http_client.h"
 #include "client/cache_client.h"
 #include "grpcpp/security/server_credentials.h"
 #include "grpcpp/server_builder.h"
@@ -371,6 +372,36 @@ TEST_F(CacheServiceTest, ActionsNeedTheirBlobsAndCountHitsAndMisses) {
   EXPECT_EQ(stats.variants(), 1);
   EXPECT_EQ(stats.hits(), 1);
   EXPECT_EQ(stats.misses(), 1);
+}
+
+TEST_F(CacheServiceTest, BlobsMoveBetweenGrpcAndTheHttpEndpoint) {
+  Start({"--blob-listen", "127.0.0.1:0"});
+  ASSERT_NE(kilnd_->blob_port(), 0);
+  client::BlobHttpClient http({.address = absl::StrCat("127.0.0.1:", kilnd_->blob_port())});
+  const std::string over_grpc = PseudoRandomBytes(300000, 21);
+  const std::string over_http = PseudoRandomBytes(5000, 22);
+  ASSERT_TRUE(client_->Put(over_grpc).ok());
+  ASSERT_TRUE(http.Put(DigestOf(over_http), over_http).ok());
+  EXPECT_EQ(*http.Get(DigestOf(over_grpc)), over_grpc);
+  EXPECT_EQ(*client_->Get(DigestOf(over_http)), over_http);
+  EXPECT_EQ(Stats().memory_hits(), 2);
+  // After a restart both come from disk, verified, then from memory.
+  Stop();
+  Start({"--blob-listen", "127.0.0.1:0"});
+  client::BlobHttpClient again({.address = absl::StrCat("127.0.0.1:", kilnd_->blob_port())});
+  for (int i = 0; i < 2; ++i) {
+    EXPECT_EQ(*again.Get(DigestOf(over_grpc)), over_grpc);
+    EXPECT_EQ(*client_->Get(DigestOf(over_http)), over_http);
+  }
+  const v1::CacheStats stats = Stats();
+  EXPECT_EQ(stats.blob_gets(), 4);
+  EXPECT_EQ(stats.memory_hits(), 2);
+  EXPECT_EQ(stats.memory_blobs(), 2);
+  EXPECT_EQ(stats.memory_bytes(), 305000);
+  // Without the flag there is no endpoint.
+  Stop();
+  Start();
+  EXPECT_EQ(kilnd_->blob_port(), 0);
 }
 
 TEST_F(CacheServiceTest, ContentsSurviveARestart) {

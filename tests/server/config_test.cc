@@ -28,6 +28,16 @@ TEST(ConfigTest, ErrorsNameTheFlag) {
   c.insecure = true;
   EXPECT_TRUE(ValidateConfig(c).ok());
   c = ServerConfig{};
+  c.blob_listen = "0.0.0.0:8080";
+  EXPECT_NE(ValidateConfig(c).message().find("--blob-listen"), std::string::npos);
+  c.insecure = true;
+  EXPECT_TRUE(ValidateConfig(c).ok());
+  c.blob_listen = "no-port";
+  EXPECT_NE(ValidateConfig(c).message().find("--blob-listen"), std::string::npos);
+  c = ServerConfig{};
+  c.blob_loops = 0;
+  EXPECT_NE(ValidateConfig(c).message().find("--blob-loops"), std::string::npos);
+  c = ServerConfig{};
   c.max_message_bytes = 1;
   EXPECT_NE(ValidateConfig(c).message().find("--max-message-bytes"), std::string::npos);
 }
@@ -48,7 +58,11 @@ TEST(ConfigTest, CacheLimitsAreChecked) {
   c.max_blob_bytes = int64_t{4} << 30;
   EXPECT_NE(ValidateConfig(c).message().find("--max-blob-bytes"), std::string::npos);
   c = ServerConfig{};
+  c.cache_memory_bytes = -1;
+  EXPECT_NE(ValidateConfig(c).message().find("--cache-memory-bytes"), std::string::npos);
+  c = ServerConfig{};
   c.cache_max_bytes = 0;
+  c.cache_memory_bytes = 0;
   EXPECT_TRUE(ValidateConfig(c).ok());
 }
 

@@ -21,7 +21,8 @@ absl::StatusOr<KilndProcess> KilndProcess::Start(const std::string& data_dir,
     return absl::UnavailableError(absl::StrCat("kilnd did not start: ", p->Stderr()));
   }
   nlohmann::json j = nlohmann::json::parse(*line);
-  return KilndProcess(*std::move(p), j["grpc_port"].get<int>(), j["http_port"].get<int>());
+  return KilndProcess(*std::move(p), j["grpc_port"].get<int>(), j["http_port"].get<int>(),
+                      j.value("blob_port", 0));
 }
 
 }  // namespace kiln::testing
