@@ -384,11 +384,8 @@ class BlobHttpServer::Loop {
     if (epoll_fd_ < 0 || wake_fd_ < 0) {
       return absl::InternalError(absl::StrCat("epoll/eventfd: ", std::strerror(errno)));
     }
-    // Every loop watches the one listening socket; EPOLLEXCLUSIVE wakes one of them.
-    epoll_event listen_event{EPOLLIN | EPOLLEXCLUSIVE, {.u64 = kListenerId}};
     epoll_event wake_event{EPOLLIN, {.u64 = kWakeId}};
-    if (epoll_ctl(epoll_fd_, EPOLL_CTL_ADD, listen_fd_, &listen_event) != 0 ||
-        epoll_ctl(epoll_fd_, EPOLL_CTL_ADD, wake_fd_, &wake_event) != 0) {
+    if (!WatchListener() || epoll_ctl(epoll_fd_, EPOLL_CTL_ADD, wake_fd_, &wake_event) != 0) {
       return absl::InternalError(absl::StrCat("epoll_ctl: ", std::strerror(errno)));
     }
     thread_ = std::thread([this] { Run(); });
@@ -431,6 +428,12 @@ class BlobHttpServer::Loop {
     uint32_t events = EPOLLIN;
   };
 
+  // Every loop watches the one listening socket; EPOLLEXCLUSIVE wakes one of them.
+  bool WatchListener() {
+    epoll_event event{EPOLLIN | EPOLLEXCLUSIVE, {.u64 = kListenerId}};
+    return epoll_ctl(epoll_fd_, EPOLL_CTL_ADD, listen_fd_, &event) == 0;
+  }
+
   void Wake() {
     const uint64_t one = 1;
     [[maybe_unused]] ssize_t n = write(wake_fd_, &one, sizeof(one));
@@ -439,7 +442,8 @@ class BlobHttpServer::Loop {
   void Run() {
     epoll_event events[64];
     while (!stopping_.load()) {
-      const int n = epoll_wait(epoll_fd_, events, 64, -1);
+      const int n = epoll_wait(epoll_fd_, events, 64, accept_paused_ ? 100 : -1);
+      if (accept_paused_ && absl::Now() >= accept_resume_) accept_paused_ = !WatchListener();
       for (int i = 0; i < n; ++i) {
         const uint64_t id = events[i].data.u64;
         if (id == kListenerId) {
@@ -462,7 +466,17 @@ class BlobHttpServer::Loop {
   void Accept() {
     while (true) {
       const int fd = accept4(listen_fd_, nullptr, nullptr, SOCK_NONBLOCK | SOCK_CLOEXEC);
-      if (fd < 0) return;  // EAGAIN: another loop took it, or nothing left
+      if (fd < 0) {
+        // Out of descriptors or memory: the listener stays readable, so stop watching it for
+        // a moment rather than spin on it. Otherwise (EAGAIN) another loop took the
+        // connection, or none is left.
+        if (errno == EMFILE || errno == ENFILE || errno == ENOBUFS || errno == ENOMEM) {
+          epoll_ctl(epoll_fd_, EPOLL_CTL_DEL, listen_fd_, nullptr);
+          accept_paused_ = true;
+          accept_resume_ = absl::Now() + absl::Milliseconds(100);
+        }
+        return;
+      }
       const auto per_loop =
           static_cast<size_t>(std::max(1, options_.max_connections / std::max(1, options_.loops)));
       if (conns_.size() >= per_loop) {
@@ -764,6 +778,8 @@ class BlobHttpServer::Loop {
   absl::flat_hash_map<uint64_t, std::unique_ptr<Conn>> conns_;
   std::vector<uint64_t> closed_;
   uint64_t next_id_ = 2;
+  bool accept_paused_ = false;
+  absl::Time accept_resume_;
   absl::flat_hash_map<std::pair<size_t, int>, Counter*> counters_;  // (method, status)
   std::unique_ptr<char[]> read_buffer_ = std::make_unique<char[]>(kReadChunk);
 

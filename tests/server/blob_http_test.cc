@@ -338,6 +338,15 @@ TEST_F(BlobHttpTest, ConnectionCloseHttp10AndExpectContinue) {
 
 TEST_F(BlobHttpTest, RequestsAndConnectionsAreCounted) {
   Open();
+  // A request is counted once its answer is written, which may be just after the client has
+  // read it; a closed connection once its loop notices.
+  auto shows = [&](const std::string& line) {
+    for (int i = 0; i < 500; ++i) {
+      if (metrics_.Render().find(line) != std::string::npos) return true;
+      absl::SleepFor(absl::Milliseconds(10));
+    }
+    return false;
+  };
   const std::string bytes = "counted";
   {
     BlobHttpClient client(ClientOptions());
@@ -345,7 +354,6 @@ TEST_F(BlobHttpTest, RequestsAndConnectionsAreCounted) {
     ASSERT_TRUE(client.Get(DigestOf(bytes)).ok());
     ASSERT_TRUE(client.Get(DigestOf(bytes)).ok());
     EXPECT_TRUE(absl::IsNotFound(client.Get(DigestOf("absent")).status()));
-    const std::string text = metrics_.Render();
     for (const char* line : {
              "kiln_blob_http_requests_total{method=\"PUT\",code=\"201\"} 1",
              "kiln_blob_http_requests_total{method=\"GET\",code=\"200\"} 2",
@@ -353,16 +361,10 @@ TEST_F(BlobHttpTest, RequestsAndConnectionsAreCounted) {
              "kiln_blob_http_request_seconds_count{method=\"GET\"} 3",
              "kiln_blob_http_connections 1",
          }) {
-      EXPECT_NE(text.find(line), std::string::npos) << line << "\n" << text;
+      EXPECT_TRUE(shows(line)) << line << "\n" << metrics_.Render();
     }
   }
-  // The client closed its connection; the loop notices.
-  for (int i = 0;
-       i < 100 && metrics_.Render().find("kiln_blob_http_connections 0") == std::string::npos;
-       ++i) {
-    absl::SleepFor(absl::Milliseconds(10));
-  }
-  EXPECT_NE(metrics_.Render().find("kiln_blob_http_connections 0"), std::string::npos);
+  EXPECT_TRUE(shows("kiln_blob_http_connections 0")) << metrics_.Render();
 }
 
 TEST_F(BlobHttpTest, CorruptBlobsOnDiskAreNeverServed) {
@@ -397,6 +399,13 @@ TEST_F(BlobHttpTest, ConcurrentClientsReadAndWriteCorrectly) {
   const int rounds = testing::kSanitized ? 20 : 100;
   std::vector<std::string> blobs;
   for (int i = 0; i < 32; ++i) blobs.push_back(PseudoRandomBytes(1000 * (i * i + 1), 100 + i));
+  // Written first, one at a time: concurrent writers inside RocksDB hand their batches to one
+  // another through atomics ThreadSanitizer cannot see in the uninstrumented library. The
+  // threads then put again (a lookup on a worker) and read, from memory and from disk.
+  {
+    BlobHttpClient client(ClientOptions());
+    for (const std::string& b : blobs) ASSERT_TRUE(client.Put(DigestOf(b), b).ok());
+  }
   std::vector<std::thread> threads;
   std::atomic<int> failures{0};
   for (int t = 0; t < kThreads; ++t) {
@@ -404,7 +413,8 @@ TEST_F(BlobHttpTest, ConcurrentClientsReadAndWriteCorrectly) {
       BlobHttpClient client(ClientOptions());
       for (int i = 0; i < rounds; ++i) {
         const std::string& b = blobs[(i * 7 + t) % blobs.size()];
-        if (!client.Put(DigestOf(b), b).ok()) ++failures;
+        absl::StatusOr<bool> present = client.Put(DigestOf(b), b);
+        if (!present.ok() || !*present) ++failures;
         absl::StatusOr<std::string> got = client.Get(DigestOf(b));
         if (!got.ok() || *got != b) ++failures;
       }
