@@ -11,11 +11,7 @@
 // rate, "cpu µs/op" is the CPU time per operation of the server + of the client process:
 // what the machine spends, whatever else runs on it.
 
-#include <arpa/inet.h>
-#include <netinet/in.h>
-#include <netinet/tcp.h>
 #include <signal.h>
-#include <sys/socket.h>
 #include <sys/uio.h>
 #include <unistd.h>
 
@@ -43,6 +39,7 @@
 #include "grpcpp/create_channel.h"
 #include "proto/digest.h"
 #include "tests/testing/kilnd_process.h"
+#include "tests/testing/loopback.h"
 #include "tests/testing/subprocess.h"
 #include "tests/testing/test_env.h"
 
@@ -56,35 +53,10 @@ using Clock = std::chrono::steady_clock;
   std::exit(1);
 }
 
-int FreePort() {
-  int fd = socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  if (bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0) Die("bind failed");
-  socklen_t len = sizeof(addr);
-  getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len);
-  close(fd);
-  return ntohs(addr.sin_port);
-}
-
 // A minimal blocking RESP client: SET, GET and PING, one connection.
 class RespClient {
  public:
-  explicit RespClient(int port) {
-    fd_ = socket(AF_INET, SOCK_STREAM, 0);
-    sockaddr_in addr{};
-    addr.sin_family = AF_INET;
-    addr.sin_port = htons(static_cast<uint16_t>(port));
-    addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    if (connect(fd_, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0) {
-      close(fd_);
-      fd_ = -1;
-      return;
-    }
-    int one = 1;
-    setsockopt(fd_, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
-  }
+  explicit RespClient(int port) : fd_(testing::ConnectLoopback(port)) {}
   ~RespClient() {
     if (fd_ >= 0) close(fd_);
   }
@@ -386,7 +358,7 @@ int Main(int argc, char** argv) {
   setenv("KILN_BINARY_DIR", kilnd.substr(0, kilnd.rfind("/server/kilnd")).c_str(), 0);
 
   testing::TempDir dir;
-  const int redis_port = FreePort();
+  const int redis_port = testing::FreeLoopbackPort();
   absl::StatusOr<testing::Subprocess> redis_server = testing::Subprocess::Start(
       {redis, "--port", std::to_string(redis_port), "--bind", "127.0.0.1", "--save", "",
        "--appendonly", "no", "--protected-mode", "no", "--dir", dir.path(), "--loglevel",

@@ -5,8 +5,6 @@
 
 #include "server/blob_http.h"
 
-#include <arpa/inet.h>
-#include <netinet/in.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -25,6 +23,7 @@
 #include "cache/db.h"
 #include "client/blob_http_client.h"
 #include "proto/digest.h"
+#include "tests/testing/loopback.h"
 #include "tests/testing/test_env.h"
 
 namespace kiln::server {
@@ -48,14 +47,7 @@ struct HttpResponse {
 // One raw connection: writes exactly what a test says, reads responses one by one.
 class RawConnection {
  public:
-  explicit RawConnection(int port) {
-    fd_ = socket(AF_INET, SOCK_STREAM, 0);
-    sockaddr_in addr{};
-    addr.sin_family = AF_INET;
-    addr.sin_port = htons(static_cast<uint16_t>(port));
-    addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    EXPECT_EQ(connect(fd_, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)), 0);
-  }
+  explicit RawConnection(int port) : fd_(testing::ConnectLoopback(port)) { EXPECT_GE(fd_, 0); }
   ~RawConnection() { close(fd_); }
 
   void Send(absl::string_view bytes) {
