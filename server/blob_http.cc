@@ -427,8 +427,9 @@ class BlobHttpServer::Loop {
     std::string out;       // reply head (and text body)
     cache::BlobBytes blob;
     size_t sent = 0;
-    int status = 0;      // of the reply being sent
-    absl::Time started;  // when the request's head arrived
+    int status = 0;          // of the reply being sent
+    absl::Time started;      // when the request's head arrived
+    absl::Time last_active;  // the last time a byte came in or went out
     bool close_after = false;
     uint32_t events = EPOLLIN;
   };
@@ -447,9 +448,11 @@ class BlobHttpServer::Loop {
   void Run() {
     epoll_event events[64];
     while (!stopping_.load()) {
-      const int n = epoll_wait(epoll_fd_, events, 64, accept_paused_ ? 100 : -1);
+      const int n = epoll_wait(epoll_fd_, events, 64, WaitMillis());
       one_ready_ = n == 1;
-      if (accept_paused_ && absl::Now() >= accept_resume_) accept_paused_ = !WatchListener();
+      now_ = absl::Now();
+      if (accept_paused_ && now_ >= accept_resume_) accept_paused_ = !WatchListener();
+      if (!conns_.empty() && now_ >= next_sweep_) CloseIdle();
       for (int i = 0; i < n; ++i) {
         const uint64_t id = events[i].data.u64;
         if (id == kListenerId) {
@@ -467,6 +470,26 @@ class BlobHttpServer::Loop {
     }
     for (auto& [id, conn] : conns_) Close(*conn);
     conns_.clear();
+  }
+
+  // How long epoll_wait may sleep: until the next idle sweep while there are connections,
+  // briefly while accepting is paused, else until something happens.
+  int WaitMillis() const {
+    int64_t ms = -1;
+    if (!conns_.empty())
+      ms = std::max<int64_t>(1, absl::ToInt64Milliseconds(next_sweep_ - absl::Now()));
+    if (accept_paused_) ms = ms < 0 ? 100 : std::min<int64_t>(ms, 100);
+    return static_cast<int>(std::min<int64_t>(ms, 1000));
+  }
+
+  void CloseIdle() {
+    for (auto& [id, conn] : conns_) {
+      if (conn->state != State::kBusy && conn->state != State::kClosed &&
+          now_ - conn->last_active > options_.idle_timeout) {
+        Close(*conn);
+      }
+    }
+    next_sweep_ = now_ + std::min(absl::Seconds(1), options_.idle_timeout / 2);
   }
 
   void Accept() {
@@ -495,6 +518,9 @@ class BlobHttpServer::Loop {
       conn->fd = fd;
       conn->id = next_id_++;
       conn->peer = PeerOf(fd);
+      conn->last_active = now_;
+      if (conns_.empty())
+        next_sweep_ = now_ + std::min(absl::Seconds(1), options_.idle_timeout / 2);
       epoll_event event{EPOLLIN, {.u64 = conn->id}};
       if (epoll_ctl(epoll_fd_, EPOLL_CTL_ADD, fd, &event) != 0) {
         close(fd);
@@ -547,7 +573,10 @@ class BlobHttpServer::Loop {
         Close(conn);
         return false;
       }
-      if (n > 0) conn.body_have += static_cast<size_t>(n);
+      if (n > 0) {
+        conn.body_have += static_cast<size_t>(n);
+        conn.last_active = now_;
+      }
       return true;
     }
     // Into the loop's buffer, then only what arrived into the connection's.
@@ -556,7 +585,10 @@ class BlobHttpServer::Loop {
       Close(conn);
       return false;
     }
-    if (n > 0) conn.in.append(read_buffer_.get(), static_cast<size_t>(n));
+    if (n > 0) {
+      conn.in.append(read_buffer_.get(), static_cast<size_t>(n));
+      conn.last_active = now_;
+    }
     return true;
   }
 
@@ -753,6 +785,7 @@ class BlobHttpServer::Loop {
         return false;
       }
       conn.sent += static_cast<size_t>(n);
+      conn.last_active = now_;
     }
   }
 
@@ -794,7 +827,9 @@ class BlobHttpServer::Loop {
   absl::flat_hash_map<uint64_t, std::unique_ptr<Conn>> conns_;
   std::vector<uint64_t> closed_;
   uint64_t next_id_ = 2;
-  bool one_ready_ = false;  // the last wait returned one event
+  bool one_ready_ = false;        // the last wait returned one event
+  absl::Time now_ = absl::Now();  // when the last wait returned
+  absl::Time next_sweep_ = absl::InfiniteFuture();
   bool accept_paused_ = false;
   absl::Time accept_resume_;
   absl::flat_hash_map<std::pair<size_t, int>, Counter*> counters_;  // (method, status)

@@ -7,8 +7,8 @@
 //   HEAD /cas/<sha256 hex>   200 and its Content-Length; 404
 //   PUT  /cas/<sha256 hex>   the body is the blob: 201 stored, 200 already present, 400 when
 //                            the bytes do not hash to the name, 413 beyond the largest blob
-// Errors carry a one-line text body naming what is wrong. Connections are kept alive and a
-// connection's requests are answered in order.
+// Errors carry a one-line text body naming what is wrong. Connections are kept alive, a
+// connection's requests are answered in order, and one idle past `idle_timeout` is closed.
 //
 // A few event loops own the sockets (non-blocking, epoll). A blob kept in the store's memory
 // tier is answered on its loop; everything that touches disk (a read that misses memory,
@@ -22,6 +22,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "absl/time/time.h"
 #include "cache/store.h"
 #include "server/auth.h"
 #include "server/metrics.h"
@@ -34,6 +35,9 @@ struct BlobHttpOptions {
   int workers = 4;      // threads for disk work
   int64_t max_blob_bytes = int64_t{256} << 20;
   int max_connections = 4096;
+  // A connection that neither sends nor takes a byte for this long while nothing is being
+  // worked on for it is closed (idle keep-alive, a stalled head or body, an unread answer).
+  absl::Duration idle_timeout = absl::Seconds(60);
   // Where kiln_blob_http_* metrics go (requests by method and code, latency, connections);
   // null: none. Must outlive the server.
   MetricsRegistry* metrics = nullptr;

@@ -137,6 +137,7 @@ class BlobHttpTest : public ::testing::Test {
     options.address = "127.0.0.1:0";
     options.max_blob_bytes = 8 << 20;
     options.max_connections = max_connections_;
+    options.idle_timeout = idle_timeout_;
     options.metrics = &metrics_;
     absl::StatusOr<std::unique_ptr<BlobHttpServer>> server =
         BlobHttpServer::Start(&cache_->store(), authorizer_.get(), options);
@@ -158,6 +159,7 @@ class BlobHttpTest : public ::testing::Test {
 
   TempDir dir_;
   int max_connections_ = 4096;
+  absl::Duration idle_timeout_ = absl::Seconds(60);
   MetricsRegistry metrics_;
   std::unique_ptr<cache::Cache> cache_;
   std::unique_ptr<Authorizer> authorizer_;
@@ -429,6 +431,27 @@ TEST_F(BlobHttpTest, ConnectionsBeyondTheLimitAreClosed) {
   for (auto& c : conns) served += c->Read().status == 404 ? 1 : 0;
   EXPECT_GE(served, 1);
   EXPECT_LE(served, 2);
+}
+
+TEST_F(BlobHttpTest, IdleAndStalledConnectionsAreClosed) {
+  idle_timeout_ = absl::Milliseconds(300);
+  Open();
+  const std::string bytes = "kept busy";
+  ASSERT_TRUE(BlobHttpClient(ClientOptions()).Put(DigestOf(bytes), bytes).ok());
+  RawConnection idle(server_->port());
+  RawConnection stalled(server_->port());
+  stalled.Send("GET /cas/");  // half a request line, never finished
+  RawConnection busy(server_->port());
+  // Busy sends a request every 100 ms for twice the timeout and stays open.
+  for (int i = 0; i < 6; ++i) {
+    busy.Send(Get(DigestOf(bytes)));
+    EXPECT_EQ(busy.Read().body, bytes) << i;
+    absl::SleepFor(absl::Milliseconds(100));
+  }
+  EXPECT_TRUE(idle.Closed());
+  EXPECT_TRUE(stalled.Closed());
+  busy.Send(Get(DigestOf(bytes)));
+  EXPECT_EQ(busy.Read().body, bytes);
 }
 
 TEST_F(BlobHttpTest, StopClosesConnectionsAndFinishesDiskWork) {
