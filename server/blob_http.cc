@@ -476,8 +476,9 @@ class BlobHttpServer::Loop {
   // briefly while accepting is paused, else until something happens.
   int WaitMillis() const {
     int64_t ms = -1;
-    if (!conns_.empty())
+    if (!conns_.empty()) {
       ms = std::max<int64_t>(1, absl::ToInt64Milliseconds(next_sweep_ - absl::Now()));
+    }
     if (accept_paused_) ms = ms < 0 ? 100 : std::min<int64_t>(ms, 100);
     return static_cast<int>(std::min<int64_t>(ms, 1000));
   }
@@ -519,8 +520,9 @@ class BlobHttpServer::Loop {
       conn->id = next_id_++;
       conn->peer = PeerOf(fd);
       conn->last_active = now_;
-      if (conns_.empty())
+      if (conns_.empty()) {
         next_sweep_ = now_ + std::min(absl::Seconds(1), options_.idle_timeout / 2);
+      }
       epoll_event event{EPOLLIN, {.u64 = conn->id}};
       if (epoll_ctl(epoll_fd_, EPOLL_CTL_ADD, fd, &event) != 0) {
         close(fd);
