@@ -13,6 +13,18 @@ namespace {
 
 std::string ShortHash(absl::string_view raw_hash) { return ToHex(raw_hash).substr(0, 16); }
 
+// A read of `digest` found a blob of `size` bytes that its size_bytes does not name.
+absl::Status WrongSize(const v1::Digest& digest, int64_t size) {
+  return absl::NotFoundError(
+      absl::StrCat("blob ", digest.hash(), " has ", size, " bytes, not ", digest.size_bytes()));
+}
+
+// A read of `digest` limited to `max_bytes` met a blob of `size` bytes.
+absl::Status TooLong(const v1::Digest& digest, int64_t size, int64_t max_bytes) {
+  return absl::OutOfRangeError(
+      absl::StrCat("blob ", digest.hash(), " has ", size, " bytes, more than ", max_bytes));
+}
+
 }  // namespace
 
 Store::Store(CacheDb* db, std::function<void()> after_write)
@@ -91,8 +103,12 @@ absl::StatusOr<std::string> Store::Get(const v1::Digest& digest, int64_t max_byt
 
 absl::StatusOr<BlobBytes> Store::ReadKept(const v1::Digest& digest, int64_t max_bytes) {
   if (absl::Status s = ValidateDigest(digest); !s.ok()) return s;
+  return ReadFromMemory(digest, RawHash(digest.hash()), max_bytes);
+}
+
+absl::StatusOr<BlobBytes> Store::ReadFromMemory(const v1::Digest& digest, const std::string& raw,
+                                                int64_t max_bytes) {
   Counters& c = db_->counters();
-  const std::string raw = RawHash(digest.hash());
   MemoryTier::Lookup kept = memory_.Find(raw);
   if (kept.found == MemoryTier::Found::kCorrupt) {
     // The stored blob may be intact: Read verifies it again from disk.
@@ -106,13 +122,9 @@ absl::StatusOr<BlobBytes> Store::ReadKept(const v1::Digest& digest, int64_t max_
   const auto size = static_cast<int64_t>(kept.bytes->size());
   if (digest.size_bytes() != 0 && digest.size_bytes() != size) {
     c.blob_get_misses.fetch_add(1);
-    return absl::NotFoundError(
-        absl::StrCat("blob ", digest.hash(), " has ", size, " bytes, not ", digest.size_bytes()));
+    return WrongSize(digest, size);
   }
-  if (size > max_bytes) {
-    return absl::OutOfRangeError(
-        absl::StrCat("blob ", digest.hash(), " has ", size, " bytes, more than ", max_bytes));
-  }
+  if (size > max_bytes) return TooLong(digest, size, max_bytes);
   Touch(raw, db_->NowMs());
   c.blob_gets.fetch_add(1);
   c.memory_hits.fetch_add(1);
@@ -120,9 +132,10 @@ absl::StatusOr<BlobBytes> Store::ReadKept(const v1::Digest& digest, int64_t max_
 }
 
 absl::StatusOr<BlobBytes> Store::Read(const v1::Digest& digest, int64_t max_bytes) {
-  absl::StatusOr<BlobBytes> kept = ReadKept(digest, max_bytes);
-  if (!kept.ok() || *kept != nullptr) return kept;
+  if (absl::Status s = ValidateDigest(digest); !s.ok()) return s;
   const std::string raw = RawHash(digest.hash());
+  absl::StatusOr<BlobBytes> kept = ReadFromMemory(digest, raw, max_bytes);
+  if (!kept.ok() || *kept != nullptr) return kept;
   if (max_bytes < std::numeric_limits<int64_t>::max()) {
     int64_t size = digest.size_bytes();
     if (size == 0) {
@@ -130,10 +143,7 @@ absl::StatusOr<BlobBytes> Store::Read(const v1::Digest& digest, int64_t max_byte
       if (!stored.ok()) return stored.status();
       size = *stored;
     }
-    if (size > max_bytes) {
-      return absl::OutOfRangeError(
-          absl::StrCat("blob ", digest.hash(), " has ", size, " bytes, more than ", max_bytes));
-    }
+    if (size > max_bytes) return TooLong(digest, size, max_bytes);
   }
   return ReadFromDisk(digest, raw);
 }
@@ -160,8 +170,7 @@ absl::StatusOr<BlobBytes> Store::ReadFromDisk(const v1::Digest& digest, const st
   }
   if (digest.size_bytes() != 0 && digest.size_bytes() != static_cast<int64_t>(value.size())) {
     c.blob_get_misses.fetch_add(1);
-    return absl::NotFoundError(absl::StrCat("blob ", digest.hash(), " has ", value.size(),
-                                            " bytes, not ", digest.size_bytes()));
+    return WrongSize(digest, static_cast<int64_t>(value.size()));
   }
   BlobBytes blob = std::make_shared<std::string>(std::move(value));
   {

@@ -91,6 +91,9 @@ class Store {
   Stripe& StripeOf(absl::string_view raw_hash);
   void Touch(absl::string_view raw_hash, int64_t now_ms);
   void DropCorrupt(absl::string_view raw_hash, absl::string_view why);
+  // The blob from the memory tier (null when not kept there); `raw` is the digest's hash.
+  absl::StatusOr<BlobBytes> ReadFromMemory(const v1::Digest& digest, const std::string& raw,
+                                           int64_t max_bytes);
   // Reads and verifies a blob from RocksDB; keeps it in memory unless a delete intervened.
   absl::StatusOr<BlobBytes> ReadFromDisk(const v1::Digest& digest, const std::string& raw);
 

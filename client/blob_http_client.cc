@@ -17,6 +17,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/strip.h"
 #include "proto/digest.h"
+#include "proto/host_port.h"
 
 namespace kiln::client {
 namespace {
@@ -48,21 +49,17 @@ BlobHttpClient::BlobHttpClient(BlobHttpClientOptions options) : options_(std::mo
 BlobHttpClient::~BlobHttpClient() { Disconnect(); }
 
 absl::Status BlobHttpClient::Connect() {
-  const size_t colon = options_.address.rfind(':');
-  if (colon == std::string::npos) {
+  absl::string_view host_part, port_part;
+  if (!SplitHostPort(options_.address, &host_part, &port_part)) {
     return absl::InvalidArgumentError(
         absl::StrCat("address `", options_.address, "` is not host:port"));
   }
-  std::string host = options_.address.substr(0, colon);
-  if (host.size() >= 2 && host.front() == '[' && host.back() == ']') {
-    host = host.substr(1, host.size() - 2);
-  }
+  const std::string host(host_part), port(port_part);
   addrinfo hints{};
   hints.ai_family = AF_UNSPEC;
   hints.ai_socktype = SOCK_STREAM;
   addrinfo* found = nullptr;
-  if (int rc = getaddrinfo(host.c_str(), options_.address.c_str() + colon + 1, &hints, &found);
-      rc != 0) {
+  if (int rc = getaddrinfo(host.c_str(), port.c_str(), &hints, &found); rc != 0) {
     return absl::UnavailableError(
         absl::StrCat("cannot resolve ", options_.address, ": ", gai_strerror(rc)));
   }

@@ -114,14 +114,13 @@ absl::StatusOr<Identity> Authorizer::Identify(const grpc::ServerContextBase& con
   if (tokens_.empty()) return Identity{PeerName(context), Role::kAdmin};
   const auto& metadata = context.client_metadata();
   auto it = metadata.find("authorization");
-  if (it == metadata.end()) return IdentifyHeader(nullptr, "");
+  if (it == metadata.end()) return IdentifyHeader(nullptr);
   const absl::string_view header(it->second.data(), it->second.size());
-  return IdentifyHeader(&header, "");
+  return IdentifyHeader(&header);
 }
 
-absl::StatusOr<Identity> Authorizer::IdentifyHeader(const absl::string_view* authorization,
-                                                    absl::string_view peer) const {
-  if (tokens_.empty()) return Identity{std::string(peer), Role::kAdmin};
+absl::StatusOr<Identity> Authorizer::IdentifyHeader(const absl::string_view* authorization) const {
+  if (tokens_.empty()) return Identity{"", Role::kAdmin};
   if (authorization == nullptr) {
     return absl::UnauthenticatedError("missing `authorization: Bearer TOKEN` metadata");
   }
@@ -149,8 +148,8 @@ absl::StatusOr<Identity> Authorizer::Check(const grpc::ServerContextBase& contex
 }
 
 absl::StatusOr<Identity> Authorizer::CheckHeader(const absl::string_view* authorization,
-                                                 absl::string_view peer, Role needed) const {
-  absl::StatusOr<Identity> identity = IdentifyHeader(authorization, peer);
+                                                 Role needed) const {
+  absl::StatusOr<Identity> identity = IdentifyHeader(authorization);
   if (!identity.ok()) return identity.status();
   return HoldsRole(*std::move(identity), needed);
 }

@@ -46,11 +46,9 @@ class Authorizer {
   absl::StatusOr<Identity> Identify(const grpc::ServerContextBase& context) const;
 
   // The same for a caller outside gRPC: `authorization` is its Authorization header (null
-  // when absent), `peer` names it when no token does.
-  absl::StatusOr<Identity> IdentifyHeader(const absl::string_view* authorization,
-                                          absl::string_view peer) const;
-  absl::StatusOr<Identity> CheckHeader(const absl::string_view* authorization,
-                                       absl::string_view peer, Role needed) const;
+  // when absent). Without a token file the caller is an unnamed admin.
+  absl::StatusOr<Identity> IdentifyHeader(const absl::string_view* authorization) const;
+  absl::StatusOr<Identity> CheckHeader(const absl::string_view* authorization, Role needed) const;
 
   bool enabled() const { return !tokens_.empty(); }
 

@@ -33,6 +33,7 @@
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
 #include "proto/digest.h"
+#include "proto/host_port.h"
 #include "proto/sync.h"
 
 namespace kiln::server {
@@ -208,34 +209,12 @@ std::string HeadOf(const Reply& reply, int64_t length) {
       "\r\n", reply.extra_header, reply.close ? "Connection: close\r\n" : "", "\r\n");
 }
 
-std::string PeerOf(int fd) {
-  sockaddr_storage addr{};
-  socklen_t len = sizeof(addr);
-  if (getpeername(fd, reinterpret_cast<sockaddr*>(&addr), &len) != 0) return "http:unknown";
-  char host[INET6_ADDRSTRLEN] = {};
-  int port = 0;
-  if (addr.ss_family == AF_INET) {
-    const auto* a = reinterpret_cast<const sockaddr_in*>(&addr);
-    inet_ntop(AF_INET, &a->sin_addr, host, sizeof(host));
-    port = ntohs(a->sin_port);
-  } else if (addr.ss_family == AF_INET6) {
-    const auto* a = reinterpret_cast<const sockaddr_in6*>(&addr);
-    inet_ntop(AF_INET6, &a->sin6_addr, host, sizeof(host));
-    port = ntohs(a->sin6_port);
-  }
-  return absl::StrCat("http:", host, ":", port);
-}
-
 absl::StatusOr<int> Listen(const std::string& address) {
-  const size_t colon = address.rfind(':');
-  if (colon == std::string::npos) {
+  absl::string_view host_part, port_part;
+  if (!SplitHostPort(address, &host_part, &port_part)) {
     return absl::InvalidArgumentError(absl::StrCat("address `", address, "` is not host:port"));
   }
-  std::string host = address.substr(0, colon);
-  if (host.size() >= 2 && host.front() == '[' && host.back() == ']') {
-    host = host.substr(1, host.size() - 2);
-  }
-  const std::string port = address.substr(colon + 1);
+  const std::string host(host_part), port(port_part);
   int port_number = -1;
   if (!absl::SimpleAtoi(port, &port_number) || port_number < 0 || port_number > 65535) {
     return absl::InvalidArgumentError(
@@ -418,7 +397,6 @@ class BlobHttpServer::Loop {
   struct Conn {
     int fd = -1;
     uint64_t id = 0;
-    std::string peer;
     State state = State::kHead;
     std::string in;  // received, not yet parsed
     Request request;
@@ -518,7 +496,6 @@ class BlobHttpServer::Loop {
       auto conn = std::make_unique<Conn>();
       conn->fd = fd;
       conn->id = next_id_++;
-      conn->peer = PeerOf(fd);
       conn->last_active = now_;
       if (conns_.empty()) {
         next_sweep_ = now_ + std::min(absl::Seconds(1), options_.idle_timeout / 2);
@@ -670,11 +647,16 @@ class BlobHttpServer::Loop {
       return;
     }
     // Not in memory: the disk read runs on a worker.
+    Offload(conn, [this, digest = request.digest, head] {
+      return BlobReply(store_->Read(digest), head);
+    });
+  }
+
+  // Runs `work` on a worker; the connection waits for its reply, which the loop then sends.
+  void Offload(Conn& conn, std::function<Reply()> work) {
     conn.state = State::kBusy;
     Watch(conn, 0);
-    workers_->Submit([this, id = conn.id, digest = request.digest, head] {
-      Post(id, BlobReply(store_->Read(digest), head));
-    });
+    workers_->Submit([this, id = conn.id, work = std::move(work)] { Post(id, work()); });
   }
 
   // Whether the request's token holds `needed` (always, without a token file).
@@ -682,8 +664,7 @@ class BlobHttpServer::Loop {
     if (!authorizer_->enabled()) return absl::OkStatus();
     const std::optional<std::string>& header = conn.request.authorization;
     const absl::string_view value = header.has_value() ? absl::string_view(*header) : "";
-    return authorizer_->CheckHeader(header.has_value() ? &value : nullptr, conn.peer, needed)
-        .status();
+    return authorizer_->CheckHeader(header.has_value() ? &value : nullptr, needed).status();
   }
 
   static Reply BlobReply(absl::StatusOr<cache::BlobBytes> blob, bool head) {
@@ -695,21 +676,15 @@ class BlobHttpServer::Loop {
   }
 
   void StartPut(Conn& conn) {
-    conn.state = State::kBusy;
-    Watch(conn, 0);
-    workers_->Submit(
-        [this, id = conn.id, digest = conn.request.digest, body = std::move(conn.body)]() mutable {
-          digest.set_size_bytes(static_cast<int64_t>(body.size()));
-          absl::StatusOr<bool> present = store_->Put(digest, body);
-          if (!present.ok()) {
-            Post(id, FromStatus(present.status()));
-            return;
-          }
-          Reply reply;
-          reply.status = *present ? 200 : 201;
-          reply.text = *present ? "already present" : "stored";
-          Post(id, std::move(reply));
-        });
+    Offload(conn, [this, digest = conn.request.digest, body = std::move(conn.body)]() mutable {
+      digest.set_size_bytes(static_cast<int64_t>(body.size()));
+      absl::StatusOr<bool> present = store_->Put(digest, body);
+      if (!present.ok()) return FromStatus(present.status());
+      Reply reply;
+      reply.status = *present ? 200 : 201;
+      reply.text = *present ? "already present" : "stored";
+      return reply;
+    });
     conn.body = std::string();
     conn.body_have = 0;
   }

@@ -5,28 +5,10 @@
 #include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "proto/host_port.h"
 
 namespace kiln::server {
 namespace {
-
-// Splits "host:port" / "[v6]:port"; false when malformed.
-bool SplitHostPort(absl::string_view address, absl::string_view* host, absl::string_view* port) {
-  if (absl::StartsWith(address, "[")) {
-    size_t close = address.find(']');
-    if (close == absl::string_view::npos || close + 1 >= address.size() ||
-        address[close + 1] != ':') {
-      return false;
-    }
-    *host = address.substr(1, close - 1);
-    *port = address.substr(close + 2);
-    return true;
-  }
-  size_t colon = address.rfind(':');
-  if (colon == absl::string_view::npos) return false;
-  *host = address.substr(0, colon);
-  *port = address.substr(colon + 1);
-  return true;
-}
 
 absl::Status ValidateHostPort(absl::string_view flag, const std::string& address) {
   absl::string_view host, port;

@@ -1,20 +1,22 @@
 #include "server/http_endpoint.h"
 
 #include "absl/status/status.h"
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "httplib.h"
+#include "proto/host_port.h"
 
 namespace kiln::server {
 
 HttpEndpoint::HttpEndpoint() : server_(std::make_unique<httplib::Server>()) {}
 
 absl::StatusOr<std::unique_ptr<HttpEndpoint>> HttpEndpoint::Start(const std::string& address) {
-  size_t colon = address.rfind(':');
-  std::string host = address.substr(0, colon);
-  if (host.size() >= 2 && host.front() == '[' && host.back() == ']') {
-    host = host.substr(1, host.size() - 2);
+  absl::string_view host_part, port_part;
+  int port = -1;
+  if (!SplitHostPort(address, &host_part, &port_part) || !absl::SimpleAtoi(port_part, &port)) {
+    return absl::InvalidArgumentError(absl::StrCat("address `", address, "` is not host:port"));
   }
-  const int port = std::stoi(address.substr(colon + 1));
+  const std::string host(host_part);
   std::unique_ptr<HttpEndpoint> endpoint(new HttpEndpoint());
   endpoint->port_ = port == 0 ? endpoint->server_->bind_to_any_port(host)
                               : (endpoint->server_->bind_to_port(host, port) ? port : -1);
