@@ -5,10 +5,9 @@
 #include "absl/strings/str_cat.h"
 #include "cache/db.h"
 #include "cache/store.h"
-#include "google/protobuf/io/coded_stream.h"
-#include "google/protobuf/io/zero_copy_stream_impl_lite.h"
-#include "proto/digest.h"
-#include "proto/grpc_status.h"
+#include "proto/base/digest.h"
+#include "proto/base/serialize.h"
+#include "proto/error_detail.h"
 #include "rocksdb/write_batch.h"
 
 namespace kiln::cache {
@@ -16,16 +15,6 @@ namespace {
 
 // Compile keys are hex digests; anything much longer is a client error.
 constexpr size_t kMaxCompileKeyLength = 1024;
-
-std::string Deterministic(const google::protobuf::Message& message) {
-  std::string out;
-  google::protobuf::io::StringOutputStream stream(&out);
-  google::protobuf::io::CodedOutputStream coded(&stream);
-  coded.SetSerializationDeterministic(true);
-  message.SerializeToCodedStream(&coded);
-  coded.Trim();
-  return out;
-}
 
 // The index record of an action; false when there is none.
 bool ReadActionIndex(CacheDb* db, absl::string_view compile_key, IndexRecord* index) {
@@ -38,7 +27,7 @@ bool ReadActionIndex(CacheDb* db, absl::string_view compile_key, IndexRecord* in
 
 }  // namespace
 
-std::string GuardsIdentity(const v1::Guards& guards) { return Deterministic(guards); }
+std::string GuardsIdentity(const v1::Guards& guards) { return DeterministicBytes(guards); }
 
 ActionCache::ActionCache(CacheDb* db, Store* store, std::function<void()> after_write)
     : db_(db), store_(store), after_write_(std::move(after_write)) {}
@@ -207,7 +196,7 @@ absl::Status ActionCache::Put(absl::string_view compile_key, v1::ActionVariant v
     if (!replaced) *entry.add_variants() = std::move(variant);
 
     rocksdb::WriteBatch batch;
-    const std::string record = Deterministic(entry);
+    const std::string record = DeterministicBytes(entry);
     batch.Put(db_->actions(), rocksdb::Slice(compile_key.data(), compile_key.size()), record);
     IndexRecord index;
     index.atime_ms = now;
@@ -260,7 +249,7 @@ absl::StatusOr<v1::ActionEntry> ActionCache::RemoveDangling(absl::string_view co
     batch.Delete(db_->actions(), key);
     batch.Delete(db_->index(), index_key);
   } else {
-    const std::string record = Deterministic(kept);
+    const std::string record = DeterministicBytes(kept);
     new_size = static_cast<int64_t>(record.size());
     batch.Put(db_->actions(), key, record);
     IndexRecord index;
@@ -309,7 +298,7 @@ absl::Status ActionCache::FlushAccessTimes() {
           v.set_last_used_unix_ms(std::max(v.last_used_unix_ms(), use.atime_ms));
         }
       }
-      const std::string record = Deterministic(entry);
+      const std::string record = DeterministicBytes(entry);
       size_change += static_cast<int64_t>(record.size()) - index.size;
       index.size = static_cast<int64_t>(record.size());
       batch.Put(db_->actions(), compile_key, record);

@@ -19,7 +19,7 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 #include "kiln/v1/cache.pb.h"
-#include "proto/sync.h"
+#include "proto/base/sync.h"
 
 namespace rocksdb {
 class WriteBatch;

@@ -20,7 +20,7 @@
 #include "cache/options.h"
 #include "cache/stats.h"
 #include "cache/store.h"
-#include "proto/sync.h"
+#include "proto/base/sync.h"
 
 namespace kiln::cache {
 

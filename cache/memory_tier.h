@@ -17,7 +17,7 @@
 #include "absl/base/thread_annotations.h"
 #include "absl/container/flat_hash_map.h"
 #include "absl/strings/string_view.h"
-#include "proto/sync.h"
+#include "proto/base/sync.h"
 
 namespace kiln::cache {
 

@@ -5,7 +5,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "cache/db.h"
-#include "proto/digest.h"
+#include "proto/base/digest.h"
 #include "rocksdb/write_batch.h"
 
 namespace kiln::cache {

@@ -25,7 +25,7 @@
 #include "absl/strings/string_view.h"
 #include "cache/memory_tier.h"
 #include "kiln/v1/artifact.pb.h"
-#include "proto/sync.h"
+#include "proto/base/sync.h"
 
 namespace kiln::cache {
 

@@ -16,8 +16,8 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/strip.h"
-#include "proto/digest.h"
-#include "proto/host_port.h"
+#include "proto/base/digest.h"
+#include "proto/base/host_port.h"
 
 namespace kiln::client {
 namespace {

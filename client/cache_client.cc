@@ -5,8 +5,9 @@
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
-#include "proto/digest.h"
-#include "proto/grpc_status.h"
+#include "proto/base/digest.h"
+#include "proto/error_detail.h"
+#include "proto/rpc/grpc_status.h"
 
 namespace kiln::client {
 namespace {

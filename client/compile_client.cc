@@ -1,8 +1,9 @@
 #include "client/compile_client.h"
 
 #include "absl/strings/str_cat.h"
-#include "proto/digest.h"
-#include "proto/grpc_status.h"
+#include "proto/base/digest.h"
+#include "proto/error_detail.h"
+#include "proto/rpc/grpc_status.h"
 
 namespace kiln::client {
 

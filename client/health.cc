@@ -1,7 +1,8 @@
 #include "client/health.h"
 
 #include "grpc/health/v1/health.grpc.pb.h"
-#include "proto/grpc_status.h"
+#include "proto/error_detail.h"
+#include "proto/rpc/grpc_status.h"
 
 namespace kiln::client {
 

@@ -11,9 +11,8 @@
 #include "compiler/fuse/fuse.h"
 #include "compiler/lower/lower.h"
 #include "compiler/plan/plan.h"
-#include "google/protobuf/io/coded_stream.h"
-#include "google/protobuf/io/zero_copy_stream_impl_lite.h"
-#include "proto/digest.h"
+#include "proto/base/digest.h"
+#include "proto/base/serialize.h"
 
 namespace kiln::compiler {
 namespace {
@@ -38,17 +37,6 @@ auto RunPhase(const CompileContext& context, absl::string_view name, Fn fn) -> d
     }
   }
   return result;
-}
-
-std::string DeterministicBytes(const google::protobuf::Message& m) {
-  std::string out;
-  {
-    google::protobuf::io::StringOutputStream stream(&out);
-    google::protobuf::io::CodedOutputStream coded(&stream);
-    coded.SetSerializationDeterministic(true);
-    m.SerializeToCodedStream(&coded);
-  }
-  return out;
 }
 
 }  // namespace

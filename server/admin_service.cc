@@ -6,8 +6,9 @@
 #include "absl/strings/str_cat.h"
 #include "compiler/canon/compile_key.h"
 #include "compiler/canon/explain.h"
-#include "proto/digest.h"
-#include "proto/grpc_status.h"
+#include "proto/base/digest.h"
+#include "proto/error_detail.h"
+#include "proto/rpc/grpc_status.h"
 
 namespace kiln::server {
 namespace {

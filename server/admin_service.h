@@ -15,7 +15,7 @@
 #include "cache/cache.h"
 #include "kiln/v1/admin.grpc.pb.h"
 #include "kiln/v1/key.pb.h"
-#include "proto/sync.h"
+#include "proto/base/sync.h"
 #include "server/auth.h"
 
 namespace kiln::server {

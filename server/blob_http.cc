@@ -32,9 +32,9 @@
 #include "absl/strings/strip.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
-#include "proto/digest.h"
-#include "proto/host_port.h"
-#include "proto/sync.h"
+#include "proto/base/digest.h"
+#include "proto/base/host_port.h"
+#include "proto/base/sync.h"
 
 namespace kiln::server {
 namespace {

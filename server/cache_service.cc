@@ -7,8 +7,9 @@
 #include "grpcpp/impl/rpc_service_method.h"
 #include "grpcpp/support/method_handler.h"
 #include "grpcpp/support/slice.h"
-#include "proto/digest.h"
-#include "proto/grpc_status.h"
+#include "proto/base/digest.h"
+#include "proto/error_detail.h"
+#include "proto/rpc/grpc_status.h"
 #include "server/json_log.h"
 
 namespace kiln::server {

@@ -9,7 +9,7 @@
 #include <string>
 
 #include "absl/status/status.h"
-#include "proto/sync.h"
+#include "proto/base/sync.h"
 
 namespace kiln::server {
 

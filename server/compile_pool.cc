@@ -3,7 +3,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "kiln/v1/errors.pb.h"
-#include "proto/grpc_status.h"
+#include "proto/error_detail.h"
 
 namespace kiln::server {
 

@@ -13,7 +13,7 @@
 #include "absl/base/thread_annotations.h"
 #include "absl/status/status.h"
 #include "absl/time/time.h"
-#include "proto/sync.h"
+#include "proto/base/sync.h"
 
 namespace kiln::server {
 

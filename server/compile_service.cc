@@ -1,15 +1,14 @@
 #include "server/compile_service.h"
 
-#include <google/protobuf/io/coded_stream.h>
-#include <google/protobuf/io/zero_copy_stream_impl_lite.h>
-
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "compiler/canon/explain.h"
 #include "compiler/compile.h"
 #include "kiln/v1/errors.pb.h"
-#include "proto/digest.h"
-#include "proto/grpc_status.h"
+#include "proto/base/digest.h"
+#include "proto/base/serialize.h"
+#include "proto/error_detail.h"
+#include "proto/rpc/grpc_status.h"
 #include "server/json_log.h"
 
 namespace kiln::server {
@@ -30,16 +29,6 @@ std::optional<TraceParent> TraceParentOf(const grpc::ServerContext& context) {
   auto it = metadata.find("traceparent");
   if (it == metadata.end()) return std::nullopt;
   return ParseTraceParent(absl::string_view(it->second.data(), it->second.size()));
-}
-
-std::string Serialize(const v1::CompiledGraph& graph) {
-  std::string bytes;
-  google::protobuf::io::StringOutputStream stream(&bytes);
-  google::protobuf::io::CodedOutputStream coded(&stream);
-  coded.SetSerializationDeterministic(true);
-  graph.SerializeToCodedStream(&coded);
-  coded.Trim();
-  return bytes;
 }
 
 const char* OutcomeName(v1::CacheOutcome outcome) {
@@ -427,7 +416,7 @@ void CompileService::RunCompile(std::shared_ptr<Flights::Flight> flight,
   const absl::Duration compile_time = absl::Now() - t0;
 
   const absl::Time t1 = absl::Now();
-  artifact->bytes = Serialize(*compiled);
+  artifact->bytes = DeterministicBytes(*compiled);
   artifact->digest = DigestOf(artifact->bytes);
   artifact->decision_digest = compiled->decision_digest();
   if (keyed->force) {

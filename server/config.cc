@@ -5,7 +5,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
-#include "proto/host_port.h"
+#include "proto/base/host_port.h"
 
 namespace kiln::server {
 namespace {

@@ -21,7 +21,7 @@
 #include "absl/time/time.h"
 #include "grpc/health/v1/health.grpc.pb.h"
 #include "grpcpp/health_check_service_interface.h"
-#include "proto/sync.h"
+#include "proto/base/sync.h"
 
 namespace kiln::server {
 

@@ -4,7 +4,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "httplib.h"
-#include "proto/host_port.h"
+#include "proto/base/host_port.h"
 
 namespace kiln::server {
 

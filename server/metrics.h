@@ -13,7 +13,7 @@
 #include <memory>
 #include <string>
 #include <vector>
-#include "proto/sync.h"
+#include "proto/base/sync.h"
 
 #include "absl/base/thread_annotations.h"
 #include "absl/strings/string_view.h"

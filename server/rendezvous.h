@@ -27,8 +27,8 @@
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
 #include "kiln/v1/errors.pb.h"
-#include "proto/grpc_status.h"
-#include "proto/sync.h"
+#include "proto/error_detail.h"
+#include "proto/base/sync.h"
 
 namespace kiln::server {
 

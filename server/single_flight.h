@@ -19,7 +19,7 @@
 #include "absl/status/statusor.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
-#include "proto/sync.h"
+#include "proto/base/sync.h"
 
 namespace kiln::server {
 

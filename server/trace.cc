@@ -6,7 +6,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "httplib.h"
-#include "proto/digest.h"
+#include "proto/base/digest.h"
 
 namespace kiln::server {
 namespace {

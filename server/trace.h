@@ -18,7 +18,7 @@
 #include "absl/strings/string_view.h"
 #include "absl/time/time.h"
 #include "nlohmann/json.hpp"
-#include "proto/sync.h"
+#include "proto/base/sync.h"
 
 namespace kiln::server {
 

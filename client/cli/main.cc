@@ -19,6 +19,7 @@
 #include "client/compile_client.h"
 #include "client/health.h"
 #include "kiln/v1/admin.grpc.pb.h"
+#include "proto/base/serialize.h"
 #include "proto/fx/capture_import.h"
 #include "proto/graph_file.h"
 
@@ -89,10 +90,7 @@ int RunImportFx(const std::string& input, const std::string& output, std::string
     auto status = google::protobuf::util::MessageToJsonString(*graph, &bytes, options);
     if (!status.ok()) return Fail("cannot print JSON: " + std::string(status.message()));
   } else {
-    google::protobuf::io::StringOutputStream stream(&bytes);
-    google::protobuf::io::CodedOutputStream coded(&stream);
-    coded.SetSerializationDeterministic(true);
-    if (!graph->SerializeToCodedStream(&coded)) return Fail("cannot serialize the graph");
+    bytes = DeterministicBytes(*graph);
   }
   if (output == "-") {
     std::fwrite(bytes.data(), 1, bytes.size(), stdout);

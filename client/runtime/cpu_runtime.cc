@@ -11,7 +11,7 @@
 #include "client/runtime/module.h"
 #include "client/runtime/thread_pool.h"
 #include "proto/kernel_abi.h"
-#include "proto/sync.h"
+#include "proto/base/sync.h"
 
 namespace kiln::runtime {
 namespace {

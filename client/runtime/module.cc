@@ -10,8 +10,8 @@
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
-#include "proto/digest.h"
-#include "proto/sync.h"
+#include "proto/base/digest.h"
+#include "proto/base/sync.h"
 
 namespace kiln::runtime {
 namespace {

@@ -15,7 +15,7 @@
 #include <vector>
 
 #include "absl/functional/function_ref.h"
-#include "proto/sync.h"
+#include "proto/base/sync.h"
 
 namespace kiln::runtime {
 

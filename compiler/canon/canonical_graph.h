@@ -29,7 +29,7 @@
 #include "absl/container/flat_hash_map.h"
 #include "absl/types/span.h"
 #include "compiler/graph/graph.h"
-#include "proto/digest.h"
+#include "proto/base/digest.h"
 
 namespace kiln::canon {
 

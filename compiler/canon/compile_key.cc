@@ -6,8 +6,8 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "compiler/graph/import.h"
-#include "proto/digest.h"
-#include "proto/grpc_status.h"
+#include "proto/base/digest.h"
+#include "proto/error_detail.h"
 
 namespace kiln::canon {
 namespace {

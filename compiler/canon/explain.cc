@@ -7,7 +7,7 @@
 
 #include "absl/container/flat_hash_map.h"
 #include "absl/strings/str_cat.h"
-#include "proto/digest.h"
+#include "proto/base/digest.h"
 
 namespace kiln::canon {
 namespace {

@@ -14,7 +14,7 @@
 #include "absl/time/clock.h"
 #include "compiler/interp/dtype.h"
 #include "compiler/sym/expr.h"
-#include "proto/digest.h"
+#include "proto/base/digest.h"
 #include "proto/dtype.h"
 #include "proto/kernel_abi.h"
 

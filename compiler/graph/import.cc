@@ -11,7 +11,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
-#include "proto/grpc_status.h"
+#include "proto/error_detail.h"
 
 namespace kiln::graph {
 

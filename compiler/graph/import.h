@@ -8,7 +8,7 @@
 // (argument count, names and types; see op_schema.h). Calls of unknown ops are accepted
 // when every output carries metadata; they become fallback steps.
 //
-// Errors are INVALID_ARGUMENT carrying a kiln.v1.FieldViolation (see proto/grpc_status.h)
+// Errors are INVALID_ARGUMENT carrying a kiln.v1.FieldViolation (see proto/error_detail.h)
 // that names the node or input, the field ("args[1]", "outputs[0].sizes[2]",
 // "guards.shape_env[0]") and what was expected. Pure and thread-safe.
 

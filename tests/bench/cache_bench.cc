@@ -37,7 +37,7 @@
 #include "client/blob_http_client.h"
 #include "client/cache_client.h"
 #include "grpcpp/create_channel.h"
-#include "proto/digest.h"
+#include "proto/base/digest.h"
 #include "tests/testing/kilnd_process.h"
 #include "tests/testing/loopback.h"
 #include "tests/testing/subprocess.h"

@@ -4,8 +4,6 @@
 // ratio to the anchor. The goal is a key in under 1 ms.
 
 #include <benchmark/benchmark.h>
-#include <google/protobuf/io/coded_stream.h>
-#include <google/protobuf/io/zero_copy_stream_impl_lite.h>
 
 #include <cstdio>
 #include <map>
@@ -13,7 +11,8 @@
 
 #include "compiler/canon/compile_key.h"
 #include "compiler/graph/import.h"
-#include "proto/digest.h"
+#include "proto/base/digest.h"
+#include "proto/base/serialize.h"
 #include "proto/fx/capture_import.h"
 #include "tests/testing/test_env.h"
 
@@ -43,14 +42,7 @@ kiln::v1::CompileOptions Options() {
 void BM_Anchor_SerializeSha256(benchmark::State& state) {
   const kiln::v1::Graph& g = NanoGptBackward();
   for (auto _ : state) {
-    std::string bytes;
-    {
-      google::protobuf::io::StringOutputStream stream(&bytes);
-      google::protobuf::io::CodedOutputStream coded(&stream);
-      coded.SetSerializationDeterministic(true);
-      g.SerializeToCodedStream(&coded);
-    }
-    benchmark::DoNotOptimize(kiln::Sha256(bytes));
+    benchmark::DoNotOptimize(kiln::Sha256(kiln::DeterministicBytes(g)));
   }
 }
 BENCHMARK(BM_Anchor_SerializeSha256);

@@ -8,7 +8,7 @@
 #include "absl/strings/str_cat.h"
 #include "cache/cache.h"
 #include "cache/db.h"
-#include "proto/digest.h"
+#include "proto/base/digest.h"
 #include "tests/testing/test_env.h"
 
 namespace kiln::cache {

@@ -14,7 +14,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "cache/cache.h"
-#include "proto/digest.h"
+#include "proto/base/digest.h"
 #include "tests/testing/subprocess.h"
 #include "tests/testing/test_env.h"
 

@@ -8,7 +8,8 @@
 #include "compiler/canon/compile_key.h"
 #include "kiln/v1/admin.grpc.pb.h"
 #include "proto/fx/capture_import.h"
-#include "proto/grpc_status.h"
+#include "proto/error_detail.h"
+#include "proto/rpc/grpc_status.h"
 #include "tests/testing/kilnd_process.h"
 #include "tests/testing/test_env.h"
 

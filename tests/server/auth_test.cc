@@ -13,7 +13,7 @@
 #include "client/health.h"
 #include "kiln/v1/admin.grpc.pb.h"
 #include "kiln/v1/cache.grpc.pb.h"
-#include "proto/digest.h"
+#include "proto/base/digest.h"
 #include "tests/testing/certs.h"
 #include "tests/testing/kilnd_process.h"
 #include "tests/testing/test_env.h"

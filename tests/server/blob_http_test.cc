@@ -22,7 +22,7 @@
 #include "cache/cache.h"
 #include "cache/db.h"
 #include "client/blob_http_client.h"
-#include "proto/digest.h"
+#include "proto/base/digest.h"
 #include "tests/testing/loopback.h"
 #include "tests/testing/test_env.h"
 

@@ -16,8 +16,9 @@
 #include "client/cache_client.h"
 #include "grpcpp/security/server_credentials.h"
 #include "grpcpp/server_builder.h"
-#include "proto/digest.h"
-#include "proto/grpc_status.h"
+#include "proto/base/digest.h"
+#include "proto/error_detail.h"
+#include "proto/rpc/grpc_status.h"
 #include "tests/testing/kilnd_process.h"
 #include "tests/testing/test_env.h"
 

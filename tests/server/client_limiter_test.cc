@@ -4,7 +4,7 @@
 
 #include <vector>
 
-#include "proto/grpc_status.h"
+#include "proto/error_detail.h"
 
 namespace kiln::server {
 namespace {

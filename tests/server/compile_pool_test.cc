@@ -4,8 +4,8 @@
 
 #include <atomic>
 
-#include "proto/grpc_status.h"
-#include "proto/sync.h"
+#include "proto/error_detail.h"
+#include "proto/base/sync.h"
 
 namespace kiln::server {
 namespace {

@@ -6,7 +6,7 @@
 #include <thread>
 #include <vector>
 
-#include "proto/grpc_status.h"
+#include "proto/error_detail.h"
 
 namespace kiln::server {
 namespace {

@@ -6,7 +6,7 @@
 #include <thread>
 #include <vector>
 
-#include "proto/sync.h"
+#include "proto/base/sync.h"
 
 namespace kiln::server {
 namespace {

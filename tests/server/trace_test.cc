@@ -3,7 +3,7 @@
 #include <gtest/gtest.h>
 
 #include "httplib.h"
-#include "proto/sync.h"
+#include "proto/base/sync.h"
 
 namespace kiln::server {
 namespace {

@@ -11,7 +11,7 @@
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
-#include "proto/sync.h"
+#include "proto/base/sync.h"
 
 extern char** environ;
 

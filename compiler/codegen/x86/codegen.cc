@@ -37,7 +37,7 @@
 #include "llvm/Support/raw_ostream.h"
 #include "llvm/Target/TargetMachine.h"
 #include "llvm/Target/TargetOptions.h"
-#include "proto/sync.h"
+#include "proto/base/sync.h"
 
 namespace kiln::codegen::x86 {
 namespace {

@@ -11,7 +11,7 @@
 
 #include "client/runtime/tensor.h"
 #include "kiln/v1/artifact.pb.h"
-#include "proto/digest.h"
+#include "proto/base/digest.h"
 
 namespace kiln::runtime::testing {
 

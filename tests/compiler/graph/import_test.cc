@@ -12,7 +12,7 @@
 #include <limits>
 
 #include "compiler/graph/op_schema.h"
-#include "proto/grpc_status.h"
+#include "proto/error_detail.h"
 #include "tests/compiler/graph_testing.h"
 #include "tests/compiler/training_ops.h"
 

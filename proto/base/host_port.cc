@@ -1,4 +1,4 @@
-#include "proto/host_port.h"
+#include "proto/base/host_port.h"
 
 #include "absl/strings/match.h"
 

@@ -1,4 +1,4 @@
-#include "proto/digest.h"
+#include "proto/base/digest.h"
 
 #include <openssl/evp.h>
 

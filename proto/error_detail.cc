@@ -1,4 +1,4 @@
-#include "proto/grpc_status.h"
+#include "proto/error_detail.h"
 
 #include <string>
 
@@ -32,22 +32,6 @@ absl::Status InvalidField(absl::string_view node, absl::string_view field,
   v->set_field(std::string(field));
   v->set_description(std::string(description));
   return WithErrorDetail(absl::InvalidArgumentError(message), detail);
-}
-
-grpc::Status ToGrpcStatus(const absl::Status& status) {
-  if (status.ok()) return grpc::Status::OK;
-  auto payload = status.GetPayload(kErrorDetailUrl);
-  return grpc::Status(static_cast<grpc::StatusCode>(status.code()), std::string(status.message()),
-                      payload.has_value() ? std::string(*payload) : std::string());
-}
-
-absl::Status FromGrpcStatus(const grpc::Status& status) {
-  if (status.ok()) return absl::OkStatus();
-  absl::Status out(static_cast<absl::StatusCode>(status.error_code()), status.error_message());
-  if (!status.error_details().empty()) {
-    out.SetPayload(kErrorDetailUrl, absl::Cord(status.error_details()));
-  }
-  return out;
 }
 
 }  // namespace kiln

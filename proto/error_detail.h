@@ -1,14 +1,13 @@
 #pragma once
 
-// Statuses across the wire. Inside Kiln errors are absl::Status; a kiln.v1.ErrorDetail rides
-// along as the payload under kErrorDetailUrl, and becomes the gRPC status details on the way
-// out (and back on the way in). The codes are the same numbers on both sides.
+// Error details inside Kiln. Errors are absl::Status; a kiln.v1.ErrorDetail rides along as
+// the payload under kErrorDetailUrl. Protobuf only: proto/rpc/grpc_status.h turns it into the
+// gRPC status details on the way out (and back on the way in).
 
 #include <optional>
 
 #include "absl/status/status.h"
 #include "absl/strings/string_view.h"
-#include "grpcpp/support/status.h"
 #include "kiln/v1/errors.pb.h"
 
 namespace kiln {
@@ -24,8 +23,5 @@ std::optional<v1::ErrorDetail> ErrorDetailOf(const absl::Status& status);
 // INVALID_ARGUMENT with one field violation attached.
 absl::Status InvalidField(absl::string_view node, absl::string_view field,
                           absl::string_view description);
-
-grpc::Status ToGrpcStatus(const absl::Status& status);
-absl::Status FromGrpcStatus(const grpc::Status& status);
 
 }  // namespace kiln
