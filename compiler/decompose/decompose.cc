@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <functional>
+#include <limits>
 #include <map>
 #include <utility>
 
@@ -11,6 +12,7 @@
 #include "absl/status/status.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "compiler/decompose/builder.h"
 
 namespace kiln::decompose {
 namespace {
@@ -19,7 +21,6 @@ using graph::Arg;
 using graph::ArgKind;
 using graph::DType;
 using loop::IndexExpr;
-using loop::Inst;
 using loop::Opcode;
 using loop::ReduceKind;
 using loop::ScalarType;
@@ -67,663 +68,20 @@ const absl::flat_hash_set<std::string>& ViewOps() {
   return *ops;
 }
 
-double kSqrt1_2 = 0.70710678118654752440;
-double kSqrt2OverPi = 0.79788456080286535588;
-
-ScalarType PromoteScalarTypes(ScalarType a, ScalarType b) {
-  if (a == b) return a;
-  const bool fa = loop::IsFloat(a), fb = loop::IsFloat(b);
-  if (fa && fb) {
-    if (a == ScalarType::kF64 || b == ScalarType::kF64) return ScalarType::kF64;
-    return ScalarType::kF32;
-  }
-  if (fa) return a;
-  if (fb) return b;
-  if (a == ScalarType::kBool) return b;
-  if (b == ScalarType::kBool) return a;
-  if (a == ScalarType::kU8 || b == ScalarType::kU8) {
-    ScalarType o = a == ScalarType::kU8 ? b : a;
-    return o == ScalarType::kI8 ? ScalarType::kI16 : o;
-  }
-  return loop::ByteSize(a) >= loop::ByteSize(b) ? a : b;
-}
-
-int Category(ScalarType t) { return t == ScalarType::kBool ? 0 : loop::IsFloat(t) ? 2 : 1; }
-
-// Builds the body of one Compute.
-class Body {
- public:
-  explicit Body(std::vector<IndexExpr> dims, std::vector<bool> reduced = {}) {
-    c_.dims = std::move(dims);
-    c_.reduced = reduced.empty() ? std::vector<bool>(c_.dims.size(), false) : std::move(reduced);
-  }
-  size_t rank() const { return c_.dims.size(); }
-  const IndexExpr& dim(size_t i) const { return c_.dims[i]; }
-  static IndexExpr V(size_t d) { return IndexExpr::Var(static_cast<int32_t>(d)); }
-
-  ScalarType T(int32_t v) const { return c_.body[static_cast<size_t>(v)].type; }
-
-  int32_t Emit(Inst in) {
-    c_.body.push_back(std::move(in));
-    return static_cast<int32_t>(c_.body.size() - 1);
-  }
-  int32_t Load(int32_t tensor, ScalarType storage, std::vector<IndexExpr> coords, int32_t mask = -1,
-               std::vector<int32_t> dyn = {}) {
-    LoadSite site;
-    site.tensor = tensor;
-    if (dyn.empty()) dyn.assign(coords.size(), -1);
-    site.coords = std::move(coords);
-    site.dyn = std::move(dyn);
-    c_.loads.push_back(std::move(site));
-    Inst in;
-    in.op = Opcode::kLoad;
-    in.type = loop::ComputeType(storage);
-    in.iimm = static_cast<int64_t>(c_.loads.size() - 1);
-    in.mask = mask;
-    return Emit(std::move(in));
-  }
-  int32_t Const(double v, ScalarType t) {
-    Inst in;
-    in.op = Opcode::kConst;
-    in.type = loop::ComputeType(t);
-    if (loop::IsFloat(in.type)) {
-      in.fimm = v;
-    } else if (t == ScalarType::kBool) {
-      in.iimm = v != 0;
-    } else {
-      in.iimm = static_cast<int64_t>(v);
-    }
-    return Emit(std::move(in));
-  }
-  int32_t IConst(int64_t v, ScalarType t = ScalarType::kI64) {
-    Inst in;
-    in.op = Opcode::kConst;
-    in.type = t;
-    in.iimm = v;
-    if (loop::IsFloat(t)) in.fimm = static_cast<double>(v);
-    return Emit(std::move(in));
-  }
-  int32_t Idx(IndexExpr e) {
-    Inst in;
-    in.op = Opcode::kIndex;
-    in.type = ScalarType::kI64;
-    in.index = std::move(e);
-    return Emit(std::move(in));
-  }
-  int32_t Cast(int32_t v, ScalarType t) {
-    t = loop::ComputeType(t);
-    if (T(v) == t) return v;
-    Inst in;
-    in.op = Opcode::kCast;
-    in.type = t;
-    in.a = v;
-    return Emit(std::move(in));
-  }
-  int32_t Un(Opcode op, int32_t a) {
-    Inst in;
-    in.op = op;
-    in.type = (op == Opcode::kIsNan || op == Opcode::kIsInf || op == Opcode::kNot)
-                  ? ScalarType::kBool
-                  : T(a);
-    in.a = a;
-    return Emit(std::move(in));
-  }
-  static bool IsCompare(Opcode op) {
-    return op == Opcode::kEq || op == Opcode::kNe || op == Opcode::kLt || op == Opcode::kLe ||
-           op == Opcode::kGt || op == Opcode::kGe;
-  }
-  int32_t Bin(Opcode op, int32_t a, int32_t b) {
-    ScalarType t = PromoteScalarTypes(T(a), T(b));
-    if (op == Opcode::kAnd || op == Opcode::kOr || op == Opcode::kXor) {
-      if (T(a) == ScalarType::kBool && T(b) == ScalarType::kBool) t = ScalarType::kBool;
-    }
-    a = Cast(a, t);
-    b = Cast(b, t);
-    Inst in;
-    in.op = op;
-    in.type = IsCompare(op) ? ScalarType::kBool : t;
-    in.a = a;
-    in.b = b;
-    return Emit(std::move(in));
-  }
-  int32_t Sel(int32_t c, int32_t a, int32_t b) {
-    ScalarType t = PromoteScalarTypes(T(a), T(b));
-    a = Cast(a, t);
-    b = Cast(b, t);
-    Inst in;
-    in.op = Opcode::kSelect;
-    in.type = t;
-    in.a = ToBool(c);
-    in.b = a;
-    in.c = b;
-    return Emit(std::move(in));
-  }
-  int32_t ToBool(int32_t v) {
-    if (T(v) == ScalarType::kBool) return v;
-    return Bin(Opcode::kNe, v, Const(0, T(v)));
-  }
-  int32_t RandBits(int64_t stream, int32_t element) {
-    Inst in;
-    in.op = Opcode::kRandBits;
-    in.type = ScalarType::kI64;
-    in.iimm = stream;
-    in.a = element;
-    return Emit(std::move(in));
-  }
-  // Convenience arithmetic.
-  int32_t Add(int32_t a, int32_t b) { return Bin(Opcode::kAdd, a, b); }
-  int32_t Sub(int32_t a, int32_t b) { return Bin(Opcode::kSub, a, b); }
-  int32_t Mul(int32_t a, int32_t b) { return Bin(Opcode::kMul, a, b); }
-  int32_t Div(int32_t a, int32_t b) { return Bin(Opcode::kDiv, a, b); }
-  int32_t MulC(int32_t a, double c) { return Mul(a, Const(c, T(a))); }
-  int32_t AddC(int32_t a, double c) { return Add(a, Const(c, T(a))); }
-
-  // The row-major position of the current point among the non-reduced dims (or all dims).
-  IndexExpr Linear() const {
-    IndexExpr lin, stride = IndexExpr::Const(1);
-    for (size_t i = c_.dims.size(); i-- > 0;) {
-      lin = lin + V(i) * stride;
-      stride = stride * c_.dims[i];
-    }
-    return lin;
-  }
-
-  Compute Take(int32_t result, std::vector<int32_t> out_dims) {
-    c_.result = result;
-    c_.out_dims = std::move(out_dims);
-    return std::move(c_);
-  }
-  void SetReduce(ReduceKind k, int32_t index = -1) {
-    c_.reduce = k;
-    c_.reduce_index = index;
-  }
-
- private:
-  Compute c_;
-};
+constexpr double kSqrt1_2 = 0.70710678118654752440;
+constexpr double kSqrt2OverPi = 0.79788456080286535588;
 
 // max_pool2d's window, from the op's kernel_size, stride, padding and dilation arguments.
 struct PoolWindow {
   int64_t kh = 1, kw = 1, sh = 1, sw = 1, ph = 0, pw = 0, dh = 1, dw = 1;
 };
 
-class Decomposer {
- public:
-  Decomposer(const graph::Graph& g, const canon::CanonicalGraph& c) : g_(g), c_(c) {}
-
-  absl::StatusOr<PrimGraph> Run();
-
-  using Rule = std::function<absl::Status(Decomposer&, uint32_t)>;
-  static const absl::flat_hash_map<std::string, Rule>& Rules();
-
- private:
-  // --- Symbols and metadata.
-  absl::StatusOr<IndexExpr> Sym(const graph::SymInt& s) {
-    if (!s.is_symbolic()) return IndexExpr::Const(s.value());
-    const std::string& text = g_.expr_text(s.expr());
-    return loop::ParseIndexExpr(text, [this](absl::string_view name) -> int32_t {
-      auto it = c_.symbol_names().find(std::string(name));
-      if (it == c_.symbol_names().end()) return -1;
-      auto id = sym_ids_.find(it->second);
-      return id == sym_ids_.end() ? -1 : id->second;
-    });
-  }
-  absl::StatusOr<std::vector<IndexExpr>> Syms(absl::Span<const graph::SymInt> v) {
-    std::vector<IndexExpr> out;
-    for (const graph::SymInt& s : v) {
-      auto e = Sym(s);
-      if (!e.ok()) return e.status();
-      out.push_back(*std::move(e));
-    }
-    return out;
-  }
-
-  std::string NodeName(uint32_t node) const { return absl::StrCat("%", c_.position(node)); }
-  std::string ValueName(const graph::Value& v) const {
-    const graph::Node& n = g_.node(v.node);
-    return n.num_outputs > 1 || n.multi_output ? absl::StrCat(NodeName(v.node), ".", v.output)
-                                               : NodeName(v.node);
-  }
-  uint32_t ValueId(const graph::Value& v) const {
-    return static_cast<uint32_t>(&v - g_.values().data());
-  }
-
-  // --- Tensors.
-  int32_t NewTensor(DType dtype, std::vector<IndexExpr> sizes, const std::string& name) {
-    Tensor t;
-    t.dtype = dtype;
-    t.strides.resize(sizes.size());
-    IndexExpr stride = IndexExpr::Const(1);
-    for (size_t i = sizes.size(); i-- > 0;) {
-      t.strides[i] = stride;
-      stride = stride * sizes[i];
-    }
-    t.sizes = std::move(sizes);
-    t.name = name;
-    out_.tensors.push_back(std::move(t));
-    const int32_t id = static_cast<int32_t>(out_.tensors.size() - 1);
-    out_.tensors.back().storage = id;
-    return id;
-  }
-  absl::StatusOr<int32_t> TensorOfValue(const graph::Value& v) {
-    Tensor t;
-    t.dtype = v.dtype;
-    auto sizes = Syms(g_.sizes(v));
-    if (!sizes.ok()) return sizes.status();
-    auto strides = Syms(g_.strides(v));
-    if (!strides.ok()) return strides.status();
-    auto offset = Sym(v.storage_offset);
-    if (!offset.ok()) return offset.status();
-    t.sizes = *std::move(sizes);
-    t.strides = *std::move(strides);
-    t.offset = *std::move(offset);
-    t.name = ValueName(v);
-    out_.tensors.push_back(std::move(t));
-    const int32_t id = static_cast<int32_t>(out_.tensors.size() - 1);
-    out_.tensors.back().storage = id;
-    return id;
-  }
-  const Tensor& Tn(int32_t t) const { return out_.tensors[static_cast<size_t>(t)]; }
-  ScalarType ST(int32_t t) const { return loop::ScalarTypeOf(Tn(t).dtype); }
-  size_t Rank(int32_t t) const { return Tn(t).sizes.size(); }
-
-  // --- Nodes and arguments.
-  const graph::Node& N(uint32_t node) const { return g_.node(node); }
-  const Arg& A(uint32_t node, size_t i) const { return g_.args(N(node))[i]; }
-  size_t NumArgs(uint32_t node) const { return N(node).num_args; }
-  const graph::Value* Out(uint32_t node, size_t k) const {
-    const graph::Node& n = N(node);
-    if (k >= n.num_outputs) return nullptr;
-    const graph::Value& v = g_.outputs(n)[k];
-    return v.kind == graph::ValueKind::kTensor ? &v : nullptr;
-  }
-  // The tensor an argument refers to, or -1.
-  int32_t TensorArg(const Arg& a) const {
-    if (a.kind != ArgKind::kRef) return -1;
-    const graph::Value* v = g_.Resolve(a.ref);
-    if (v == nullptr) return -1;
-    return value_tensor_[ValueId(*v)];
-  }
-  int32_t In(uint32_t node, size_t i) const { return TensorArg(A(node, i)); }
-  bool IsNone(const Arg& a) const { return a.kind == ArgKind::kNone || a.kind == ArgKind::kAbsent; }
-  double Num(const Arg& a, double dflt = 0) const {
-    switch (a.kind) {
-      case ArgKind::kInt:
-      case ArgKind::kBool:
-        return static_cast<double>(a.int_value);
-      case ArgKind::kFloat:
-        return a.float_value;
-      default:
-        return dflt;
-    }
-  }
-  int64_t Int(const Arg& a, int64_t dflt = 0) const {
-    return a.kind == ArgKind::kInt || a.kind == ArgKind::kBool ? a.int_value : dflt;
-  }
-  bool IsFloatScalar(const Arg& a) const { return a.kind == ArgKind::kFloat; }
-  std::vector<int64_t> Ints(const Arg& a) const {
-    std::vector<int64_t> out;
-    if (a.kind == ArgKind::kInt) out.push_back(a.int_value);
-    if (a.kind == ArgKind::kList) {
-      for (const Arg& x : g_.items(a)) out.push_back(Int(x));
-    }
-    return out;
-  }
-  static int64_t WrapDim(int64_t d, size_t rank) {
-    const int64_t r = static_cast<int64_t>(std::max<size_t>(rank, 1));
-    return d < 0 ? d + r : d;
-  }
-
-  // A scalar argument as an SSA value of type `t` (symbolic ints through their expression).
-  absl::StatusOr<int32_t> ScalarValue(Body& b, const Arg& a, ScalarType t) {
-    if (a.kind == ArgKind::kSymbolic) {
-      auto e = Sym(a.sym);
-      if (!e.ok()) return e.status();
-      return b.Cast(b.Idx(*e), t);
-    }
-    if (a.kind == ArgKind::kRef) {
-      const graph::Value* v = g_.Resolve(a.ref);
-      if (v != nullptr && v->kind == graph::ValueKind::kSymInt) {
-        auto e = Sym(v->scalar);
-        if (!e.ok()) return e.status();
-        return b.Cast(b.Idx(*e), t);
-      }
-      return absl::UnimplementedError("a scalar argument refers to a non-integer value");
-    }
-    return b.Const(Num(a), t);
-  }
-
-  // Coordinates of tensor `t` broadcast against the trailing dims of `b`.
-  std::vector<IndexExpr> BroadcastCoords(const Body& b, int32_t t, size_t ndims = 0) const {
-    const Tensor& x = Tn(t);
-    const size_t n = ndims ? ndims : b.rank();
-    std::vector<IndexExpr> coords;
-    for (size_t i = 0; i < x.sizes.size(); ++i) {
-      const size_t d = n - x.sizes.size() + i;
-      if (x.sizes[i].is_const() && x.sizes[i].const_value() == 1) {
-        coords.push_back(IndexExpr());
-      } else {
-        coords.push_back(Body::V(d));
-      }
-    }
-    return coords;
-  }
-  int32_t LoadB(Body& b, int32_t t) { return b.Load(t, ST(t), BroadcastCoords(b, t)); }
-  // A tensor argument or a scalar argument as a value broadcast over `b`.
-  absl::StatusOr<int32_t> Operand(Body& b, const Arg& a, ScalarType scalar_type) {
-    const int32_t t = TensorArg(a);
-    if (t >= 0) return LoadB(b, t);
-    return ScalarValue(b, a, scalar_type);
-  }
-
-  // Adds a Compute producing a tensor; `value` (may be null) gives its layout and name.
-  absl::StatusOr<int32_t> Finish(uint32_t node, Body& b, int32_t result, DType dtype,
-                                 const graph::Value* value, std::vector<int32_t> out_dims,
-                                 std::vector<IndexExpr> out_sizes) {
-    int32_t t;
-    if (value != nullptr) {
-      auto tv = TensorOfValue(*value);
-      if (!tv.ok()) return tv.status();
-      t = *tv;
-      value_tensor_[ValueId(*value)] = t;
-      if (Tn(t).sizes.size() != out_sizes.size()) {
-        return absl::InternalError(absl::StrCat("decompose: ", g_.target(N(node)), " at ",
-                                                NodeName(node), " made rank ", out_sizes.size(),
-                                                " but the metadata says ", Tn(t).sizes.size()));
-      }
-    } else {
-      t = NewTensor(dtype, std::move(out_sizes), absl::StrCat(NodeName(node), "~", ++temp_));
-    }
-    Node n;
-    n.kind = Node::Kind::kCompute;
-    n.name = NodeName(node);
-    n.stack_trace = g_.str(N(node).stack_trace);
-    n.compute = b.Take(result, std::move(out_dims));
-    n.compute.store_index = store_index_;
-    store_index_ = false;
-    n.outputs = {t};
-    out_.tensors[static_cast<size_t>(t)].producer = static_cast<int32_t>(out_.nodes.size());
-    out_.nodes.push_back(std::move(n));
-    return t;
-  }
-  // A pointwise Compute over all dims of `b` producing output `k` of `node` (or a temporary).
-  absl::StatusOr<int32_t> FinishPointwise(uint32_t node, Body& b, int32_t result, DType dtype,
-                                          int k = 0, bool temp = false) {
-    std::vector<int32_t> out_dims;
-    std::vector<IndexExpr> sizes;
-    for (size_t i = 0; i < b.rank(); ++i) {
-      out_dims.push_back(static_cast<int32_t>(i));
-      sizes.push_back(b.dim(i));
-    }
-    const graph::Value* v = temp ? nullptr : Out(node, static_cast<size_t>(k));
-    return Finish(node, b, result, v ? v->dtype : dtype, v, std::move(out_dims), std::move(sizes));
-  }
-  // A reducing Compute; the output keeps size-1 dims at reduced positions when `keepdim`.
-  absl::StatusOr<int32_t> FinishReduce(uint32_t node, Body& b, int32_t result, ReduceKind kind,
-                                       DType dtype, bool keepdim, int k, bool temp,
-                                       int32_t index = -1) {
-    b.SetReduce(kind, index);
-    std::vector<int32_t> out_dims;
-    std::vector<IndexExpr> sizes;
-    const std::vector<bool>& red = reduced_;
-    for (size_t i = 0; i < b.rank(); ++i) {
-      if (!red[i]) {
-        out_dims.push_back(static_cast<int32_t>(i));
-        sizes.push_back(b.dim(i));
-      } else if (keepdim) {
-        out_dims.push_back(-1);
-        sizes.push_back(IndexExpr::Const(1));
-      }
-    }
-    const graph::Value* v = temp ? nullptr : Out(node, static_cast<size_t>(k));
-    return Finish(node, b, result, v ? v->dtype : dtype, v, std::move(out_dims), std::move(sizes));
-  }
-  // A Body over `t`'s dims reducing the dims in `dims` (empty: all).
-  Body ReduceBody(int32_t t, std::vector<int64_t> dims) {
-    const size_t r = Rank(t);
-    reduced_.assign(r, dims.empty());
-    // A 0-d tensor takes dim 0 or -1, which name no dim of its (empty) iteration space.
-    if (r == 0) return Body(Tn(t).sizes, reduced_);
-    for (int64_t d : dims) reduced_[static_cast<size_t>(WrapDim(d, r))] = true;
-    return Body(Tn(t).sizes, reduced_);
-  }
-  // Sum over the reduced dims of `b` into a keepdim temporary of type `acc`.
-  absl::StatusOr<int32_t> SumTemp(uint32_t node, Body& b, int32_t v, ReduceKind kind,
-                                  ScalarType acc) {
-    return FinishReduce(node, b, b.Cast(v, acc), kind, loop::DTypeOf(acc), true, 0, true);
-  }
-  IndexExpr NumelOf(const std::vector<IndexExpr>& dims, const std::vector<bool>& red) const {
-    IndexExpr n = IndexExpr::Const(1);
-    for (size_t i = 0; i < dims.size(); ++i) {
-      if (red[i]) n = n * dims[i];
-    }
-    return n;
-  }
-
-  absl::Status Alias(uint32_t node, size_t k, int32_t t) {
-    const graph::Value* v = Out(node, k);
-    if (v == nullptr) return absl::OkStatus();
-    // A graph value must keep its metadata's layout: copy when the tensor differs.
-    const Tensor& x = Tn(t);
-    auto sizes = Syms(g_.sizes(*v));
-    auto strides = Syms(g_.strides(*v));
-    if (sizes.ok() && strides.ok() && *sizes == x.sizes && *strides == x.strides &&
-        x.offset.is_zero() && x.dtype == v->dtype) {
-      value_tensor_[ValueId(*v)] = t;
-      return absl::OkStatus();
-    }
-    Body b(x.sizes);
-    auto r = FinishPointwise(node, b, LoadB(b, t), v->dtype, static_cast<int>(k));
-    return r.status();
-  }
-
-  absl::Status Fallback(uint32_t node, const std::string& reason);
-  absl::Status Extern(uint32_t node, const std::string& op, bool fallback,
-                      const std::string& reason);
-  absl::StatusOr<CallArg> ConvertArg(const Arg& a);
-  absl::Status Visit(uint32_t node);
-
-  // Rules.
-  absl::Status Unary(uint32_t node, Opcode op);
-  absl::Status Pointwise(uint32_t node,
-                         const std::function<absl::StatusOr<int32_t>(Body&, ScalarType)>& fn,
-                         bool compare_type = false);
-  absl::Status Binary(uint32_t node, Opcode op);
-  absl::Status Compare(uint32_t node, Opcode op);
-  absl::Status Reduction(uint32_t node, ReduceKind kind, std::vector<int64_t> dims, bool keepdim,
-                         bool mean);
-  absl::Status ArgReduction(uint32_t node, bool is_max, std::vector<int64_t> dims, bool keepdim,
-                            int value_output, int index_output);
-  absl::Status Variance(uint32_t node, std::vector<int64_t> dims, double correction, bool keepdim,
-                        int var_out, int mean_out, bool std_dev);
-  absl::Status Softmax(uint32_t node, bool log);
-  absl::Status SoftmaxBackward(uint32_t node, bool log);
-  absl::Status LayerNorm(uint32_t node);
-  absl::Status LayerNormBackward(uint32_t node);
-  absl::Status BatchNorm(uint32_t node, bool training_arg);
-  absl::Status BatchNormBackward(uint32_t node);
-  absl::Status Dropout(uint32_t node);
-  absl::Status NllLoss(uint32_t node);
-  absl::Status NllLossBackward(uint32_t node);
-  absl::Status Embedding(uint32_t node);
-  absl::Status EmbeddingBackward(uint32_t node);
-  absl::Status Cat(uint32_t node, bool stack);
-  absl::Status SliceBackward(uint32_t node);
-  absl::Status SelectBackward(uint32_t node);
-  absl::Status Addmm(uint32_t node, bool batched);
-  absl::Status Full(uint32_t node, std::function<absl::StatusOr<int32_t>(Body&, ScalarType)> fill);
-  absl::Status Arange(uint32_t node);
-  absl::Status IndexSelect(uint32_t node, bool gather);
-  absl::StatusOr<PoolWindow> Window(uint32_t node, size_t first, int32_t x) const;
-  Body PoolBody(std::vector<IndexExpr> lead, const PoolWindow& w);
-  int32_t LoadPlane(Body& b, int32_t t, int32_t row, int32_t col, int32_t mask);
-  absl::Status MaxPool2d(uint32_t node);
-  absl::Status MaxPool2dBackward(uint32_t node);
-  absl::Status Copy(uint32_t node, int src_arg);
-  absl::Status View(uint32_t node);
-  absl::Status Random(uint32_t node);
-  absl::Status ConstantPad(uint32_t node);
-  absl::Status Flip(uint32_t node);
-  absl::Status TriangleMask(uint32_t node, bool lower);
-  absl::Status CopyInPlace(uint32_t node);
-
-  const graph::Graph& g_;
-  const canon::CanonicalGraph& c_;
-  PrimGraph out_;
-  std::vector<int32_t> value_tensor_;
-  std::map<std::string, int32_t> sym_ids_;
-  std::vector<int64_t> rng_stream_;
-  std::vector<bool> reduced_;
-  bool store_index_ = false;
-  int temp_ = 0;
-};
-
-absl::StatusOr<CallArg> Decomposer::ConvertArg(const Arg& a) {
-  CallArg out;
-  switch (a.kind) {
-    case ArgKind::kRef: {
-      const graph::Value* v = g_.Resolve(a.ref);
-      if (v != nullptr && v->kind == graph::ValueKind::kTensor) {
-        out.kind = CallArg::Kind::kTensor;
-        out.tensor = value_tensor_[ValueId(*v)];
-        if (out.tensor < 0) return absl::InternalError("a tensor argument has no value yet");
-        return out;
-      }
-      if (v != nullptr &&
-          (v->kind == graph::ValueKind::kSymInt || v->kind == graph::ValueKind::kSymFloat ||
-           v->kind == graph::ValueKind::kSymBool)) {
-        auto e = Sym(v->scalar);
-        if (!e.ok()) return e.status();
-        out.value.mutable_symbolic()->set_expr(e->ToString(out_.symbols));
-        out.value.mutable_symbolic()->set_kind(v1::SYM_KIND_INT);
-        return out;
-      }
-      out.kind = CallArg::Kind::kNoneTensor;
-      return out;
-    }
-    case ArgKind::kAbsent:
-    case ArgKind::kNone:
-      out.value.mutable_none();
-      return out;
-    case ArgKind::kInt:
-      out.value.set_int_value(a.int_value);
-      return out;
-    case ArgKind::kFloat:
-      out.value.set_float_value(a.float_value);
-      return out;
-    case ArgKind::kBool:
-      out.value.set_bool_value(a.int_value != 0);
-      return out;
-    case ArgKind::kString:
-      out.value.set_string_value(g_.str(a.string_id));
-      return out;
-    case ArgKind::kDType:
-      out.value.set_dtype(static_cast<v1::DType>(a.int_value));
-      return out;
-    case ArgKind::kDevice: {
-      out.value.mutable_device()->set_type(std::string(graph::DeviceTypeName(a.device.type)));
-      return out;
-    }
-    case ArgKind::kLayout:
-      out.value.set_layout(static_cast<v1::Layout>(a.int_value));
-      return out;
-    case ArgKind::kMemoryFormat:
-      out.value.set_memory_format(static_cast<v1::MemoryFormat>(a.int_value));
-      return out;
-    case ArgKind::kList: {
-      out.kind = CallArg::Kind::kList;
-      for (const Arg& x : g_.items(a)) {
-        auto item = ConvertArg(x);
-        if (!item.ok()) return item.status();
-        out.items.push_back(*std::move(item));
-      }
-      return out;
-    }
-    case ArgKind::kSymbolic: {
-      auto e = Sym(a.sym);
-      if (!e.ok()) return e.status();
-      out.value.mutable_symbolic()->set_expr(e->ToString(out_.symbols));
-      out.value.mutable_symbolic()->set_kind(
-          a.sym_kind == graph::ValueKind::kSymFloat ? v1::SYM_KIND_FLOAT : v1::SYM_KIND_INT);
-      return out;
-    }
-  }
-  return out;
-}
-
-absl::Status Decomposer::Extern(uint32_t node, const std::string& op, bool fallback,
-                                const std::string& reason) {
-  const graph::Node& gn = N(node);
-  Node n;
-  n.kind = Node::Kind::kExtern;
-  n.name = NodeName(node);
-  n.stack_trace = g_.str(gn.stack_trace);
-  n.op = op;
-  n.fallback = fallback;
-  n.reason = reason;
-  n.collective = absl::StartsWith(op, "_c10d_functional.");
-  n.rng_stream = rng_stream_[node];
-  const auto args = g_.args(gn);
-  for (size_t i = 0; i < args.size(); ++i) {
-    auto ca = ConvertArg(args[i]);
-    if (!ca.ok()) return ca.status();
-    // Keys ignore process-group names, so artifacts carry canonical ones ("pg0", ...) that
-    // every requester's runtime binds to its own groups.
-    if (std::string pg = c_.ProcessGroupName(node, static_cast<uint32_t>(i)); !pg.empty()) {
-      ca->value.set_string_value(pg);
-    }
-    std::string kw;
-    if (gn.schema != nullptr && i < gn.schema->params.size() && gn.schema->params[i].keyword_only) {
-      kw = gn.schema->params[i].name;
-    } else if (args[i].name != 0) {
-      kw = g_.str(args[i].name);
-    }
-    if (kw.empty()) {
-      n.args.push_back(*std::move(ca));
-    } else {
-      n.kwargs.emplace_back(kw, *std::move(ca));
-    }
-  }
-  const int32_t self = static_cast<int32_t>(out_.nodes.size());
-  for (size_t k = 0; k < gn.num_outputs; ++k) {
-    const graph::Value& v = g_.outputs(gn)[k];
-    if (v.kind != graph::ValueKind::kTensor) {
-      n.outputs.push_back(-1);
-      continue;
-    }
-    auto t = TensorOfValue(v);
-    if (!t.ok()) return t.status();
-    out_.tensors[static_cast<size_t>(*t)].producer = self;
-    value_tensor_[ValueId(v)] = *t;
-    n.outputs.push_back(*t);
-  }
-  out_.nodes.push_back(std::move(n));
-  return absl::OkStatus();
-}
-
-absl::Status Decomposer::Fallback(uint32_t node, const std::string& reason) {
-  return Extern(node, g_.target(N(node)), true, reason);
-}
-
 // ---------------------------------------------------------------------------------------------
 // Pointwise rules.
 
-absl::Status Decomposer::Pointwise(
-    uint32_t node, const std::function<absl::StatusOr<int32_t>(Body&, ScalarType)>& fn, bool) {
-  const graph::Value* out = Out(node, 0);
-  if (out == nullptr) return absl::InternalError("pointwise op without a tensor output");
-  auto sizes = Syms(g_.sizes(*out));
-  if (!sizes.ok()) return sizes.status();
-  Body b(*sizes);
-  const ScalarType ct = loop::ComputeType(loop::ScalarTypeOf(out->dtype));
-  auto r = fn(b, ct);
-  if (!r.ok()) return r.status();
-  return FinishPointwise(node, b, *r, out->dtype).status();
-}
-
-absl::Status Decomposer::Unary(uint32_t node, Opcode op) {
-  return Pointwise(node, [&](Body& b, ScalarType ct) -> absl::StatusOr<int32_t> {
-    int32_t x = LoadB(b, In(node, 0));
+absl::Status Unary(Builder& d, uint32_t node, Opcode op) {
+  return d.Pointwise(node, [&](Body& b, ScalarType ct) -> absl::StatusOr<int32_t> {
+    int32_t x = d.LoadB(b, d.In(node, 0));
     if (op == Opcode::kIsNan || op == Opcode::kIsInf) {
       if (!loop::IsFloat(b.T(x))) return b.Const(0, ScalarType::kBool);
       return b.Un(op, x);
@@ -737,36 +95,36 @@ absl::Status Decomposer::Unary(uint32_t node, Opcode op) {
   });
 }
 
-absl::Status Decomposer::Binary(uint32_t node, Opcode op) {
-  return Pointwise(node, [&](Body& b, ScalarType ct) -> absl::StatusOr<int32_t> {
-    auto x = Operand(b, A(node, 0), ct);
+absl::Status Binary(Builder& d, uint32_t node, Opcode op) {
+  return d.Pointwise(node, [&](Body& b, ScalarType ct) -> absl::StatusOr<int32_t> {
+    auto x = d.Operand(b, d.A(node, 0), ct);
     if (!x.ok()) return x;
-    auto y = Operand(b, A(node, 1), ct);
+    auto y = d.Operand(b, d.A(node, 1), ct);
     if (!y.ok()) return y;
     return b.Bin(op, b.Cast(*x, ct), b.Cast(*y, ct));
   });
 }
 
-absl::Status Decomposer::Compare(uint32_t node, Opcode op) {
+absl::Status Compare(Builder& d, uint32_t node, Opcode op) {
   // Compare in the promoted type of the operands (tensors with dims first, then 0-dim
   // tensors and Python scalars when they raise the category).
   ScalarType dimmed = ScalarType::kBool, zero_dim = ScalarType::kBool;
   bool has_dimmed = false, has_zero = false;
   int scalar_cat = -1;
   for (size_t i = 0; i < 2; ++i) {
-    const int32_t t = In(node, i);
+    const int32_t t = d.In(node, i);
     if (t >= 0) {
-      if (Rank(t) > 0) {
-        dimmed = has_dimmed ? PromoteScalarTypes(dimmed, ST(t)) : ST(t);
+      if (d.Rank(t) > 0) {
+        dimmed = has_dimmed ? PromoteScalarTypes(dimmed, d.ST(t)) : d.ST(t);
         has_dimmed = true;
       } else {
-        zero_dim = has_zero ? PromoteScalarTypes(zero_dim, ST(t)) : ST(t);
+        zero_dim = has_zero ? PromoteScalarTypes(zero_dim, d.ST(t)) : d.ST(t);
         has_zero = true;
       }
     } else {
-      scalar_cat = std::max(scalar_cat, IsFloatScalar(A(node, i))           ? 2
-                                        : A(node, i).kind == ArgKind::kBool ? 0
-                                                                            : 1);
+      scalar_cat = std::max(scalar_cat, d.IsFloatScalar(d.A(node, i))         ? 2
+                                        : d.A(node, i).kind == ArgKind::kBool ? 0
+                                                                              : 1);
     }
   }
   ScalarType ct = has_dimmed ? dimmed : zero_dim;
@@ -774,10 +132,10 @@ absl::Status Decomposer::Compare(uint32_t node, Opcode op) {
   if (!has_dimmed && !has_zero) ct = ScalarType::kF64;
   if (scalar_cat > Category(ct)) ct = scalar_cat == 2 ? ScalarType::kF32 : ScalarType::kI64;
   ct = loop::ComputeType(ct);
-  return Pointwise(node, [&](Body& b, ScalarType) -> absl::StatusOr<int32_t> {
-    auto x = Operand(b, A(node, 0), ct);
+  return d.Pointwise(node, [&](Body& b, ScalarType) -> absl::StatusOr<int32_t> {
+    auto x = d.Operand(b, d.A(node, 0), ct);
     if (!x.ok()) return x;
-    auto y = Operand(b, A(node, 1), ct);
+    auto y = d.Operand(b, d.A(node, 1), ct);
     if (!y.ok()) return y;
     return b.Bin(op, b.Cast(*x, ct), b.Cast(*y, ct));
   });
@@ -786,42 +144,40 @@ absl::Status Decomposer::Compare(uint32_t node, Opcode op) {
 // ---------------------------------------------------------------------------------------------
 // Reductions.
 
-absl::Status Decomposer::Reduction(uint32_t node, ReduceKind kind, std::vector<int64_t> dims,
-                                   bool keepdim, bool mean) {
-  const int32_t x = In(node, 0);
-  const graph::Value* out = Out(node, 0);
+absl::Status Reduction(Builder& d, uint32_t node, ReduceKind kind, std::vector<int64_t> dims,
+                       bool keepdim, bool mean) {
+  const int32_t x = d.In(node, 0);
+  const graph::Value* out = d.Out(node, 0);
   if (out == nullptr) return absl::InternalError("reduction without a tensor output");
-  Body b = ReduceBody(x, dims);
+  Body b = d.ReduceBody(x, dims);
   ScalarType acc = loop::ComputeType(loop::ScalarTypeOf(out->dtype));
   if (kind == ReduceKind::kAny || kind == ReduceKind::kAll) acc = ScalarType::kBool;
-  int32_t v = b.Load(x, ST(x), BroadcastCoords(b, x));
+  int32_t v = b.Load(x, d.ST(x), d.BroadcastCoords(b, x));
   if (kind == ReduceKind::kAny || kind == ReduceKind::kAll) {
     v = b.ToBool(v);
   } else {
     v = b.Cast(v, acc);
   }
   if (!mean) {
-    return FinishReduce(node, b, v, kind, out->dtype, keepdim, 0, false).status();
+    return d.FinishReduce(node, b, v, kind, out->dtype, keepdim, 0, false).status();
   }
-  const std::vector<bool> red = reduced_;
-  const IndexExpr n = NumelOf(Tn(x).sizes, red);
-  auto s = FinishReduce(node, b, v, kind, loop::DTypeOf(acc), keepdim, 0, true);
+  const std::vector<bool> red = b.reduced();
+  const IndexExpr n = d.NumelOf(d.Tn(x).sizes, red);
+  auto s = d.FinishReduce(node, b, v, kind, loop::DTypeOf(acc), keepdim, 0, true);
   if (!s.ok()) return s.status();
-  Body e(Tn(*s).sizes);
-  int32_t r = e.Div(LoadB(e, *s), e.Cast(e.Idx(n), acc));
-  return FinishPointwise(node, e, r, out->dtype).status();
+  Body e(d.Tn(*s).sizes);
+  int32_t r = e.Div(d.LoadB(e, *s), e.Cast(e.Idx(n), acc));
+  return d.FinishPointwise(node, e, r, out->dtype).status();
 }
 
-absl::Status Decomposer::ArgReduction(uint32_t node, bool is_max, std::vector<int64_t> dims,
-                                      bool keepdim, int value_output, int index_output) {
-  const int32_t x = In(node, 0);
-  Body probe = ReduceBody(x, dims);
-  const std::vector<bool> red = reduced_;
+absl::Status ArgReduction(Builder& d, uint32_t node, bool is_max, std::vector<int64_t> dims,
+                          bool keepdim, int value_output, int index_output) {
+  const int32_t x = d.In(node, 0);
+  const std::vector<bool> red = d.ReduceBody(x, dims).reduced();
   // The flat index over the reduced dims, row-major.
   auto make = [&](bool want_index, int k) -> absl::Status {
-    Body b(Tn(x).sizes, red);
-    reduced_ = red;
-    int32_t v = b.Load(x, ST(x), BroadcastCoords(b, x));
+    Body b(d.Tn(x).sizes, red);
+    int32_t v = b.Load(x, d.ST(x), d.BroadcastCoords(b, x));
     IndexExpr lin, stride = IndexExpr::Const(1);
     for (size_t i = b.rank(); i-- > 0;) {
       if (!red[i]) continue;
@@ -830,10 +186,10 @@ absl::Status Decomposer::ArgReduction(uint32_t node, bool is_max, std::vector<in
     }
     int32_t idx = b.Idx(lin);
     ReduceKind kind = is_max ? ReduceKind::kArgMax : ReduceKind::kArgMin;
-    const graph::Value* o = Out(node, static_cast<size_t>(k));
+    const graph::Value* o = d.Out(node, static_cast<size_t>(k));
     if (o == nullptr) return absl::OkStatus();
     // The reduce yields the value for value outputs and the index for index outputs.
-    b.SetReduce(kind, idx);
+    b.SetReduce(kind, idx, want_index);
     std::vector<int32_t> out_dims;
     std::vector<IndexExpr> sizes;
     for (size_t i = 0; i < b.rank(); ++i) {
@@ -845,11 +201,8 @@ absl::Status Decomposer::ArgReduction(uint32_t node, bool is_max, std::vector<in
         sizes.push_back(IndexExpr::Const(1));
       }
     }
-    const int32_t result = v;
-    store_index_ = want_index;
-    return Finish(node, b, result, o->dtype, o, std::move(out_dims), std::move(sizes)).status();
+    return d.Finish(node, b, v, o->dtype, o, std::move(out_dims), std::move(sizes)).status();
   };
-  (void)probe;
   if (value_output >= 0) {
     if (auto s = make(false, value_output); !s.ok()) return s;
   }
@@ -859,32 +212,32 @@ absl::Status Decomposer::ArgReduction(uint32_t node, bool is_max, std::vector<in
   return absl::OkStatus();
 }
 
-absl::Status Decomposer::Variance(uint32_t node, std::vector<int64_t> dims, double correction,
-                                  bool keepdim, int var_out, int mean_out, bool std_dev) {
-  const int32_t x = In(node, 0);
-  const ScalarType acc = loop::ComputeType(ST(x));
-  Body b1 = ReduceBody(x, dims);
-  const std::vector<bool> red = reduced_;
-  const IndexExpr n = NumelOf(Tn(x).sizes, red);
-  auto s1 = SumTemp(node, b1, b1.Load(x, ST(x), BroadcastCoords(b1, x)), ReduceKind::kSum, acc);
+absl::Status Variance(Builder& d, uint32_t node, std::vector<int64_t> dims, double correction,
+                      bool keepdim, int var_out, int mean_out, bool std_dev) {
+  const int32_t x = d.In(node, 0);
+  const ScalarType acc = loop::ComputeType(d.ST(x));
+  Body b1 = d.ReduceBody(x, dims);
+  const std::vector<bool> red = b1.reduced();
+  const IndexExpr n = d.NumelOf(d.Tn(x).sizes, red);
+  auto s1 =
+      d.SumTemp(node, b1, b1.Load(x, d.ST(x), d.BroadcastCoords(b1, x)), ReduceKind::kSum, acc);
   if (!s1.ok()) return s1.status();
-  Body bm(Tn(*s1).sizes);
-  auto mean = FinishPointwise(node, bm, bm.Div(LoadB(bm, *s1), bm.Cast(bm.Idx(n), acc)),
-                              loop::DTypeOf(acc), 0, true);
+  Body bm(d.Tn(*s1).sizes);
+  auto mean = d.FinishPointwise(node, bm, bm.Div(d.LoadB(bm, *s1), bm.Cast(bm.Idx(n), acc)),
+                                loop::DTypeOf(acc), 0, true);
   if (!mean.ok()) return mean.status();
-  Body b2(Tn(x).sizes, red);
-  reduced_ = red;
-  int32_t d = b2.Sub(b2.Cast(LoadB(b2, x), acc), LoadB(b2, *mean));
-  auto s2 = SumTemp(node, b2, b2.Mul(d, d), ReduceKind::kSum, acc);
+  Body b2(d.Tn(x).sizes, red);
+  int32_t diff = b2.Sub(b2.Cast(d.LoadB(b2, x), acc), d.LoadB(b2, *mean));
+  auto s2 = d.SumTemp(node, b2, b2.Mul(diff, diff), ReduceKind::kSum, acc);
   if (!s2.ok()) return s2.status();
   // Outputs drop or keep the reduced dims.
   std::vector<IndexExpr> out_sizes;
   std::vector<IndexExpr> coords;
   for (size_t i = 0; i < red.size(); ++i) {
-    if (!red[i] || keepdim) out_sizes.push_back(red[i] ? IndexExpr::Const(1) : Tn(x).sizes[i]);
+    if (!red[i] || keepdim) out_sizes.push_back(red[i] ? IndexExpr::Const(1) : d.Tn(x).sizes[i]);
   }
   auto emit = [&](int k, bool is_var) -> absl::Status {
-    const graph::Value* o = Out(node, static_cast<size_t>(k));
+    const graph::Value* o = d.Out(node, static_cast<size_t>(k));
     if (o == nullptr) return absl::OkStatus();
     Body e(out_sizes);
     // Read the keepdim temporaries at the output's coordinates.
@@ -906,7 +259,7 @@ absl::Status Decomposer::Variance(uint32_t node, std::vector<int64_t> dims, doub
     } else {
       r = e.Load(*mean, acc, c);
     }
-    return FinishPointwise(node, e, r, o->dtype, k).status();
+    return d.FinishPointwise(node, e, r, o->dtype, k).status();
   };
   if (var_out >= 0) {
     if (auto s = emit(var_out, true); !s.ok()) return s;
@@ -915,146 +268,144 @@ absl::Status Decomposer::Variance(uint32_t node, std::vector<int64_t> dims, doub
   return absl::OkStatus();
 }
 
-absl::Status Decomposer::Softmax(uint32_t node, bool log) {
-  const int32_t x = In(node, 0);
-  const graph::Value* out = Out(node, 0);
-  const int64_t dim = Int(A(node, 1));
+absl::Status Softmax(Builder& d, uint32_t node, bool log) {
+  const int32_t x = d.In(node, 0);
+  const graph::Value* out = d.Out(node, 0);
+  const int64_t dim = d.Int(d.A(node, 1));
   const ScalarType acc = loop::ComputeType(loop::ScalarTypeOf(out->dtype));
-  Body b1 = ReduceBody(x, {dim});
-  const std::vector<bool> red = reduced_;
-  auto m = SumTemp(node, b1, b1.Cast(LoadB(b1, x), acc), ReduceKind::kMax, acc);
+  Body b1 = d.ReduceBody(x, {dim});
+  const std::vector<bool> red = b1.reduced();
+  auto m = d.SumTemp(node, b1, b1.Cast(d.LoadB(b1, x), acc), ReduceKind::kMax, acc);
   if (!m.ok()) return m.status();
-  Body b2(Tn(x).sizes, red);
-  reduced_ = red;
-  int32_t e2 = b2.Un(Opcode::kExp, b2.Sub(b2.Cast(LoadB(b2, x), acc), LoadB(b2, *m)));
-  auto s = SumTemp(node, b2, e2, ReduceKind::kSum, acc);
+  Body b2(d.Tn(x).sizes, red);
+  int32_t e2 = b2.Un(Opcode::kExp, b2.Sub(b2.Cast(d.LoadB(b2, x), acc), d.LoadB(b2, *m)));
+  auto s = d.SumTemp(node, b2, e2, ReduceKind::kSum, acc);
   if (!s.ok()) return s.status();
-  Body b3(Tn(x).sizes);
-  int32_t shifted = b3.Sub(b3.Cast(LoadB(b3, x), acc), LoadB(b3, *m));
-  int32_t r = log ? b3.Sub(shifted, b3.Un(Opcode::kLog, LoadB(b3, *s)))
-                  : b3.Div(b3.Un(Opcode::kExp, shifted), LoadB(b3, *s));
-  return FinishPointwise(node, b3, r, out->dtype).status();
+  Body b3(d.Tn(x).sizes);
+  int32_t shifted = b3.Sub(b3.Cast(d.LoadB(b3, x), acc), d.LoadB(b3, *m));
+  int32_t r = log ? b3.Sub(shifted, b3.Un(Opcode::kLog, d.LoadB(b3, *s)))
+                  : b3.Div(b3.Un(Opcode::kExp, shifted), d.LoadB(b3, *s));
+  return d.FinishPointwise(node, b3, r, out->dtype).status();
 }
 
-absl::Status Decomposer::SoftmaxBackward(uint32_t node, bool log) {
-  const int32_t g = In(node, 0), y = In(node, 1);
-  const graph::Value* out = Out(node, 0);
-  const int64_t dim = Int(A(node, 2));
+absl::Status SoftmaxBackward(Builder& d, uint32_t node, bool log) {
+  const int32_t g = d.In(node, 0), y = d.In(node, 1);
+  const graph::Value* out = d.Out(node, 0);
+  const int64_t dim = d.Int(d.A(node, 2));
   const ScalarType acc = loop::ComputeType(loop::ScalarTypeOf(out->dtype));
-  Body b1 = ReduceBody(g, {dim});
-  const std::vector<bool> red = reduced_;
-  int32_t v = b1.Cast(LoadB(b1, g), acc);
-  if (!log) v = b1.Mul(v, b1.Cast(LoadB(b1, y), acc));
-  auto s = SumTemp(node, b1, v, ReduceKind::kSum, acc);
+  Body b1 = d.ReduceBody(g, {dim});
+  const std::vector<bool> red = b1.reduced();
+  int32_t v = b1.Cast(d.LoadB(b1, g), acc);
+  if (!log) v = b1.Mul(v, b1.Cast(d.LoadB(b1, y), acc));
+  auto s = d.SumTemp(node, b1, v, ReduceKind::kSum, acc);
   if (!s.ok()) return s.status();
-  Body b2(Tn(g).sizes);
-  int32_t gv = b2.Cast(LoadB(b2, g), acc), yv = b2.Cast(LoadB(b2, y), acc);
-  int32_t r = log ? b2.Sub(gv, b2.Mul(b2.Un(Opcode::kExp, yv), LoadB(b2, *s)))
-                  : b2.Mul(yv, b2.Sub(gv, LoadB(b2, *s)));
-  return FinishPointwise(node, b2, r, out->dtype).status();
+  Body b2(d.Tn(g).sizes);
+  int32_t gv = b2.Cast(d.LoadB(b2, g), acc), yv = b2.Cast(d.LoadB(b2, y), acc);
+  int32_t r = log ? b2.Sub(gv, b2.Mul(b2.Un(Opcode::kExp, yv), d.LoadB(b2, *s)))
+                  : b2.Mul(yv, b2.Sub(gv, d.LoadB(b2, *s)));
+  return d.FinishPointwise(node, b2, r, out->dtype).status();
 }
 
 // ---------------------------------------------------------------------------------------------
 // Normalization.
 
-absl::Status Decomposer::LayerNorm(uint32_t node) {
-  const int32_t x = In(node, 0);
-  const size_t k = Ints(A(node, 1)).size();
-  const int32_t w = In(node, 2), bias = In(node, 3);
-  const double eps = Num(A(node, 4));
-  const size_t r = Rank(x);
+absl::Status LayerNorm(Builder& d, uint32_t node) {
+  const int32_t x = d.In(node, 0);
+  const size_t k = d.Ints(d.A(node, 1)).size();
+  const int32_t w = d.In(node, 2), bias = d.In(node, 3);
+  const double eps = d.Num(d.A(node, 4));
+  const size_t r = d.Rank(x);
   std::vector<int64_t> dims;
   for (size_t i = r - k; i < r; ++i) dims.push_back(static_cast<int64_t>(i));
   const ScalarType acc =
-      loop::ComputeType(ST(x)) == ScalarType::kF64 ? ScalarType::kF64 : ScalarType::kF32;
-  Body b1 = ReduceBody(x, dims);
-  const std::vector<bool> red = reduced_;
-  const IndexExpr n = NumelOf(Tn(x).sizes, red);
-  auto s1 = SumTemp(node, b1, b1.Cast(LoadB(b1, x), acc), ReduceKind::kSum, acc);
+      loop::ComputeType(d.ST(x)) == ScalarType::kF64 ? ScalarType::kF64 : ScalarType::kF32;
+  Body b1 = d.ReduceBody(x, dims);
+  const std::vector<bool> red = b1.reduced();
+  const IndexExpr n = d.NumelOf(d.Tn(x).sizes, red);
+  auto s1 = d.SumTemp(node, b1, b1.Cast(d.LoadB(b1, x), acc), ReduceKind::kSum, acc);
   if (!s1.ok()) return s1.status();
   // mean: output 1 when the graph uses it (its metadata has the keepdim shape).
-  Body bm(Tn(*s1).sizes);
-  auto mean = FinishPointwise(node, bm, bm.Div(LoadB(bm, *s1), bm.Cast(bm.Idx(n), acc)),
-                              loop::DTypeOf(acc), 1, Out(node, 1) == nullptr);
+  Body bm(d.Tn(*s1).sizes);
+  auto mean = d.FinishPointwise(node, bm, bm.Div(d.LoadB(bm, *s1), bm.Cast(bm.Idx(n), acc)),
+                                loop::DTypeOf(acc), 1, d.Out(node, 1) == nullptr);
   if (!mean.ok()) return mean.status();
-  Body b2(Tn(x).sizes, red);
-  reduced_ = red;
-  int32_t d = b2.Sub(b2.Cast(LoadB(b2, x), acc), b2.Cast(LoadB(b2, *mean), acc));
-  auto s2 = SumTemp(node, b2, b2.Mul(d, d), ReduceKind::kSum, acc);
+  Body b2(d.Tn(x).sizes, red);
+  int32_t diff = b2.Sub(b2.Cast(d.LoadB(b2, x), acc), b2.Cast(d.LoadB(b2, *mean), acc));
+  auto s2 = d.SumTemp(node, b2, b2.Mul(diff, diff), ReduceKind::kSum, acc);
   if (!s2.ok()) return s2.status();
-  Body br(Tn(*s2).sizes);
-  int32_t var = br.Div(LoadB(br, *s2), br.Cast(br.Idx(n), acc));
-  auto rstd = FinishPointwise(node, br, br.Un(Opcode::kRsqrt, br.AddC(var, eps)),
-                              loop::DTypeOf(acc), 2, Out(node, 2) == nullptr);
+  Body br(d.Tn(*s2).sizes);
+  int32_t var = br.Div(d.LoadB(br, *s2), br.Cast(br.Idx(n), acc));
+  auto rstd = d.FinishPointwise(node, br, br.Un(Opcode::kRsqrt, br.AddC(var, eps)),
+                                loop::DTypeOf(acc), 2, d.Out(node, 2) == nullptr);
   if (!rstd.ok()) return rstd.status();
-  if (Out(node, 0) == nullptr) return absl::OkStatus();
-  Body b3(Tn(x).sizes);
-  int32_t y = b3.Mul(b3.Sub(b3.Cast(LoadB(b3, x), acc), b3.Cast(LoadB(b3, *mean), acc)),
-                     b3.Cast(LoadB(b3, *rstd), acc));
-  if (w >= 0) y = b3.Mul(y, b3.Cast(LoadB(b3, w), acc));
-  if (bias >= 0) y = b3.Add(y, b3.Cast(LoadB(b3, bias), acc));
-  return FinishPointwise(node, b3, y, Tn(x).dtype, 0).status();
+  if (d.Out(node, 0) == nullptr) return absl::OkStatus();
+  Body b3(d.Tn(x).sizes);
+  int32_t y = b3.Mul(b3.Sub(b3.Cast(d.LoadB(b3, x), acc), b3.Cast(d.LoadB(b3, *mean), acc)),
+                     b3.Cast(d.LoadB(b3, *rstd), acc));
+  if (w >= 0) y = b3.Mul(y, b3.Cast(d.LoadB(b3, w), acc));
+  if (bias >= 0) y = b3.Add(y, b3.Cast(d.LoadB(b3, bias), acc));
+  return d.FinishPointwise(node, b3, y, d.Tn(x).dtype, 0).status();
 }
 
-absl::Status Decomposer::LayerNormBackward(uint32_t node) {
-  const int32_t g = In(node, 0), x = In(node, 1);
-  const size_t k = Ints(A(node, 2)).size();
-  const int32_t mean = In(node, 3), rstd = In(node, 4), w = In(node, 5);
-  const size_t r = Rank(x);
+absl::Status LayerNormBackward(Builder& d, uint32_t node) {
+  const int32_t g = d.In(node, 0), x = d.In(node, 1);
+  const size_t k = d.Ints(d.A(node, 2)).size();
+  const int32_t mean = d.In(node, 3), rstd = d.In(node, 4), w = d.In(node, 5);
+  const size_t r = d.Rank(x);
   const ScalarType acc =
-      loop::ComputeType(ST(x)) == ScalarType::kF64 ? ScalarType::kF64 : ScalarType::kF32;
+      loop::ComputeType(d.ST(x)) == ScalarType::kF64 ? ScalarType::kF64 : ScalarType::kF32;
   std::vector<int64_t> inner, outer;
   for (size_t i = 0; i < r; ++i) (i >= r - k ? inner : outer).push_back(static_cast<int64_t>(i));
   auto xhat = [&](Body& b) {
-    return b.Mul(b.Sub(b.Cast(LoadB(b, x), acc), b.Cast(LoadB(b, mean), acc)),
-                 b.Cast(LoadB(b, rstd), acc));
+    return b.Mul(b.Sub(b.Cast(d.LoadB(b, x), acc), b.Cast(d.LoadB(b, mean), acc)),
+                 b.Cast(d.LoadB(b, rstd), acc));
   };
   auto gw = [&](Body& b) {
-    int32_t v = b.Cast(LoadB(b, g), acc);
-    return w >= 0 ? b.Mul(v, b.Cast(LoadB(b, w), acc)) : v;
+    int32_t v = b.Cast(d.LoadB(b, g), acc);
+    return w >= 0 ? b.Mul(v, b.Cast(d.LoadB(b, w), acc)) : v;
   };
-  if (Out(node, 0) != nullptr) {
-    Body b1 = ReduceBody(x, inner);
-    const std::vector<bool> red = reduced_;
-    const IndexExpr n = NumelOf(Tn(x).sizes, red);
-    auto s1 = SumTemp(node, b1, gw(b1), ReduceKind::kSum, acc);
+  if (d.Out(node, 0) != nullptr) {
+    Body b1 = d.ReduceBody(x, inner);
+    const std::vector<bool> red = b1.reduced();
+    const IndexExpr n = d.NumelOf(d.Tn(x).sizes, red);
+    auto s1 = d.SumTemp(node, b1, gw(b1), ReduceKind::kSum, acc);
     if (!s1.ok()) return s1.status();
-    Body b2(Tn(x).sizes, red);
-    reduced_ = red;
-    auto s2 = SumTemp(node, b2, b2.Mul(gw(b2), xhat(b2)), ReduceKind::kSum, acc);
+    Body b2(d.Tn(x).sizes, red);
+    auto s2 = d.SumTemp(node, b2, b2.Mul(gw(b2), xhat(b2)), ReduceKind::kSum, acc);
     if (!s2.ok()) return s2.status();
-    Body b3(Tn(x).sizes);
+    Body b3(d.Tn(x).sizes);
     int32_t nn = b3.Cast(b3.Idx(n), acc);
     int32_t t =
-        b3.Sub(b3.Sub(b3.Mul(nn, gw(b3)), LoadB(b3, *s1)), b3.Mul(xhat(b3), LoadB(b3, *s2)));
-    int32_t gi = b3.Mul(b3.Div(b3.Cast(LoadB(b3, rstd), acc), nn), t);
-    if (auto s = FinishPointwise(node, b3, gi, Tn(x).dtype, 0); !s.ok()) return s.status();
+        b3.Sub(b3.Sub(b3.Mul(nn, gw(b3)), d.LoadB(b3, *s1)), b3.Mul(xhat(b3), d.LoadB(b3, *s2)));
+    int32_t gi = b3.Mul(b3.Div(b3.Cast(d.LoadB(b3, rstd), acc), nn), t);
+    if (auto s = d.FinishPointwise(node, b3, gi, d.Tn(x).dtype, 0); !s.ok()) return s.status();
   }
   for (int out = 1; out <= 2; ++out) {
-    const graph::Value* o = Out(node, static_cast<size_t>(out));
+    const graph::Value* o = d.Out(node, static_cast<size_t>(out));
     if (o == nullptr) continue;
-    Body b = ReduceBody(x, outer);
-    int32_t v = b.Cast(LoadB(b, g), acc);
+    Body b = d.ReduceBody(x, outer);
+    int32_t v = b.Cast(d.LoadB(b, g), acc);
     if (out == 1) v = b.Mul(v, xhat(b));
-    if (auto s = FinishReduce(node, b, v, ReduceKind::kSum, o->dtype, false, out, false); !s.ok()) {
+    if (auto s = d.FinishReduce(node, b, v, ReduceKind::kSum, o->dtype, false, out, false);
+        !s.ok()) {
       return s.status();
     }
   }
   return absl::OkStatus();
 }
 
-absl::Status Decomposer::BatchNorm(uint32_t node, bool training_arg) {
+absl::Status BatchNorm(Builder& d, uint32_t node, bool training_arg) {
   // _native_batch_norm_legit_functional(input, weight, bias, running_mean, running_var,
   // training, momentum, eps) -> (out, save_mean, save_rstd, new_running_mean, new_running_var)
   // _native_batch_norm_legit_no_training(input, weight, bias, rm, rv, momentum, eps)
-  const int32_t x = In(node, 0), w = In(node, 1), bias = In(node, 2), rm = In(node, 3),
-                rv = In(node, 4);
-  const bool training = training_arg ? Int(A(node, 5)) != 0 : false;
-  const double momentum = Num(A(node, training_arg ? 6 : 5));
-  const double eps = Num(A(node, training_arg ? 7 : 6));
-  const size_t r = Rank(x);
+  const int32_t x = d.In(node, 0), w = d.In(node, 1), bias = d.In(node, 2), rm = d.In(node, 3),
+                rv = d.In(node, 4);
+  const bool training = training_arg ? d.Int(d.A(node, 5)) != 0 : false;
+  const double momentum = d.Num(d.A(node, training_arg ? 6 : 5));
+  const double eps = d.Num(d.A(node, training_arg ? 7 : 6));
+  const size_t r = d.Rank(x);
   const ScalarType acc =
-      loop::ComputeType(ST(x)) == ScalarType::kF64 ? ScalarType::kF64 : ScalarType::kF32;
+      loop::ComputeType(d.ST(x)) == ScalarType::kF64 ? ScalarType::kF64 : ScalarType::kF32;
   std::vector<int64_t> dims;
   for (size_t i = 0; i < r; ++i) {
     if (i != 1) dims.push_back(static_cast<int64_t>(i));
@@ -1062,143 +413,142 @@ absl::Status Decomposer::BatchNorm(uint32_t node, bool training_arg) {
   // Per-channel [C] tensors broadcast over x as [C, 1, 1, ...].
   auto channel = [&](Body& b, int32_t t) {
     std::vector<IndexExpr> c = {Body::V(1)};
-    return b.Cast(b.Load(t, ST(t), c), acc);
+    return b.Cast(b.Load(t, d.ST(t), c), acc);
   };
   int32_t mean_t = -1, rstd_t = -1;
   if (training) {
-    Body b1 = ReduceBody(x, dims);
-    const std::vector<bool> red = reduced_;
-    const IndexExpr n = NumelOf(Tn(x).sizes, red);
-    auto s1 = FinishReduce(node, b1, b1.Cast(LoadB(b1, x), acc), ReduceKind::kSum,
-                           loop::DTypeOf(acc), false, 0, true);
+    Body b1 = d.ReduceBody(x, dims);
+    const std::vector<bool> red = b1.reduced();
+    const IndexExpr n = d.NumelOf(d.Tn(x).sizes, red);
+    auto s1 = d.FinishReduce(node, b1, b1.Cast(d.LoadB(b1, x), acc), ReduceKind::kSum,
+                             loop::DTypeOf(acc), false, 0, true);
     if (!s1.ok()) return s1.status();
-    Body bm({Tn(x).sizes[1]});
-    auto mean = FinishPointwise(node, bm, bm.Div(LoadB(bm, *s1), bm.Cast(bm.Idx(n), acc)),
-                                loop::DTypeOf(acc), 1, Out(node, 1) == nullptr);
+    Body bm({d.Tn(x).sizes[1]});
+    auto mean = d.FinishPointwise(node, bm, bm.Div(d.LoadB(bm, *s1), bm.Cast(bm.Idx(n), acc)),
+                                  loop::DTypeOf(acc), 1, d.Out(node, 1) == nullptr);
     if (!mean.ok()) return mean.status();
-    Body b2(Tn(x).sizes, red);
-    reduced_ = red;
-    int32_t d = b2.Sub(b2.Cast(LoadB(b2, x), acc), channel(b2, *mean));
-    auto s2 =
-        FinishReduce(node, b2, b2.Mul(d, d), ReduceKind::kSum, loop::DTypeOf(acc), false, 0, true);
+    Body b2(d.Tn(x).sizes, red);
+    int32_t diff = b2.Sub(b2.Cast(d.LoadB(b2, x), acc), channel(b2, *mean));
+    auto s2 = d.FinishReduce(node, b2, b2.Mul(diff, diff), ReduceKind::kSum, loop::DTypeOf(acc),
+                             false, 0, true);
     if (!s2.ok()) return s2.status();
-    Body br({Tn(x).sizes[1]});
-    int32_t var = br.Div(LoadB(br, *s2), br.Cast(br.Idx(n), acc));
-    auto rstd = FinishPointwise(node, br, br.Un(Opcode::kRsqrt, br.AddC(var, eps)),
-                                loop::DTypeOf(acc), 2, Out(node, 2) == nullptr);
+    Body br({d.Tn(x).sizes[1]});
+    int32_t var = br.Div(d.LoadB(br, *s2), br.Cast(br.Idx(n), acc));
+    auto rstd = d.FinishPointwise(node, br, br.Un(Opcode::kRsqrt, br.AddC(var, eps)),
+                                  loop::DTypeOf(acc), 2, d.Out(node, 2) == nullptr);
     if (!rstd.ok()) return rstd.status();
     mean_t = *mean;
     rstd_t = *rstd;
     if (training_arg) {
       // New running statistics: (1 - m) * old + m * batch (unbiased variance).
       for (int out = 3; out <= 4; ++out) {
-        const graph::Value* o = Out(node, static_cast<size_t>(out));
+        const graph::Value* o = d.Out(node, static_cast<size_t>(out));
         if (o == nullptr) continue;
-        Body bu({Tn(x).sizes[1]});
-        int32_t old = bu.Cast(LoadB(bu, out == 3 ? rm : rv), acc);
+        Body bu({d.Tn(x).sizes[1]});
+        int32_t old = bu.Cast(d.LoadB(bu, out == 3 ? rm : rv), acc);
         int32_t batch;
         if (out == 3) {
-          batch = LoadB(bu, mean_t);
+          batch = d.LoadB(bu, mean_t);
         } else {
           int32_t nn = bu.Cast(bu.Idx(n), acc);
-          batch = bu.Div(LoadB(bu, *s2), bu.Sub(nn, bu.Const(1, acc)));
+          batch = bu.Div(d.LoadB(bu, *s2), bu.Sub(nn, bu.Const(1, acc)));
         }
         int32_t v = bu.Add(bu.MulC(old, 1 - momentum), bu.MulC(batch, momentum));
-        if (auto s = FinishPointwise(node, bu, v, o->dtype, out); !s.ok()) return s.status();
+        if (auto s = d.FinishPointwise(node, bu, v, o->dtype, out); !s.ok()) return s.status();
       }
     }
   } else {
-    Body bm({Tn(x).sizes[1]});
-    auto mean = FinishPointwise(node, bm, bm.Cast(LoadB(bm, rm), acc), loop::DTypeOf(acc), 1,
-                                Out(node, 1) == nullptr);
+    Body bm({d.Tn(x).sizes[1]});
+    auto mean = d.FinishPointwise(node, bm, bm.Cast(d.LoadB(bm, rm), acc), loop::DTypeOf(acc), 1,
+                                  d.Out(node, 1) == nullptr);
     if (!mean.ok()) return mean.status();
-    Body br({Tn(x).sizes[1]});
-    auto rstd =
-        FinishPointwise(node, br, br.Un(Opcode::kRsqrt, br.AddC(br.Cast(LoadB(br, rv), acc), eps)),
-                        loop::DTypeOf(acc), 2, Out(node, 2) == nullptr);
+    Body br({d.Tn(x).sizes[1]});
+    auto rstd = d.FinishPointwise(
+        node, br, br.Un(Opcode::kRsqrt, br.AddC(br.Cast(d.LoadB(br, rv), acc), eps)),
+        loop::DTypeOf(acc), 2, d.Out(node, 2) == nullptr);
     if (!rstd.ok()) return rstd.status();
     mean_t = *mean;
     rstd_t = *rstd;
     if (training_arg) {
       for (int out = 3; out <= 4; ++out) {
-        if (Out(node, static_cast<size_t>(out)) == nullptr) continue;
-        if (auto s = Alias(node, static_cast<size_t>(out), out == 3 ? rm : rv); !s.ok()) return s;
+        if (d.Out(node, static_cast<size_t>(out)) == nullptr) continue;
+        if (auto s = d.Alias(node, static_cast<size_t>(out), out == 3 ? rm : rv); !s.ok()) return s;
       }
     }
   }
-  if (Out(node, 0) == nullptr) return absl::OkStatus();
-  Body b3(Tn(x).sizes);
-  int32_t y = b3.Mul(b3.Sub(b3.Cast(LoadB(b3, x), acc), channel(b3, mean_t)), channel(b3, rstd_t));
+  if (d.Out(node, 0) == nullptr) return absl::OkStatus();
+  Body b3(d.Tn(x).sizes);
+  int32_t y =
+      b3.Mul(b3.Sub(b3.Cast(d.LoadB(b3, x), acc), channel(b3, mean_t)), channel(b3, rstd_t));
   if (w >= 0) y = b3.Mul(y, channel(b3, w));
   if (bias >= 0) y = b3.Add(y, channel(b3, bias));
-  return FinishPointwise(node, b3, y, Tn(x).dtype, 0).status();
+  return d.FinishPointwise(node, b3, y, d.Tn(x).dtype, 0).status();
 }
 
-absl::Status Decomposer::BatchNormBackward(uint32_t node) {
+absl::Status BatchNormBackward(Builder& d, uint32_t node) {
   // (grad_out, input, weight, running_mean, running_var, save_mean, save_invstd, train, eps,
   // output_mask)
-  const int32_t g = In(node, 0), x = In(node, 1), w = In(node, 2), rm = In(node, 3),
-                rv = In(node, 4), sm = In(node, 5), si = In(node, 6);
-  const bool train = Int(A(node, 7)) != 0;
-  const double eps = Num(A(node, 8));
-  const size_t r = Rank(x);
+  const int32_t g = d.In(node, 0), x = d.In(node, 1), w = d.In(node, 2), rm = d.In(node, 3),
+                rv = d.In(node, 4), sm = d.In(node, 5), si = d.In(node, 6);
+  const bool train = d.Int(d.A(node, 7)) != 0;
+  const double eps = d.Num(d.A(node, 8));
+  const size_t r = d.Rank(x);
   const ScalarType acc =
-      loop::ComputeType(ST(x)) == ScalarType::kF64 ? ScalarType::kF64 : ScalarType::kF32;
+      loop::ComputeType(d.ST(x)) == ScalarType::kF64 ? ScalarType::kF64 : ScalarType::kF32;
   std::vector<int64_t> dims;
   for (size_t i = 0; i < r; ++i) {
     if (i != 1) dims.push_back(static_cast<int64_t>(i));
   }
   auto channel = [&](Body& b, int32_t t) {
     std::vector<IndexExpr> c = {Body::V(1)};
-    return b.Cast(b.Load(t, ST(t), c), acc);
+    return b.Cast(b.Load(t, d.ST(t), c), acc);
   };
   auto mean_of = [&](Body& b) { return channel(b, train ? sm : rm); };
   auto invstd_of = [&](Body& b) {
     if (train) return channel(b, si);
     return b.Un(Opcode::kRsqrt, b.AddC(channel(b, rv), eps));
   };
-  Body b1 = ReduceBody(x, dims);
-  const std::vector<bool> red = reduced_;
-  const IndexExpr n = NumelOf(Tn(x).sizes, red);
-  auto sg = FinishReduce(node, b1, b1.Cast(LoadB(b1, g), acc), ReduceKind::kSum, loop::DTypeOf(acc),
-                         false, 0, true);
+  Body b1 = d.ReduceBody(x, dims);
+  const std::vector<bool> red = b1.reduced();
+  const IndexExpr n = d.NumelOf(d.Tn(x).sizes, red);
+  auto sg = d.FinishReduce(node, b1, b1.Cast(d.LoadB(b1, g), acc), ReduceKind::kSum,
+                           loop::DTypeOf(acc), false, 0, true);
   if (!sg.ok()) return sg.status();
-  Body b2(Tn(x).sizes, red);
-  reduced_ = red;
-  int32_t xmu = b2.Sub(b2.Cast(LoadB(b2, x), acc), mean_of(b2));
-  auto sgx = FinishReduce(node, b2, b2.Mul(b2.Cast(LoadB(b2, g), acc), xmu), ReduceKind::kSum,
-                          loop::DTypeOf(acc), false, 0, true);
+  Body b2(d.Tn(x).sizes, red);
+  int32_t xmu = b2.Sub(b2.Cast(d.LoadB(b2, x), acc), mean_of(b2));
+  auto sgx = d.FinishReduce(node, b2, b2.Mul(b2.Cast(d.LoadB(b2, g), acc), xmu), ReduceKind::kSum,
+                            loop::DTypeOf(acc), false, 0, true);
   if (!sgx.ok()) return sgx.status();
-  if (Out(node, 0) != nullptr) {
-    Body b3(Tn(x).sizes);
+  if (d.Out(node, 0) != nullptr) {
+    Body b3(d.Tn(x).sizes);
     int32_t invstd = invstd_of(b3);
     int32_t wv = w >= 0 ? channel(b3, w) : b3.Const(1, acc);
-    int32_t gv = b3.Cast(LoadB(b3, g), acc);
+    int32_t gv = b3.Cast(d.LoadB(b3, g), acc);
     int32_t gi;
     if (train) {
       int32_t nn = b3.Cast(b3.Idx(n), acc);
-      int32_t xm = b3.Sub(b3.Cast(LoadB(b3, x), acc), mean_of(b3));
+      int32_t xm = b3.Sub(b3.Cast(d.LoadB(b3, x), acc), mean_of(b3));
       int32_t proj = b3.Mul(b3.Mul(b3.Div(channel(b3, *sgx), nn), invstd), invstd);
       int32_t gmean = b3.Div(channel(b3, *sg), nn);
       gi = b3.Mul(b3.Mul(b3.Sub(b3.Sub(gv, b3.Mul(xm, proj)), gmean), invstd), wv);
     } else {
       gi = b3.Mul(b3.Mul(gv, invstd), wv);
     }
-    if (auto s = FinishPointwise(node, b3, gi, Tn(x).dtype, 0); !s.ok()) return s.status();
+    if (auto s = d.FinishPointwise(node, b3, gi, d.Tn(x).dtype, 0); !s.ok()) return s.status();
   }
-  if (const graph::Value* o = Out(node, 1)) {
-    Body b({Tn(x).sizes[1]});
+  if (const graph::Value* o = d.Out(node, 1)) {
+    Body b({d.Tn(x).sizes[1]});
     std::vector<IndexExpr> c = {Body::V(0)};
     int32_t v =
-        b.Mul(b.Load(*sgx, acc, c), b.Cast(b.Load(train ? si : rv, ST(train ? si : rv), c), acc));
+        b.Mul(b.Load(*sgx, acc, c), b.Cast(b.Load(train ? si : rv, d.ST(train ? si : rv), c), acc));
     if (!train)
       v = b.Div(b.Load(*sgx, acc, c),
-                b.Un(Opcode::kSqrt, b.AddC(b.Cast(b.Load(rv, ST(rv), c), acc), eps)));
-    if (auto s = FinishPointwise(node, b, v, o->dtype, 1); !s.ok()) return s.status();
+                b.Un(Opcode::kSqrt, b.AddC(b.Cast(b.Load(rv, d.ST(rv), c), acc), eps)));
+    if (auto s = d.FinishPointwise(node, b, v, o->dtype, 1); !s.ok()) return s.status();
   }
-  if (const graph::Value* o = Out(node, 2)) {
-    Body b({Tn(x).sizes[1]});
-    if (auto s = FinishPointwise(node, b, b.Load(*sg, acc, {Body::V(0)}), o->dtype, 2); !s.ok()) {
+  if (const graph::Value* o = d.Out(node, 2)) {
+    Body b({d.Tn(x).sizes[1]});
+    if (auto s = d.FinishPointwise(node, b, b.Load(*sg, acc, {Body::V(0)}), o->dtype, 2); !s.ok()) {
       return s.status();
     }
   }
@@ -1208,12 +558,12 @@ absl::Status Decomposer::BatchNormBackward(uint32_t node) {
 // ---------------------------------------------------------------------------------------------
 // Random numbers, losses, embeddings, shapes.
 
-absl::Status Decomposer::Dropout(uint32_t node) {
-  const int32_t x = In(node, 0);
-  const double p = Num(A(node, 1));
-  const Arg& train = A(node, 2);
-  const bool draws = IsNone(train) || Int(train) != 0;
-  const int64_t stream = rng_stream_[node];
+absl::Status Dropout(Builder& d, uint32_t node) {
+  const int32_t x = d.In(node, 0);
+  const double p = d.Num(d.A(node, 1));
+  const Arg& train = d.A(node, 2);
+  const bool draws = d.IsNone(train) || d.Int(train) != 0;
+  const int64_t stream = d.rng_stream(node);
   const double scale = p >= 1.0 ? 0.0 : 1.0 / (1.0 - p);
   uint32_t threshold = 0;
   if (p >= 1.0) {
@@ -1222,9 +572,9 @@ absl::Status Decomposer::Dropout(uint32_t node) {
     threshold = static_cast<uint32_t>(std::ceil(std::ldexp(p, 24)));
   }
   for (int k = 0; k < 2; ++k) {
-    const graph::Value* o = Out(node, static_cast<size_t>(k));
+    const graph::Value* o = d.Out(node, static_cast<size_t>(k));
     if (o == nullptr) continue;
-    Body b(Tn(x).sizes);
+    Body b(d.Tn(x).sizes);
     int32_t keep;
     if (draws) {
       int32_t bits = b.RandBits(stream, b.Idx(b.Linear()));
@@ -1234,52 +584,52 @@ absl::Status Decomposer::Dropout(uint32_t node) {
     }
     int32_t r;
     if (k == 0) {
-      const ScalarType ct = loop::ComputeType(ST(x));
-      int32_t xv = b.Cast(LoadB(b, x), ct);
+      const ScalarType ct = loop::ComputeType(d.ST(x));
+      int32_t xv = b.Cast(d.LoadB(b, x), ct);
       r = draws ? b.Sel(keep, b.MulC(xv, scale), b.Const(0, ct)) : xv;
     } else {
       r = keep;
     }
-    if (auto s = FinishPointwise(node, b, r, o->dtype, k); !s.ok()) return s.status();
+    if (auto s = d.FinishPointwise(node, b, r, o->dtype, k); !s.ok()) return s.status();
   }
   return absl::OkStatus();
 }
 
-absl::Status Decomposer::Random(uint32_t node) {
-  const std::string& target = g_.target(N(node));
-  const graph::Value* o = Out(node, 0);
-  auto sizes = Syms(g_.sizes(*o));
+absl::Status Random(Builder& d, uint32_t node) {
+  const std::string& target = d.graph().target(d.N(node));
+  const graph::Value* o = d.Out(node, 0);
+  auto sizes = d.Syms(d.graph().sizes(*o));
   if (!sizes.ok()) return sizes.status();
   Body b(*sizes);
-  int32_t bits = b.RandBits(rng_stream_[node], b.Idx(b.Linear()));
+  int32_t bits = b.RandBits(d.rng_stream(node), b.Idx(b.Linear()));
   int32_t u = b.MulC(b.Cast(bits, ScalarType::kF64), std::ldexp(1.0, -24));
   int32_t r = u;
   if (target == "aten.bernoulli.p") {
-    r = b.Bin(Opcode::kLt, u, b.Const(Num(A(node, 1), 0.5), ScalarType::kF64));
+    r = b.Bin(Opcode::kLt, u, b.Const(d.Num(d.A(node, 1), 0.5), ScalarType::kF64));
   }
-  return FinishPointwise(node, b, r, o->dtype).status();
+  return d.FinishPointwise(node, b, r, o->dtype).status();
 }
 
-absl::Status Decomposer::NllLoss(uint32_t node) {
+absl::Status NllLoss(Builder& d, uint32_t node) {
   // (self [N, C] or [C], target [N] or [], weight?, reduction, ignore_index)
-  const int32_t x = In(node, 0), target = In(node, 1), w = In(node, 2);
-  const int64_t reduction = Int(A(node, 3), 1);
-  const int64_t ignore = Int(A(node, 4), -100);
-  const bool batched = Rank(x) == 2;
+  const int32_t x = d.In(node, 0), target = d.In(node, 1), w = d.In(node, 2);
+  const int64_t reduction = d.Int(d.A(node, 3), 1);
+  const int64_t ignore = d.Int(d.A(node, 4), -100);
+  const bool batched = d.Rank(x) == 2;
   const ScalarType acc =
-      loop::ComputeType(ST(x)) == ScalarType::kF64 ? ScalarType::kF64 : ScalarType::kF32;
-  const IndexExpr rows = batched ? Tn(x).sizes[0] : IndexExpr::Const(1);
-  const IndexExpr classes = Tn(x).sizes[batched ? 1 : 0];
+      loop::ComputeType(d.ST(x)) == ScalarType::kF64 ? ScalarType::kF64 : ScalarType::kF32;
+  const IndexExpr rows = batched ? d.Tn(x).sizes[0] : IndexExpr::Const(1);
+  const IndexExpr classes = d.Tn(x).sizes[batched ? 1 : 0];
   // Per row i: (valid, weight, -weight * x[i, t]).
   auto row = [&](Body& b, bool want_loss) {
     std::vector<IndexExpr> tc;
-    if (Rank(target) == 1) tc.push_back(Body::V(0));
-    int32_t t = b.Cast(b.Load(target, ST(target), tc), ScalarType::kI64);
+    if (d.Rank(target) == 1) tc.push_back(Body::V(0));
+    int32_t t = b.Cast(b.Load(target, d.ST(target), tc), ScalarType::kI64);
     int32_t valid = b.Bin(Opcode::kAnd, b.Bin(Opcode::kNe, t, b.IConst(ignore)),
                           b.Bin(Opcode::kAnd, b.Bin(Opcode::kGe, t, b.IConst(0)),
                                 b.Bin(Opcode::kLt, t, b.Idx(classes))));
     int32_t wv =
-        w >= 0 ? b.Cast(b.Load(w, ST(w), {IndexExpr()}, valid, {t}), acc) : b.Const(1, acc);
+        w >= 0 ? b.Cast(b.Load(w, d.ST(w), {IndexExpr()}, valid, {t}), acc) : b.Const(1, acc);
     wv = b.Sel(valid, wv, b.Const(0, acc));
     if (!want_loss) return wv;
     std::vector<IndexExpr> xc;
@@ -1291,101 +641,98 @@ absl::Status Decomposer::NllLoss(uint32_t node) {
       xc = {IndexExpr()};
       dyn = {t};
     }
-    int32_t xv = b.Cast(b.Load(x, ST(x), xc, valid, dyn), acc);
+    int32_t xv = b.Cast(b.Load(x, d.ST(x), xc, valid, dyn), acc);
     return b.Sel(valid, b.Bin(Opcode::kSub, b.Const(0, acc), b.Mul(wv, xv)), b.Const(0, acc));
   };
-  const graph::Value* out = Out(node, 0);
-  const graph::Value* tw = Out(node, 1);
+  const graph::Value* out = d.Out(node, 0);
+  const graph::Value* tw = d.Out(node, 1);
   if (reduction == 0 && batched) {
     if (out != nullptr) {
       Body b({rows});
-      if (auto s = FinishPointwise(node, b, row(b, true), out->dtype, 0); !s.ok())
+      if (auto s = d.FinishPointwise(node, b, row(b, true), out->dtype, 0); !s.ok())
         return s.status();
     }
   }
   // total_weight (and the reduced loss) are sums over rows.
   int32_t total = -1;
   if (tw != nullptr || (reduction != 0 || !batched)) {
-    reduced_ = {true};
     Body b({rows}, {true});
-    auto s =
-        FinishReduce(node, b, row(b, false), ReduceKind::kSum, loop::DTypeOf(acc), false, 1, true);
+    auto s = d.FinishReduce(node, b, row(b, false), ReduceKind::kSum, loop::DTypeOf(acc), false, 1,
+                            true);
     if (!s.ok()) return s.status();
     total = *s;
     if (tw != nullptr) {
       Body e({});
-      if (auto r = FinishPointwise(node, e, e.Load(total, acc, {}), tw->dtype, 1); !r.ok()) {
+      if (auto r = d.FinishPointwise(node, e, e.Load(total, acc, {}), tw->dtype, 1); !r.ok()) {
         return r.status();
       }
     }
   }
   if (out != nullptr && (reduction != 0 || !batched)) {
-    reduced_ = {true};
     Body b({rows}, {true});
     auto s =
-        FinishReduce(node, b, row(b, true), ReduceKind::kSum, loop::DTypeOf(acc), false, 0, true);
+        d.FinishReduce(node, b, row(b, true), ReduceKind::kSum, loop::DTypeOf(acc), false, 0, true);
     if (!s.ok()) return s.status();
     Body e({});
     int32_t v = e.Load(*s, acc, {});
     if (reduction == 1) v = e.Div(v, e.Load(total, acc, {}));
-    if (auto r = FinishPointwise(node, e, v, out->dtype, 0); !r.ok()) return r.status();
+    if (auto r = d.FinishPointwise(node, e, v, out->dtype, 0); !r.ok()) return r.status();
   }
   return absl::OkStatus();
 }
 
-absl::Status Decomposer::NllLossBackward(uint32_t node) {
+absl::Status NllLossBackward(Builder& d, uint32_t node) {
   // (grad_output, self, target, weight?, reduction, ignore_index, total_weight)
-  const int32_t g = In(node, 0), x = In(node, 1), target = In(node, 2), w = In(node, 3),
-                tw = In(node, 6);
-  const int64_t reduction = Int(A(node, 4), 1);
-  const int64_t ignore = Int(A(node, 5), -100);
-  const bool batched = Rank(x) == 2;
-  const ScalarType ct = loop::ComputeType(ST(x));
-  return Pointwise(node, [&](Body& b, ScalarType) -> absl::StatusOr<int32_t> {
+  const int32_t g = d.In(node, 0), x = d.In(node, 1), target = d.In(node, 2), w = d.In(node, 3),
+                tw = d.In(node, 6);
+  const int64_t reduction = d.Int(d.A(node, 4), 1);
+  const int64_t ignore = d.Int(d.A(node, 5), -100);
+  const bool batched = d.Rank(x) == 2;
+  const ScalarType ct = loop::ComputeType(d.ST(x));
+  return d.Pointwise(node, [&](Body& b, ScalarType) -> absl::StatusOr<int32_t> {
     std::vector<IndexExpr> tc;
-    if (Rank(target) == 1) tc.push_back(Body::V(0));
-    int32_t t = b.Cast(b.Load(target, ST(target), tc), ScalarType::kI64);
+    if (d.Rank(target) == 1) tc.push_back(Body::V(0));
+    int32_t t = b.Cast(b.Load(target, d.ST(target), tc), ScalarType::kI64);
     int32_t c = b.Idx(Body::V(batched ? 1 : 0));
     int32_t hit =
         b.Bin(Opcode::kAnd, b.Bin(Opcode::kEq, c, t), b.Bin(Opcode::kNe, t, b.IConst(ignore)));
-    int32_t wv = w >= 0 ? b.Cast(b.Load(w, ST(w), {Body::V(batched ? 1 : 0)}), ct) : b.Const(1, ct);
+    int32_t wv =
+        w >= 0 ? b.Cast(b.Load(w, d.ST(w), {Body::V(batched ? 1 : 0)}), ct) : b.Const(1, ct);
     std::vector<IndexExpr> gc;
-    if (Rank(g) == 1) gc.push_back(Body::V(0));
-    int32_t gv = b.Cast(b.Load(g, ST(g), gc), ct);
-    if (reduction == 1) gv = b.Div(gv, b.Cast(b.Load(tw, ST(tw), {}), ct));
+    if (d.Rank(g) == 1) gc.push_back(Body::V(0));
+    int32_t gv = b.Cast(b.Load(g, d.ST(g), gc), ct);
+    if (reduction == 1) gv = b.Div(gv, b.Cast(b.Load(tw, d.ST(tw), {}), ct));
     int32_t v = b.Bin(Opcode::kSub, b.Const(0, ct), b.Mul(wv, gv));
     return b.Sel(hit, v, b.Const(0, ct));
   });
 }
 
-absl::Status Decomposer::Embedding(uint32_t node) {
-  const int32_t w = In(node, 0), idx = In(node, 1);
-  return Pointwise(node, [&](Body& b, ScalarType) -> absl::StatusOr<int32_t> {
+absl::Status Embedding(Builder& d, uint32_t node) {
+  const int32_t w = d.In(node, 0), idx = d.In(node, 1);
+  return d.Pointwise(node, [&](Body& b, ScalarType) -> absl::StatusOr<int32_t> {
     std::vector<IndexExpr> ic;
     for (size_t i = 0; i + 1 < b.rank(); ++i) ic.push_back(Body::V(i));
-    int32_t i = b.Cast(b.Load(idx, ST(idx), ic), ScalarType::kI64);
+    int32_t i = b.Cast(b.Load(idx, d.ST(idx), ic), ScalarType::kI64);
     int32_t valid = b.Bin(Opcode::kAnd, b.Bin(Opcode::kGe, i, b.IConst(0)),
-                          b.Bin(Opcode::kLt, i, b.Idx(Tn(w).sizes[0])));
-    return b.Load(w, ST(w), {IndexExpr(), Body::V(b.rank() - 1)}, valid, {i, -1});
+                          b.Bin(Opcode::kLt, i, b.Idx(d.Tn(w).sizes[0])));
+    return b.Load(w, d.ST(w), {IndexExpr(), Body::V(b.rank() - 1)}, valid, {i, -1});
   });
 }
 
-absl::Status Decomposer::EmbeddingBackward(uint32_t node) {
+absl::Status EmbeddingBackward(Builder& d, uint32_t node) {
   // (grad_output [..., D], indices [...], num_weights, padding_idx, scale_grad_by_freq)
-  if (Int(A(node, 4)) != 0) return Fallback(node, "scale_grad_by_freq has no lowering");
-  const int32_t g = In(node, 0), idx = In(node, 1);
-  const graph::Value* o = Out(node, 0);
+  if (d.Int(d.A(node, 4)) != 0) return d.Fallback(node, "scale_grad_by_freq has no lowering");
+  const int32_t g = d.In(node, 0), idx = d.In(node, 1);
+  const graph::Value* o = d.Out(node, 0);
   IndexExpr rows = IndexExpr::Const(1);
-  for (const IndexExpr& s : Tn(idx).sizes) rows = rows * s;
-  const IndexExpr cols = Tn(g).sizes.back();
+  for (const IndexExpr& s : d.Tn(idx).sizes) rows = rows * s;
+  const IndexExpr cols = d.Tn(g).sizes.back();
   // Flattened views of the operands when they are not already 1-d/2-d.
   auto flat = [&](int32_t t, std::vector<IndexExpr> sizes) {
     Body b(sizes);
-    std::vector<IndexExpr> coords;
     // Unravel the flat row index into t's leading dims.
-    const Tensor& tt = Tn(t);
+    const Tensor& tt = d.Tn(t);
     const size_t lead = sizes.size() == 2 ? tt.sizes.size() - 1 : tt.sizes.size();
-    IndexExpr rest = Body::V(0);
     std::vector<IndexExpr> c(tt.sizes.size());
     IndexExpr stride = IndexExpr::Const(1);
     std::vector<IndexExpr> strides(lead);
@@ -1398,7 +745,7 @@ absl::Status Decomposer::EmbeddingBackward(uint32_t node) {
       c[i] = i == 0 ? q : IndexExpr::Mod(q, tt.sizes[i], nullptr);
     }
     if (sizes.size() == 2) c[lead] = Body::V(1);
-    return FinishPointwise(node, b, b.Load(t, ST(t), c), tt.dtype, 0, true);
+    return d.FinishPointwise(node, b, b.Load(t, d.ST(t), c), tt.dtype, 0, true);
   };
   auto fi = flat(idx, {rows});
   if (!fi.ok()) return fi.status();
@@ -1408,41 +755,40 @@ absl::Status Decomposer::EmbeddingBackward(uint32_t node) {
   const bool direct = acc == loop::ScalarTypeOf(o->dtype);
   Node n;
   n.kind = Node::Kind::kScatterAdd;
-  n.name = NodeName(node);
+  n.name = d.NodeName(node);
   n.scatter.indices = *fi;
   n.scatter.src = *fg;
   n.scatter.rows = rows;
   n.scatter.cols = cols;
-  n.scatter.skip_index = Int(A(node, 3), -1);
+  n.scatter.skip_index = d.Int(d.A(node, 3), -1);
   int32_t t;
   if (direct) {
-    auto tv = TensorOfValue(*o);
+    auto tv = d.TensorOfValue(*o);
     if (!tv.ok()) return tv.status();
     t = *tv;
-    value_tensor_[ValueId(*o)] = t;
+    d.Bind(*o, t);
   } else {
-    auto sizes = Syms(g_.sizes(*o));
+    auto sizes = d.Syms(d.graph().sizes(*o));
     if (!sizes.ok()) return sizes.status();
-    t = NewTensor(loop::DTypeOf(acc), *sizes, absl::StrCat(NodeName(node), "~", ++temp_));
+    t = d.TempTensor(node, loop::DTypeOf(acc), *sizes);
   }
   n.outputs = {t};
-  out_.tensors[static_cast<size_t>(t)].producer = static_cast<int32_t>(out_.nodes.size());
-  out_.nodes.push_back(std::move(n));
+  d.AddNode(std::move(n));
   if (!direct) {
-    Body b(Tn(t).sizes);
-    return FinishPointwise(node, b, LoadB(b, t), o->dtype, 0).status();
+    Body b(d.Tn(t).sizes);
+    return d.FinishPointwise(node, b, d.LoadB(b, t), o->dtype, 0).status();
   }
   return absl::OkStatus();
 }
 
-absl::Status Decomposer::Cat(uint32_t node, bool stack) {
-  const Arg& list = A(node, 0);
-  const graph::Value* o = Out(node, 0);
-  auto sizes = Syms(g_.sizes(*o));
+absl::Status Cat(Builder& d, uint32_t node, bool stack) {
+  const Arg& list = d.A(node, 0);
+  const graph::Value* o = d.Out(node, 0);
+  auto sizes = d.Syms(d.graph().sizes(*o));
   if (!sizes.ok()) return sizes.status();
-  const int64_t dim = WrapDim(Int(A(node, 1)), stack ? sizes->size() : sizes->size());
+  const int64_t dim = WrapDim(d.Int(d.A(node, 1)), stack ? sizes->size() : sizes->size());
   std::vector<int32_t> parts;
-  for (const Arg& a : g_.items(list)) parts.push_back(TensorArg(a));
+  for (const Arg& a : d.graph().items(list)) parts.push_back(d.TensorArg(a));
   Body b(*sizes);
   const ScalarType ct = loop::ComputeType(loop::ScalarTypeOf(o->dtype));
   // Skip empty parts (including legacy 1-d empty tensors).
@@ -1454,7 +800,7 @@ absl::Status Decomposer::Cat(uint32_t node, bool stack) {
   IndexExpr offset;
   for (int32_t t : parts) {
     if (t < 0) continue;
-    const Tensor& x = Tn(t);
+    const Tensor& x = d.Tn(t);
     IndexExpr size = stack ? IndexExpr::Const(1) : x.sizes[static_cast<size_t>(dim)];
     if (!stack && x.sizes.size() != sizes->size()) continue;
     if (size.is_zero()) continue;
@@ -1462,7 +808,7 @@ absl::Status Decomposer::Cat(uint32_t node, bool stack) {
     offset = offset + size;
   }
   if (live.empty()) {
-    return FinishPointwise(node, b, b.Const(0, ct), o->dtype).status();
+    return d.FinishPointwise(node, b, b.Const(0, ct), o->dtype).status();
   }
   const int32_t pos = b.Idx(Body::V(static_cast<size_t>(dim)));
   int32_t value = -1;
@@ -1478,36 +824,36 @@ absl::Status Decomposer::Cat(uint32_t node, bool stack) {
     }
     if (k == 0) {
       int32_t mask = live.size() == 1 ? -1 : b.Bin(Opcode::kLt, pos, b.Idx(p.begin + p.size));
-      int32_t v = b.Cast(b.Load(p.t, ST(p.t), coords, mask), ct);
+      int32_t v = b.Cast(b.Load(p.t, d.ST(p.t), coords, mask), ct);
       value = value < 0 ? v : b.Sel(mask, v, value);
     } else {
       int32_t in = b.Bin(Opcode::kAnd, b.Bin(Opcode::kGe, pos, b.Idx(p.begin)),
                          b.Bin(Opcode::kLt, pos, b.Idx(p.begin + p.size)));
-      int32_t v = b.Cast(b.Load(p.t, ST(p.t), coords, in), ct);
+      int32_t v = b.Cast(b.Load(p.t, d.ST(p.t), coords, in), ct);
       value = value < 0 ? v : b.Sel(in, v, value);
     }
   }
-  return FinishPointwise(node, b, value, o->dtype).status();
+  return d.FinishPointwise(node, b, value, o->dtype).status();
 }
 
-absl::Status Decomposer::SliceBackward(uint32_t node) {
+absl::Status SliceBackward(Builder& d, uint32_t node) {
   // (grad_output, input_sizes, dim, start, end, step)
-  const int32_t g = In(node, 0);
-  const graph::Value* o = Out(node, 0);
-  auto sizes = Syms(g_.sizes(*o));
+  const int32_t g = d.In(node, 0);
+  const graph::Value* o = d.Out(node, 0);
+  auto sizes = d.Syms(d.graph().sizes(*o));
   if (!sizes.ok()) return sizes.status();
-  const int64_t dim = WrapDim(Int(A(node, 2)), sizes->size());
-  if (A(node, 3).kind != ArgKind::kInt || A(node, 4).kind != ArgKind::kInt ||
-      A(node, 5).kind != ArgKind::kInt || !(*sizes)[static_cast<size_t>(dim)].is_const()) {
-    return Fallback(node, "slice_backward with symbolic bounds has no lowering");
+  const int64_t dim = WrapDim(d.Int(d.A(node, 2)), sizes->size());
+  if (d.A(node, 3).kind != ArgKind::kInt || d.A(node, 4).kind != ArgKind::kInt ||
+      d.A(node, 5).kind != ArgKind::kInt || !(*sizes)[static_cast<size_t>(dim)].is_const()) {
+    return d.Fallback(node, "slice_backward with symbolic bounds has no lowering");
   }
   const int64_t n = (*sizes)[static_cast<size_t>(dim)].const_value();
-  int64_t start = Int(A(node, 3)), end = Int(A(node, 4)), step = Int(A(node, 5));
+  int64_t start = d.Int(d.A(node, 3)), end = d.Int(d.A(node, 4)), step = d.Int(d.A(node, 5));
   if (start < 0) start += n;
   if (end < 0) end += n;
   start = std::clamp<int64_t>(start, 0, n);
   end = std::clamp<int64_t>(end, start, n);
-  return Pointwise(node, [&](Body& b, ScalarType ct) -> absl::StatusOr<int32_t> {
+  return d.Pointwise(node, [&](Body& b, ScalarType ct) -> absl::StatusOr<int32_t> {
     int32_t pos = b.Idx(Body::V(static_cast<size_t>(dim)));
     int32_t rel = b.Sub(pos, b.IConst(start));
     int32_t in = b.Bin(Opcode::kAnd, b.Bin(Opcode::kGe, rel, b.IConst(0)),
@@ -1524,19 +870,19 @@ absl::Status Decomposer::SliceBackward(uint32_t node) {
       rel = b.Bin(Opcode::kFloorDiv, rel, b.IConst(step));
     }
     dyn[static_cast<size_t>(dim)] = rel;
-    return b.Sel(in, b.Cast(b.Load(g, ST(g), coords, in, dyn), ct), b.Const(0, ct));
+    return b.Sel(in, b.Cast(b.Load(g, d.ST(g), coords, in, dyn), ct), b.Const(0, ct));
   });
 }
 
-absl::Status Decomposer::SelectBackward(uint32_t node) {
-  const int32_t g = In(node, 0);
-  const graph::Value* o = Out(node, 0);
-  const int64_t dim = WrapDim(Int(A(node, 2)), g_.sizes(*o).size());
+absl::Status SelectBackward(Builder& d, uint32_t node) {
+  const int32_t g = d.In(node, 0);
+  const graph::Value* o = d.Out(node, 0);
+  const int64_t dim = WrapDim(d.Int(d.A(node, 2)), d.graph().sizes(*o).size());
   auto index =
-      Sym(A(node, 3).kind == ArgKind::kSymbolic ? A(node, 3).sym
-                                                : graph::SymInt::Constant(Int(A(node, 3))));
+      d.Sym(d.A(node, 3).kind == ArgKind::kSymbolic ? d.A(node, 3).sym
+                                                    : graph::SymInt::Constant(d.Int(d.A(node, 3))));
   if (!index.ok()) return index.status();
-  return Pointwise(node, [&](Body& b, ScalarType ct) -> absl::StatusOr<int32_t> {
+  return d.Pointwise(node, [&](Body& b, ScalarType ct) -> absl::StatusOr<int32_t> {
     IndexExpr idx = *index;
     if (idx.is_const() && idx.const_value() < 0) idx = b.dim(static_cast<size_t>(dim)) + idx;
     int32_t hit = b.Bin(Opcode::kEq, b.Idx(Body::V(static_cast<size_t>(dim))), b.Idx(idx));
@@ -1544,60 +890,49 @@ absl::Status Decomposer::SelectBackward(uint32_t node) {
     for (size_t i = 0; i < b.rank(); ++i) {
       if (static_cast<int64_t>(i) != dim) coords.push_back(Body::V(i));
     }
-    return b.Sel(hit, b.Cast(b.Load(g, ST(g), coords, hit), ct), b.Const(0, ct));
+    return b.Sel(hit, b.Cast(b.Load(g, d.ST(g), coords, hit), ct), b.Const(0, ct));
   });
 }
 
-absl::Status Decomposer::Addmm(uint32_t node, bool batched) {
+absl::Status Addmm(Builder& d, uint32_t node, bool batched) {
   // addmm(bias, a, b, beta, alpha) = beta * bias + alpha * mm(a, b): the product is an extern,
   // the bias an epilogue that fusion folds into a neighbouring kernel.
-  const graph::Value* o = Out(node, 0);
-  const int32_t bias = In(node, 0);
-  auto sizes = Syms(g_.sizes(*o));
+  const graph::Value* o = d.Out(node, 0);
+  const int32_t bias = d.In(node, 0);
+  auto sizes = d.Syms(d.graph().sizes(*o));
   if (!sizes.ok()) return sizes.status();
-  const int32_t prod = NewTensor(o->dtype, *sizes, absl::StrCat(NodeName(node), "~", ++temp_));
+  const int32_t prod = d.TempTensor(node, o->dtype, *sizes);
   Node n;
   n.kind = Node::Kind::kExtern;
-  n.name = NodeName(node);
-  n.stack_trace = g_.str(N(node).stack_trace);
+  n.name = d.NodeName(node);
+  n.stack_trace = d.graph().str(d.N(node).stack_trace);
   n.op = batched ? "aten.bmm.default" : "aten.mm.default";
   for (size_t i = 1; i <= 2; ++i) {
-    auto a = ConvertArg(A(node, i));
+    auto a = d.ConvertArg(d.A(node, i));
     if (!a.ok()) return a.status();
     n.args.push_back(*std::move(a));
   }
   n.outputs = {prod};
-  out_.tensors[static_cast<size_t>(prod)].producer = static_cast<int32_t>(out_.nodes.size());
-  out_.nodes.push_back(std::move(n));
-  const double beta = Num(A(node, 3), 1), alpha = Num(A(node, 4), 1);
+  d.AddNode(std::move(n));
+  const double beta = d.Num(d.A(node, 3), 1), alpha = d.Num(d.A(node, 4), 1);
   Body b(*sizes);
   const ScalarType ct = loop::ComputeType(loop::ScalarTypeOf(o->dtype));
-  int32_t p = LoadB(b, prod);
+  int32_t p = d.LoadB(b, prod);
   if (alpha != 1) p = b.MulC(p, alpha);
-  int32_t bv = b.Cast(LoadB(b, bias), ct);
+  int32_t bv = b.Cast(d.LoadB(b, bias), ct);
   if (beta != 1) bv = beta == 0 ? b.Const(0, ct) : b.MulC(bv, beta);
-  return FinishPointwise(node, b, b.Add(bv, p), o->dtype).status();
+  return d.FinishPointwise(node, b, b.Add(bv, p), o->dtype).status();
 }
 
-absl::Status Decomposer::Full(uint32_t node,
-                              std::function<absl::StatusOr<int32_t>(Body&, ScalarType)> fill) {
-  return Pointwise(node, fill);
-}
-
-absl::Status Decomposer::Arange(uint32_t node) {
-  const std::string& t = g_.target(N(node));
-  double start = 0, end = 0, step = 1;
-  const size_t n = NumArgs(node);
-  (void)n;
-  if (t == "aten.arange.default") {
-    end = Num(A(node, 0));
-  } else {
-    start = Num(A(node, 0));
-    end = Num(A(node, 1));
-    if (t == "aten.arange.start_step") step = Num(A(node, 2), 1);
+absl::Status Arange(Builder& d, uint32_t node) {
+  const std::string& t = d.graph().target(d.N(node));
+  // The output's metadata gives the length: only start and step matter.
+  double start = 0, step = 1;
+  if (t != "aten.arange.default") {
+    start = d.Num(d.A(node, 0));
+    if (t == "aten.arange.start_step") step = d.Num(d.A(node, 2), 1);
   }
-  (void)end;
-  return Pointwise(node, [&](Body& b, ScalarType ct) -> absl::StatusOr<int32_t> {
+  return d.Pointwise(node, [&](Body& b, ScalarType ct) -> absl::StatusOr<int32_t> {
     int32_t i = b.Idx(Body::V(0));
     if (!loop::IsFloat(ct) && start == std::floor(start) && step == std::floor(step)) {
       return b.Add(b.IConst(static_cast<int64_t>(start), ct),
@@ -1609,40 +944,40 @@ absl::Status Decomposer::Arange(uint32_t node) {
   });
 }
 
-absl::Status Decomposer::IndexSelect(uint32_t node, bool gather) {
-  const int32_t x = In(node, 0), index = In(node, 2);
-  const int64_t dim = WrapDim(Int(A(node, 1)), Rank(x));
+absl::Status IndexSelect(Builder& d, uint32_t node, bool gather) {
+  const int32_t x = d.In(node, 0), index = d.In(node, 2);
+  const int64_t dim = WrapDim(d.Int(d.A(node, 1)), d.Rank(x));
   // A 0-d self is read as one element along `dim`, as PyTorch does.
-  const bool scalar = Rank(x) == 0;
-  return Pointwise(node, [&](Body& b, ScalarType ct) -> absl::StatusOr<int32_t> {
+  const bool scalar = d.Rank(x) == 0;
+  return d.Pointwise(node, [&](Body& b, ScalarType ct) -> absl::StatusOr<int32_t> {
     std::vector<IndexExpr> ic;
     if (gather) {
       for (size_t i = 0; i < b.rank(); ++i) ic.push_back(Body::V(i));
-    } else if (Rank(index) == 1) {
+    } else if (d.Rank(index) == 1) {
       ic.push_back(scalar ? IndexExpr::Const(0) : Body::V(static_cast<size_t>(dim)));
     }
-    int32_t i = b.Cast(b.Load(index, ST(index), ic), ScalarType::kI64);
-    const IndexExpr extent = scalar ? IndexExpr::Const(1) : Tn(x).sizes[static_cast<size_t>(dim)];
+    int32_t i = b.Cast(b.Load(index, d.ST(index), ic), ScalarType::kI64);
+    const IndexExpr extent = scalar ? IndexExpr::Const(1) : d.Tn(x).sizes[static_cast<size_t>(dim)];
     int32_t valid = b.Bin(Opcode::kAnd, b.Bin(Opcode::kGe, i, b.IConst(0)),
                           b.Bin(Opcode::kLt, i, b.Idx(extent)));
     std::vector<IndexExpr> coords;
     std::vector<int32_t> dyn;
-    for (size_t d = 0; d < Rank(x); ++d) {
-      coords.push_back(static_cast<int64_t>(d) == dim ? IndexExpr() : Body::V(d));
-      dyn.push_back(static_cast<int64_t>(d) == dim ? i : -1);
+    for (size_t k = 0; k < d.Rank(x); ++k) {
+      coords.push_back(static_cast<int64_t>(k) == dim ? IndexExpr() : Body::V(k));
+      dyn.push_back(static_cast<int64_t>(k) == dim ? i : -1);
     }
-    return b.Cast(b.Load(x, ST(x), coords, valid, dyn), ct);
+    return b.Cast(b.Load(x, d.ST(x), coords, valid, dyn), ct);
   });
 }
 
 // Arguments from `first` on: kernel_size, stride (empty: the kernel), padding, dilation; a
 // one-element list repeats, as ATen's do.
-absl::StatusOr<PoolWindow> Decomposer::Window(uint32_t node, size_t first, int32_t x) const {
-  if (Rank(x) != 3 && Rank(x) != 4) {
+absl::StatusOr<PoolWindow> Window(const Builder& d, uint32_t node, size_t first, int32_t x) {
+  if (d.Rank(x) != 3 && d.Rank(x) != 4) {
     return absl::UnimplementedError("max_pool2d of a tensor not 3-d or 4-d");
   }
   auto pair = [&](size_t i, std::vector<int64_t> dflt) -> std::vector<int64_t> {
-    std::vector<int64_t> v = i < NumArgs(node) ? Ints(A(node, i)) : std::vector<int64_t>();
+    std::vector<int64_t> v = i < d.NumArgs(node) ? d.Ints(d.A(node, i)) : std::vector<int64_t>();
     if (v.empty()) v = std::move(dflt);
     if (v.size() == 1) v.push_back(v[0]);
     return v;
@@ -1650,11 +985,11 @@ absl::StatusOr<PoolWindow> Decomposer::Window(uint32_t node, size_t first, int32
   const std::vector<int64_t> k = pair(first, {});
   if (k.size() != 2) return absl::UnimplementedError("max_pool2d without a 2-d kernel_size");
   const std::vector<int64_t> s = pair(first + 1, k), p = pair(first + 2, {0}),
-                             d = pair(first + 3, {1});
-  if (s.size() != 2 || p.size() != 2 || d.size() != 2) {
+                             dil = pair(first + 3, {1});
+  if (s.size() != 2 || p.size() != 2 || dil.size() != 2) {
     return absl::UnimplementedError("max_pool2d with window arguments that are not pairs");
   }
-  PoolWindow w{k[0], k[1], s[0], s[1], p[0], p[1], d[0], d[1]};
+  PoolWindow w{k[0], k[1], s[0], s[1], p[0], p[1], dil[0], dil[1]};
   if (w.kh <= 0 || w.kw <= 0 || w.sh <= 0 || w.sw <= 0 || w.dh <= 0 || w.dw <= 0 || w.ph < 0 ||
       w.pw < 0) {
     return absl::UnimplementedError("max_pool2d with a non-positive window size");
@@ -1664,45 +999,44 @@ absl::StatusOr<PoolWindow> Decomposer::Window(uint32_t node, size_t first, int32
 
 // The iteration space of a pooling kernel: `lead` (an output's or input's sizes) followed by
 // the window's two offsets, which are reduced.
-Body Decomposer::PoolBody(std::vector<IndexExpr> lead, const PoolWindow& w) {
+Body PoolBody(std::vector<IndexExpr> lead, const PoolWindow& w) {
   std::vector<bool> red(lead.size() + 2, false);
   red[lead.size()] = red[lead.size() + 1] = true;
   lead.push_back(IndexExpr::Const(w.kh));
   lead.push_back(IndexExpr::Const(w.kw));
-  reduced_ = red;
   return Body(std::move(lead), red);
 }
 
 // Element (.., row, col) of the 3-d or 4-d tensor `t`: its leading dims at the body's, its
 // last two at computed positions, read only where `mask` holds.
-int32_t Decomposer::LoadPlane(Body& b, int32_t t, int32_t row, int32_t col, int32_t mask) {
-  const size_t r = Rank(t);
+int32_t LoadPlane(const Builder& d, Body& b, int32_t t, int32_t row, int32_t col, int32_t mask) {
+  const size_t r = d.Rank(t);
   std::vector<IndexExpr> coords;
-  for (size_t d = 0; d + 2 < r; ++d) coords.push_back(Body::V(d));
+  for (size_t i = 0; i + 2 < r; ++i) coords.push_back(Body::V(i));
   coords.resize(r);
   std::vector<int32_t> dyn(r, -1);
   dyn[r - 2] = row;
   dyn[r - 1] = col;
-  return b.Load(t, ST(t), coords, mask, dyn);
+  return b.Load(t, d.ST(t), coords, mask, dyn);
 }
 
-absl::Status Decomposer::MaxPool2d(uint32_t node) {
+absl::Status MaxPool2d(Builder& d, uint32_t node) {
   // out[.., i, j] = max over the window (a, b) of x[.., i*sh + a*dh - ph, j*sw + b*dw - pw],
   // positions outside x counting as -inf; indices are the winner's h * W + w, the first
   // maximum in window order winning and a NaN taking over, as ATen's kernel does.
-  const int32_t x = In(node, 0);
-  const size_t r = Rank(x);
-  auto win = Window(node, 1, x);
+  const int32_t x = d.In(node, 0);
+  const size_t r = d.Rank(x);
+  auto win = Window(d, node, 1, x);
   if (!win.ok()) return win.status();
   const PoolWindow w = *win;
-  const graph::Value* out = Out(node, 0);
+  const graph::Value* out = d.Out(node, 0);
   if (out == nullptr) return absl::InternalError("max_pool2d without a tensor output");
-  auto out_sizes = Syms(g_.sizes(*out));
+  auto out_sizes = d.Syms(d.graph().sizes(*out));
   if (!out_sizes.ok()) return out_sizes.status();
-  const IndexExpr height = Tn(x).sizes[r - 2], width = Tn(x).sizes[r - 1];
-  const ScalarType acc = loop::ComputeType(ST(x));
+  const IndexExpr height = d.Tn(x).sizes[r - 2], width = d.Tn(x).sizes[r - 1];
+  const ScalarType acc = loop::ComputeType(d.ST(x));
   for (int k : {0, 1}) {
-    const graph::Value* o = Out(node, static_cast<size_t>(k));
+    const graph::Value* o = d.Out(node, static_cast<size_t>(k));
     if (o == nullptr) continue;
     Body b = PoolBody(*out_sizes, w);
     const IndexExpr ih = Body::V(r - 2) * IndexExpr::Const(w.sh) +
@@ -1715,40 +1049,39 @@ absl::Status Decomposer::MaxPool2d(uint32_t node) {
                                        b.Bin(Opcode::kLt, ph, b.Idx(height))),
                                  b.Bin(Opcode::kAnd, b.Bin(Opcode::kGe, pw, b.IConst(0)),
                                        b.Bin(Opcode::kLt, pw, b.Idx(width))));
-    const int32_t v = b.Sel(inside, b.Cast(LoadPlane(b, x, ph, pw, inside), acc),
+    const int32_t v = b.Sel(inside, b.Cast(LoadPlane(d, b, x, ph, pw, inside), acc),
                             b.Const(-std::numeric_limits<double>::infinity(), acc));
-    b.SetReduce(ReduceKind::kArgMax, b.Idx(ih * width + iw));
+    b.SetReduce(ReduceKind::kArgMax, b.Idx(ih * width + iw), /*store_index=*/k == 1);
     std::vector<int32_t> out_dims;
-    for (size_t d = 0; d < r; ++d) out_dims.push_back(static_cast<int32_t>(d));
-    store_index_ = k == 1;
-    auto t = Finish(node, b, v, o->dtype, o, std::move(out_dims), *out_sizes);
+    for (size_t i = 0; i < r; ++i) out_dims.push_back(static_cast<int32_t>(i));
+    auto t = d.Finish(node, b, v, o->dtype, o, std::move(out_dims), *out_sizes);
     if (!t.ok()) return t.status();
   }
   return absl::OkStatus();
 }
 
-absl::Status Decomposer::MaxPool2dBackward(uint32_t node) {
+absl::Status MaxPool2dBackward(Builder& d, uint32_t node) {
   // grad_x[.., h, w] = sum over the window offsets (a, b) whose output position
   // (i, j) = ((h + ph - a*dh) / sh, (w + pw - b*dw) / sw) divides evenly and lies inside
   // grad_output, of grad_output[.., i, j] where indices[.., i, j] == h * W + w. A gather, so
   // the sum runs in a fixed order and fuses like any reduction.
-  const int32_t g = In(node, 0), x = In(node, 1), indices = In(node, 7);
-  const size_t r = Rank(x);
-  auto win = Window(node, 2, x);
+  const int32_t g = d.In(node, 0), x = d.In(node, 1), indices = d.In(node, 7);
+  const size_t r = d.Rank(x);
+  auto win = Window(d, node, 2, x);
   if (!win.ok()) return win.status();
   const PoolWindow w = *win;
-  const graph::Value* out = Out(node, 0);
+  const graph::Value* out = d.Out(node, 0);
   if (out == nullptr) return absl::InternalError("max_pool2d backward without a tensor output");
-  const IndexExpr width = Tn(x).sizes[r - 1];
-  const IndexExpr oh = Tn(g).sizes[r - 2], ow = Tn(g).sizes[r - 1];
-  const ScalarType acc = loop::ComputeType(ST(g));
-  Body b = PoolBody(Tn(x).sizes, w);
+  const IndexExpr width = d.Tn(x).sizes[r - 1];
+  const IndexExpr oh = d.Tn(g).sizes[r - 2], ow = d.Tn(g).sizes[r - 1];
+  const ScalarType acc = loop::ComputeType(d.ST(g));
+  Body b = PoolBody(d.Tn(x).sizes, w);
   // Shifted by whole strides so the dividend is never negative.
-  auto position = [&](size_t dim, size_t off, int64_t s, int64_t p, int64_t d, int64_t k,
+  auto position = [&](size_t dim, size_t off, int64_t s, int64_t p, int64_t dil, int64_t k,
                       const IndexExpr& extent, int32_t* ok) {
-    const int64_t shift = s * ((k - 1) * d / s + 1);
+    const int64_t shift = s * ((k - 1) * dil / s + 1);
     const IndexExpr num =
-        Body::V(dim) + IndexExpr::Const(p + shift) - Body::V(off) * IndexExpr::Const(d);
+        Body::V(dim) + IndexExpr::Const(p + shift) - Body::V(off) * IndexExpr::Const(dil);
     const IndexExpr q =
         IndexExpr::FloorDiv(num, IndexExpr::Const(s), nullptr) - IndexExpr::Const(shift / s);
     const int32_t qi = b.Idx(q);
@@ -1763,160 +1096,107 @@ absl::Status Decomposer::MaxPool2dBackward(uint32_t node) {
   const int32_t qi = position(r - 2, r, w.sh, w.ph, w.dh, w.kh, oh, &ok_h);
   const int32_t qj = position(r - 1, r + 1, w.sw, w.pw, w.dw, w.kw, ow, &ok_w);
   const int32_t inside = b.Bin(Opcode::kAnd, ok_h, ok_w);
-  const int32_t winner = b.Cast(LoadPlane(b, indices, qi, qj, inside), ScalarType::kI64);
+  const int32_t winner = b.Cast(LoadPlane(d, b, indices, qi, qj, inside), ScalarType::kI64);
   const int32_t here = b.Idx(Body::V(r - 2) * width + Body::V(r - 1));
   const int32_t take = b.Bin(Opcode::kAnd, inside, b.Bin(Opcode::kEq, winner, here));
-  const int32_t v = b.Sel(take, b.Cast(LoadPlane(b, g, qi, qj, inside), acc), b.Const(0.0, acc));
-  return FinishReduce(node, b, v, ReduceKind::kSum, out->dtype, false, 0, false).status();
+  const int32_t v = b.Sel(take, b.Cast(LoadPlane(d, b, g, qi, qj, inside), acc), b.Const(0.0, acc));
+  return d.FinishReduce(node, b, v, ReduceKind::kSum, out->dtype, false, 0, false).status();
 }
 
-absl::Status Decomposer::Copy(uint32_t node, int src_arg) {
-  const int32_t src = In(node, static_cast<size_t>(src_arg));
-  return Pointwise(node, [&](Body& b, ScalarType ct) -> absl::StatusOr<int32_t> {
-    return b.Cast(LoadB(b, src), ct);
+absl::Status Copy(Builder& d, uint32_t node, int src_arg) {
+  const int32_t src = d.In(node, static_cast<size_t>(src_arg));
+  return d.Pointwise(node, [&](Body& b, ScalarType ct) -> absl::StatusOr<int32_t> {
+    return b.Cast(d.LoadB(b, src), ct);
   });
 }
 
-absl::Status Decomposer::CopyInPlace(uint32_t node) {
+absl::Status CopyInPlace(Builder& d, uint32_t node) {
   // copy_(self, src): the functional graph's way to mutate an input. The new value is written
   // back to the input after the plan.
-  const int32_t self = In(node, 0);
-  const Tensor& s = Tn(self);
-  const Node& owner = out_.nodes[static_cast<size_t>(Tn(s.storage).producer)];
+  const int32_t self = d.In(node, 0);
+  const Tensor& s = d.Tn(self);
+  const Node& owner = d.node(d.Tn(s.storage).producer);
   if (owner.kind != Node::Kind::kInput || s.storage != self) {
-    return Fallback(node, "copy_ into something other than a whole graph input");
+    return d.Fallback(node, "copy_ into something other than a whole graph input");
   }
   const int32_t input_index = owner.input_index;  // Copy below may move the node array
-  if (auto st = Copy(node, 1); !st.ok()) return st;
-  const graph::Value* o = Out(node, 0);
+  if (auto st = Copy(d, node, 1); !st.ok()) return st;
+  const graph::Value* o = d.Out(node, 0);
   if (o == nullptr) return absl::OkStatus();
-  out_.write_backs.push_back({input_index, value_tensor_[ValueId(*o)]});
+  d.AddWriteBack(input_index, d.TensorOf(*o));
   return absl::OkStatus();
 }
 
-absl::Status Decomposer::View(uint32_t node) {
-  const int32_t src = In(node, 0);
-  const graph::Node& gn = N(node);
-  const std::string& target = g_.target(gn);
-  const Tensor x = Tn(src);  // a copy: new tensors below may move the tensor array
-  // reshape copies unless its input is laid out contiguously.
-  for (size_t k = 0; k < gn.num_outputs; ++k) {
-    const graph::Value& v = g_.outputs(gn)[k];
-    if (v.kind != graph::ValueKind::kTensor) continue;
-    auto t = TensorOfValue(v);
-    if (!t.ok()) return t.status();
-    Tensor& nt = out_.tensors[static_cast<size_t>(*t)];
-    if (target == "aten.reshape.default") {
-      IndexExpr stride = IndexExpr::Const(1);
-      bool contiguous = true;
-      for (size_t i = x.sizes.size(); i-- > 0;) {
-        if (!(x.sizes[i].is_const() && x.sizes[i].const_value() == 1) && x.strides[i] != stride) {
-          contiguous = false;
-        }
-        stride = stride * x.sizes[i];
-      }
-      if (!contiguous) {
-        out_.tensors.pop_back();
-        return Pointwise(node, [&](Body& b, ScalarType ct) -> absl::StatusOr<int32_t> {
-          IndexExpr lin = b.Linear();
-          std::vector<IndexExpr> coords(x.sizes.size());
-          IndexExpr st = IndexExpr::Const(1);
-          std::vector<IndexExpr> strides(x.sizes.size());
-          for (size_t i = x.sizes.size(); i-- > 0;) {
-            strides[i] = st;
-            st = st * x.sizes[i];
-          }
-          for (size_t i = 0; i < x.sizes.size(); ++i) {
-            IndexExpr q = IndexExpr::FloorDiv(lin, strides[i], nullptr);
-            coords[i] = i == 0 ? q : IndexExpr::Mod(q, x.sizes[i], nullptr);
-          }
-          return b.Cast(b.Load(src, ST(src), coords), ct);
-        });
-      }
-    }
-    nt.storage = x.storage;
-    Node n;
-    n.kind = Node::Kind::kView;
-    n.name = NodeName(node);
-    n.view_of = src;
-    n.outputs = {*t};
-    nt.producer = static_cast<int32_t>(out_.nodes.size());
-    out_.nodes.push_back(std::move(n));
-    value_tensor_[ValueId(v)] = *t;
-  }
-  return absl::OkStatus();
-}
-
-absl::Status Decomposer::ConstantPad(uint32_t node) {
-  const int32_t x = In(node, 0);
-  const std::vector<int64_t> pad = Ints(A(node, 1));
-  const double value = Num(A(node, 2));
-  return Pointwise(node, [&](Body& b, ScalarType ct) -> absl::StatusOr<int32_t> {
+absl::Status ConstantPad(Builder& d, uint32_t node) {
+  const int32_t x = d.In(node, 0);
+  const std::vector<int64_t> pad = d.Ints(d.A(node, 1));
+  const double value = d.Num(d.A(node, 2));
+  return d.Pointwise(node, [&](Body& b, ScalarType ct) -> absl::StatusOr<int32_t> {
     std::vector<IndexExpr> coords;
     int32_t mask = -1;
     const size_t r = b.rank();
     for (size_t i = 0; i < r; ++i) coords.push_back(Body::V(i));
     for (size_t p = 0; p * 2 < pad.size(); ++p) {
-      const size_t d = r - 1 - p;
+      const size_t dim = r - 1 - p;
       const int64_t lo = pad[2 * p];
-      coords[d] = Body::V(d) - IndexExpr::Const(lo);
-      int32_t pos = b.Idx(coords[d]);
+      coords[dim] = Body::V(dim) - IndexExpr::Const(lo);
+      int32_t pos = b.Idx(coords[dim]);
       int32_t in = b.Bin(Opcode::kAnd, b.Bin(Opcode::kGe, pos, b.IConst(0)),
-                         b.Bin(Opcode::kLt, pos, b.Idx(Tn(x).sizes[d])));
+                         b.Bin(Opcode::kLt, pos, b.Idx(d.Tn(x).sizes[dim])));
       mask = mask < 0 ? in : b.Bin(Opcode::kAnd, mask, in);
     }
     // A negative index expression is only ever read under its mask: clamp to keep the index
     // expressions non-negative.
     std::vector<int32_t> dyn(r, -1);
     for (size_t p = 0; p * 2 < pad.size(); ++p) {
-      const size_t d = r - 1 - p;
-      dyn[d] = b.Idx(coords[d]);
-      coords[d] = IndexExpr();
+      const size_t dim = r - 1 - p;
+      dyn[dim] = b.Idx(coords[dim]);
+      coords[dim] = IndexExpr();
     }
-    int32_t v = b.Cast(b.Load(x, ST(x), coords, mask, dyn), ct);
+    int32_t v = b.Cast(b.Load(x, d.ST(x), coords, mask, dyn), ct);
     return mask < 0 ? v : b.Sel(mask, v, b.Const(value, ct));
   });
 }
 
-absl::Status Decomposer::Flip(uint32_t node) {
-  const int32_t x = In(node, 0);
-  std::vector<int64_t> dims = Ints(A(node, 1));
+absl::Status Flip(Builder& d, uint32_t node) {
+  const int32_t x = d.In(node, 0);
+  std::vector<int64_t> dims = d.Ints(d.A(node, 1));
   // Flipping a 0-d tensor (dims 0 or -1) copies it.
-  if (Rank(x) == 0) dims.clear();
-  return Pointwise(node, [&](Body& b, ScalarType ct) -> absl::StatusOr<int32_t> {
+  if (d.Rank(x) == 0) dims.clear();
+  return d.Pointwise(node, [&](Body& b, ScalarType ct) -> absl::StatusOr<int32_t> {
     std::vector<IndexExpr> coords;
     for (size_t i = 0; i < b.rank(); ++i) coords.push_back(Body::V(i));
-    for (int64_t d : dims) {
-      const size_t di = static_cast<size_t>(WrapDim(d, b.rank()));
+    for (int64_t dim : dims) {
+      const size_t di = static_cast<size_t>(WrapDim(dim, b.rank()));
       coords[di] = b.dim(di) - IndexExpr::Const(1) - Body::V(di);
     }
-    return b.Cast(b.Load(x, ST(x), coords), ct);
+    return b.Cast(b.Load(x, d.ST(x), coords), ct);
   });
 }
 
-absl::Status Decomposer::TriangleMask(uint32_t node, bool lower) {
-  const int32_t x = In(node, 0);
-  const int64_t diagonal = Int(A(node, 1));
-  return Pointwise(node, [&](Body& b, ScalarType ct) -> absl::StatusOr<int32_t> {
+absl::Status TriangleMask(Builder& d, uint32_t node, bool lower) {
+  const int32_t x = d.In(node, 0);
+  const int64_t diagonal = d.Int(d.A(node, 1));
+  return d.Pointwise(node, [&](Body& b, ScalarType ct) -> absl::StatusOr<int32_t> {
     const size_t r = b.rank();
     int32_t i = b.Idx(Body::V(r - 2)), j = b.Idx(Body::V(r - 1));
-    int32_t d = b.Sub(j, i);
-    int32_t keep = lower ? b.Bin(Opcode::kLe, d, b.IConst(diagonal))
-                         : b.Bin(Opcode::kGe, d, b.IConst(diagonal));
-    return b.Sel(keep, b.Cast(LoadB(b, x), ct), b.Const(0, ct));
+    int32_t diff = b.Sub(j, i);
+    int32_t keep = lower ? b.Bin(Opcode::kLe, diff, b.IConst(diagonal))
+                         : b.Bin(Opcode::kGe, diff, b.IConst(diagonal));
+    return b.Sel(keep, b.Cast(d.LoadB(b, x), ct), b.Const(0, ct));
   });
 }
 
 // ---------------------------------------------------------------------------------------------
 // The rule table.
 
-const absl::flat_hash_map<std::string, Decomposer::Rule>& Decomposer::Rules() {
+using Rule = std::function<absl::Status(Builder&, uint32_t)>;
+
+const absl::flat_hash_map<std::string, Rule>& Rules() {
   static const auto* rules = [] {
     auto* r = new absl::flat_hash_map<std::string, Rule>();
     auto unary = [&](const std::string& name, Opcode op) {
-      (*r)["aten." + name + ".default"] = [op](Decomposer& d, uint32_t n) {
-        return d.Unary(n, op);
-      };
+      (*r)["aten." + name + ".default"] = [op](Builder& d, uint32_t n) { return Unary(d, n, op); };
     };
     unary("abs", Opcode::kAbs);
     unary("neg", Opcode::kNeg);
@@ -1954,66 +1234,62 @@ const absl::flat_hash_map<std::string, Decomposer::Rule>& Decomposer::Rules() {
     unary("lgamma", Opcode::kLgamma);
 
     // Pointwise ops written as formulas over a loaded x.
-    auto formula =
-        [&](const std::string& target,
-            std::function<int32_t(Decomposer&, uint32_t, Body&, int32_t, ScalarType)> f) {
-          (*r)[target] = [f](Decomposer& d, uint32_t n) {
-            return d.Pointwise(n, [&](Body& b, ScalarType ct) -> absl::StatusOr<int32_t> {
-              return f(d, n, b, b.Cast(d.LoadB(b, d.In(n, 0)), ct), ct);
-            });
-          };
-        };
-    formula("aten.relu.default", [](Decomposer&, uint32_t, Body& b, int32_t x, ScalarType ct) {
+    auto formula = [&](const std::string& target,
+                       std::function<int32_t(Builder&, uint32_t, Body&, int32_t, ScalarType)> f) {
+      (*r)[target] = [f](Builder& d, uint32_t n) {
+        return d.Pointwise(n, [&](Body& b, ScalarType ct) -> absl::StatusOr<int32_t> {
+          return f(d, n, b, b.Cast(d.LoadB(b, d.In(n, 0)), ct), ct);
+        });
+      };
+    };
+    formula("aten.relu.default", [](Builder&, uint32_t, Body& b, int32_t x, ScalarType ct) {
       return b.Bin(Opcode::kMax, x, b.Const(0, ct));
     });
-    formula("aten.silu.default", [](Decomposer&, uint32_t, Body& b, int32_t x, ScalarType) {
+    formula("aten.silu.default", [](Builder&, uint32_t, Body& b, int32_t x, ScalarType) {
       return b.Mul(x, b.Un(Opcode::kSigmoid, x));
     });
-    formula("aten.gelu.default", [](Decomposer& d, uint32_t n, Body& b, int32_t x, ScalarType) {
+    formula("aten.gelu.default", [](Builder& d, uint32_t n, Body& b, int32_t x, ScalarType) {
       const Arg& a = d.A(n, 1);
-      if (a.kind == ArgKind::kString && d.g_.str(a.string_id) == "tanh") {
+      if (a.kind == ArgKind::kString && d.graph().str(a.string_id) == "tanh") {
         int32_t inner = b.MulC(b.Add(x, b.MulC(b.Mul(b.Mul(x, x), x), 0.044715)), kSqrt2OverPi);
         return b.Mul(b.MulC(x, 0.5), b.AddC(b.Un(Opcode::kTanh, inner), 1.0));
       }
       return b.Mul(b.MulC(x, 0.5), b.AddC(b.Un(Opcode::kErf, b.MulC(x, kSqrt1_2)), 1.0));
     });
-    formula("aten.mish.default", [](Decomposer&, uint32_t, Body& b, int32_t x, ScalarType) {
+    formula("aten.mish.default", [](Builder&, uint32_t, Body& b, int32_t x, ScalarType) {
       return b.Mul(x, b.Un(Opcode::kTanh, b.Un(Opcode::kLog1p, b.Un(Opcode::kExp, x))));
     });
-    formula("aten.hardsigmoid.default",
-            [](Decomposer&, uint32_t, Body& b, int32_t x, ScalarType ct) {
-              int32_t c = b.Bin(Opcode::kMin, b.Bin(Opcode::kMax, b.AddC(x, 3), b.Const(0, ct)),
-                                b.Const(6, ct));
-              return b.Div(c, b.Const(6, ct));
-            });
-    formula("aten.hardswish.default", [](Decomposer&, uint32_t, Body& b, int32_t x, ScalarType ct) {
+    formula("aten.hardsigmoid.default", [](Builder&, uint32_t, Body& b, int32_t x, ScalarType ct) {
+      int32_t c =
+          b.Bin(Opcode::kMin, b.Bin(Opcode::kMax, b.AddC(x, 3), b.Const(0, ct)), b.Const(6, ct));
+      return b.Div(c, b.Const(6, ct));
+    });
+    formula("aten.hardswish.default", [](Builder&, uint32_t, Body& b, int32_t x, ScalarType ct) {
       int32_t c =
           b.Bin(Opcode::kMin, b.Bin(Opcode::kMax, b.AddC(x, 3), b.Const(0, ct)), b.Const(6, ct));
       return b.Div(b.Mul(x, c), b.Const(6, ct));
     });
-    formula("aten.leaky_relu.default", [](Decomposer& d, uint32_t n, Body& b, int32_t x,
-                                          ScalarType ct) {
-      return b.Sel(b.Bin(Opcode::kGt, x, b.Const(0, ct)), x, b.MulC(x, d.Num(d.A(n, 1), 0.01)));
+    formula(
+        "aten.leaky_relu.default", [](Builder& d, uint32_t n, Body& b, int32_t x, ScalarType ct) {
+          return b.Sel(b.Bin(Opcode::kGt, x, b.Const(0, ct)), x, b.MulC(x, d.Num(d.A(n, 1), 0.01)));
+        });
+    formula("aten.hardtanh.default", [](Builder& d, uint32_t n, Body& b, int32_t x, ScalarType ct) {
+      return b.Bin(Opcode::kMin, b.Bin(Opcode::kMax, x, b.Const(d.Num(d.A(n, 1), -1), ct)),
+                   b.Const(d.Num(d.A(n, 2), 1), ct));
     });
-    formula("aten.hardtanh.default",
-            [](Decomposer& d, uint32_t n, Body& b, int32_t x, ScalarType ct) {
-              return b.Bin(Opcode::kMin, b.Bin(Opcode::kMax, x, b.Const(d.Num(d.A(n, 1), -1), ct)),
-                           b.Const(d.Num(d.A(n, 2), 1), ct));
-            });
-    formula("aten.softplus.default",
-            [](Decomposer& d, uint32_t n, Body& b, int32_t x, ScalarType ct) {
-              const double beta = d.Num(d.A(n, 1), 1), th = d.Num(d.A(n, 2), 20);
-              int32_t xb = b.MulC(x, beta);
-              int32_t soft = b.Div(b.Un(Opcode::kLog1p, b.Un(Opcode::kExp, xb)), b.Const(beta, ct));
-              return b.Sel(b.Bin(Opcode::kGt, xb, b.Const(th, ct)), x, soft);
-            });
-    formula("aten.elu.default", [](Decomposer& d, uint32_t n, Body& b, int32_t x, ScalarType ct) {
+    formula("aten.softplus.default", [](Builder& d, uint32_t n, Body& b, int32_t x, ScalarType ct) {
+      const double beta = d.Num(d.A(n, 1), 1), th = d.Num(d.A(n, 2), 20);
+      int32_t xb = b.MulC(x, beta);
+      int32_t soft = b.Div(b.Un(Opcode::kLog1p, b.Un(Opcode::kExp, xb)), b.Const(beta, ct));
+      return b.Sel(b.Bin(Opcode::kGt, xb, b.Const(th, ct)), x, soft);
+    });
+    formula("aten.elu.default", [](Builder& d, uint32_t n, Body& b, int32_t x, ScalarType ct) {
       const double alpha = d.Num(d.A(n, 1), 1), scale = d.Num(d.A(n, 2), 1),
                    input_scale = d.Num(d.A(n, 3), 1);
       int32_t neg = b.MulC(b.Un(Opcode::kExpm1, b.MulC(x, input_scale)), alpha * scale);
       return b.Sel(b.Bin(Opcode::kGt, x, b.Const(0, ct)), b.MulC(x, scale), neg);
     });
-    auto clamp = [](Decomposer& d, uint32_t n, Body& b, int32_t x, ScalarType ct, bool tensors) {
+    auto clamp = [](Builder& d, uint32_t n, Body& b, int32_t x, ScalarType ct, bool tensors) {
       for (size_t i = 1; i <= 2; ++i) {
         const Arg& a = d.A(n, i);
         if (d.IsNone(a)) continue;
@@ -2027,27 +1303,27 @@ const absl::flat_hash_map<std::string, Decomposer::Rule>& Decomposer::Rules() {
       }
       return x;
     };
-    formula("aten.clamp.default", [clamp](Decomposer& d, uint32_t n, Body& b, int32_t x,
+    formula("aten.clamp.default", [clamp](Builder& d, uint32_t n, Body& b, int32_t x,
                                           ScalarType ct) { return clamp(d, n, b, x, ct, false); });
-    formula("aten.clamp.Tensor", [clamp](Decomposer& d, uint32_t n, Body& b, int32_t x,
+    formula("aten.clamp.Tensor", [clamp](Builder& d, uint32_t n, Body& b, int32_t x,
                                          ScalarType ct) { return clamp(d, n, b, x, ct, true); });
     formula("aten.clamp_min.default",
-            [](Decomposer& d, uint32_t n, Body& b, int32_t x, ScalarType ct) {
+            [](Builder& d, uint32_t n, Body& b, int32_t x, ScalarType ct) {
               return b.Bin(Opcode::kMax, x, b.Const(d.Num(d.A(n, 1)), ct));
             });
     formula("aten.clamp_max.default",
-            [](Decomposer& d, uint32_t n, Body& b, int32_t x, ScalarType ct) {
+            [](Builder& d, uint32_t n, Body& b, int32_t x, ScalarType ct) {
               return b.Bin(Opcode::kMin, x, b.Const(d.Num(d.A(n, 1)), ct));
             });
-    formula("aten.frac.default", [](Decomposer&, uint32_t, Body& b, int32_t x, ScalarType) {
+    formula("aten.frac.default", [](Builder&, uint32_t, Body& b, int32_t x, ScalarType) {
       return b.Sub(x, b.Un(Opcode::kTrunc, x));
     });
 
     // Backward pointwise ops: (grad, x or y, ...).
     auto backward =
         [&](const std::string& target,
-            std::function<int32_t(Decomposer&, uint32_t, Body&, int32_t, int32_t, ScalarType)> f) {
-          (*r)[target] = [f](Decomposer& d, uint32_t n) {
+            std::function<int32_t(Builder&, uint32_t, Body&, int32_t, int32_t, ScalarType)> f) {
+          (*r)[target] = [f](Builder& d, uint32_t n) {
             return d.Pointwise(n, [&](Body& b, ScalarType ct) -> absl::StatusOr<int32_t> {
               int32_t g = b.Cast(d.LoadB(b, d.In(n, 0)), ct);
               int32_t x = b.Cast(d.LoadB(b, d.In(n, 1)), ct);
@@ -2056,9 +1332,9 @@ const absl::flat_hash_map<std::string, Decomposer::Rule>& Decomposer::Rules() {
           };
         };
     backward("aten.gelu_backward.default",
-             [](Decomposer& d, uint32_t n, Body& b, int32_t g, int32_t x, ScalarType) {
+             [](Builder& d, uint32_t n, Body& b, int32_t g, int32_t x, ScalarType) {
                const Arg& a = d.A(n, 2);
-               if (a.kind == ArgKind::kString && d.g_.str(a.string_id) == "tanh") {
+               if (a.kind == ArgKind::kString && d.graph().str(a.string_id) == "tanh") {
                  const double kappa = 0.044715;
                  int32_t x2 = b.Mul(x, x);
                  int32_t inner = b.MulC(b.Add(x, b.MulC(b.Mul(x2, x), kappa)), kSqrt2OverPi);
@@ -2078,40 +1354,40 @@ const absl::flat_hash_map<std::string, Decomposer::Rule>& Decomposer::Rules() {
                return b.Mul(g, b.Add(cdf, b.Mul(x, pdf)));
              });
     backward("aten.silu_backward.default",
-             [](Decomposer&, uint32_t, Body& b, int32_t g, int32_t x, ScalarType ct) {
+             [](Builder&, uint32_t, Body& b, int32_t g, int32_t x, ScalarType ct) {
                int32_t s = b.Un(Opcode::kSigmoid, x);
                return b.Mul(b.Mul(g, s), b.Add(b.Const(1, ct), b.Mul(x, b.Sub(b.Const(1, ct), s))));
              });
     backward("aten.tanh_backward.default",
-             [](Decomposer&, uint32_t, Body& b, int32_t g, int32_t y, ScalarType ct) {
+             [](Builder&, uint32_t, Body& b, int32_t g, int32_t y, ScalarType ct) {
                return b.Mul(g, b.Sub(b.Const(1, ct), b.Mul(y, y)));
              });
     backward("aten.sigmoid_backward.default",
-             [](Decomposer&, uint32_t, Body& b, int32_t g, int32_t y, ScalarType ct) {
+             [](Builder&, uint32_t, Body& b, int32_t g, int32_t y, ScalarType ct) {
                return b.Mul(b.Mul(g, b.Sub(b.Const(1, ct), y)), y);
              });
-    backward("aten.threshold_backward.default", [](Decomposer& d, uint32_t n, Body& b, int32_t g,
+    backward("aten.threshold_backward.default", [](Builder& d, uint32_t n, Body& b, int32_t g,
                                                    int32_t x, ScalarType ct) {
       return b.Sel(b.Bin(Opcode::kLe, x, b.Const(d.Num(d.A(n, 2)), ct)), b.Const(0, ct), g);
     });
-    backward("aten.hardtanh_backward.default", [](Decomposer& d, uint32_t n, Body& b, int32_t g,
+    backward("aten.hardtanh_backward.default", [](Builder& d, uint32_t n, Body& b, int32_t g,
                                                   int32_t x, ScalarType ct) {
       int32_t out = b.Bin(Opcode::kOr, b.Bin(Opcode::kLe, x, b.Const(d.Num(d.A(n, 2)), ct)),
                           b.Bin(Opcode::kGe, x, b.Const(d.Num(d.A(n, 3)), ct)));
       return b.Sel(out, b.Const(0, ct), g);
     });
     backward("aten.leaky_relu_backward.default",
-             [](Decomposer& d, uint32_t n, Body& b, int32_t g, int32_t x, ScalarType ct) {
+             [](Builder& d, uint32_t n, Body& b, int32_t g, int32_t x, ScalarType ct) {
                return b.Sel(b.Bin(Opcode::kGt, x, b.Const(0, ct)), g, b.MulC(g, d.Num(d.A(n, 2))));
              });
     backward("aten.softplus_backward.default",
-             [](Decomposer& d, uint32_t n, Body& b, int32_t g, int32_t x, ScalarType ct) {
+             [](Builder& d, uint32_t n, Body& b, int32_t g, int32_t x, ScalarType ct) {
                const double beta = d.Num(d.A(n, 2)), th = d.Num(d.A(n, 3));
                int32_t z = b.Un(Opcode::kExp, b.MulC(x, beta));
                int32_t soft = b.Div(b.Mul(g, z), b.AddC(z, 1.0));
                return b.Sel(b.Bin(Opcode::kGt, b.MulC(x, beta), b.Const(th, ct)), g, soft);
              });
-    (*r)["aten.native_dropout_backward.default"] = [](Decomposer& d, uint32_t n) {
+    (*r)["aten.native_dropout_backward.default"] = [](Builder& d, uint32_t n) {
       return d.Pointwise(n, [&](Body& b, ScalarType ct) -> absl::StatusOr<int32_t> {
         int32_t g = b.Cast(d.LoadB(b, d.In(n, 0)), ct);
         int32_t m = b.Cast(d.LoadB(b, d.In(n, 1)), ct);
@@ -2121,7 +1397,7 @@ const absl::flat_hash_map<std::string, Decomposer::Rule>& Decomposer::Rules() {
 
     // Binary arithmetic with alpha.
     auto add_sub = [&](const std::string& target, double sign, bool reversed) {
-      (*r)[target] = [sign, reversed](Decomposer& d, uint32_t n) {
+      (*r)[target] = [sign, reversed](Builder& d, uint32_t n) {
         return d.Pointwise(n, [&](Body& b, ScalarType ct) -> absl::StatusOr<int32_t> {
           auto x = d.Operand(b, d.A(n, 0), ct);
           if (!x.ok()) return x;
@@ -2143,9 +1419,9 @@ const absl::flat_hash_map<std::string, Decomposer::Rule>& Decomposer::Rules() {
     add_sub("aten.rsub.Tensor", -1, true);
     add_sub("aten.rsub.Scalar", -1, true);
     auto binary = [&](const std::string& target, Opcode op) {
-      (*r)[target] = [op](Decomposer& d, uint32_t n) { return d.Binary(n, op); };
+      (*r)[target] = [op](Builder& d, uint32_t n) { return Binary(d, n, op); };
     };
-    (*r)["aten.mul.Tensor"] = [](Decomposer& d, uint32_t n) {
+    (*r)["aten.mul.Tensor"] = [](Builder& d, uint32_t n) {
       return d.Pointwise(n, [&](Body& b, ScalarType ct) -> absl::StatusOr<int32_t> {
         auto x = d.Operand(b, d.A(n, 0), ct);
         if (!x.ok()) return x;
@@ -2158,10 +1434,10 @@ const absl::flat_hash_map<std::string, Decomposer::Rule>& Decomposer::Rules() {
     (*r)["aten.mul.Scalar"] = (*r)["aten.mul.Tensor"];
     binary("aten.div.Tensor", Opcode::kDiv);
     binary("aten.div.Scalar", Opcode::kDiv);
-    auto div_mode = [](Decomposer& d, uint32_t n) {
+    auto div_mode = [](Builder& d, uint32_t n) {
       return d.Pointwise(n, [&](Body& b, ScalarType ct) -> absl::StatusOr<int32_t> {
         const Arg& mode = d.A(n, 2);
-        const std::string m = mode.kind == ArgKind::kString ? d.g_.str(mode.string_id) : "";
+        const std::string m = mode.kind == ArgKind::kString ? d.graph().str(mode.string_id) : "";
         const ScalarType work = m.empty() ? ct : (loop::IsFloat(ct) ? ct : ScalarType::kI64);
         auto x = d.Operand(b, d.A(n, 0), work);
         if (!x.ok()) return x;
@@ -2191,7 +1467,7 @@ const absl::flat_hash_map<std::string, Decomposer::Rule>& Decomposer::Rules() {
     binary("aten.bitwise_xor.Tensor", Opcode::kXor);
     binary("aten.pow.Tensor_Tensor", Opcode::kPow);
     binary("aten.pow.Scalar", Opcode::kPow);
-    (*r)["aten.pow.Tensor_Scalar"] = [](Decomposer& d, uint32_t n) {
+    (*r)["aten.pow.Tensor_Scalar"] = [](Builder& d, uint32_t n) {
       return d.Pointwise(n, [&](Body& b, ScalarType ct) -> absl::StatusOr<int32_t> {
         int32_t x = b.Cast(d.LoadB(b, d.In(n, 0)), ct);
         const double e = d.Num(d.A(n, 1));
@@ -2208,12 +1484,8 @@ const absl::flat_hash_map<std::string, Decomposer::Rule>& Decomposer::Rules() {
       });
     };
     auto compare = [&](const std::string& name, Opcode op) {
-      (*r)["aten." + name + ".Tensor"] = [op](Decomposer& d, uint32_t n) {
-        return d.Compare(n, op);
-      };
-      (*r)["aten." + name + ".Scalar"] = [op](Decomposer& d, uint32_t n) {
-        return d.Compare(n, op);
-      };
+      (*r)["aten." + name + ".Tensor"] = [op](Builder& d, uint32_t n) { return Compare(d, n, op); };
+      (*r)["aten." + name + ".Scalar"] = [op](Builder& d, uint32_t n) { return Compare(d, n, op); };
     };
     compare("eq", Opcode::kEq);
     compare("ne", Opcode::kNe);
@@ -2222,7 +1494,7 @@ const absl::flat_hash_map<std::string, Decomposer::Rule>& Decomposer::Rules() {
     compare("gt", Opcode::kGt);
     compare("ge", Opcode::kGe);
     auto logical = [&](const std::string& target, Opcode op) {
-      (*r)[target] = [op](Decomposer& d, uint32_t n) {
+      (*r)[target] = [op](Builder& d, uint32_t n) {
         return d.Pointwise(n, [&](Body& b, ScalarType) -> absl::StatusOr<int32_t> {
           return b.Bin(op, b.ToBool(d.LoadB(b, d.In(n, 0))), b.ToBool(d.LoadB(b, d.In(n, 1))));
         });
@@ -2231,7 +1503,7 @@ const absl::flat_hash_map<std::string, Decomposer::Rule>& Decomposer::Rules() {
     logical("aten.logical_and.default", Opcode::kAnd);
     logical("aten.logical_or.default", Opcode::kOr);
     logical("aten.logical_xor.default", Opcode::kXor);
-    auto where = [](Decomposer& d, uint32_t n) {
+    auto where = [](Builder& d, uint32_t n) {
       return d.Pointwise(n, [&](Body& b, ScalarType ct) -> absl::StatusOr<int32_t> {
         int32_t c = b.ToBool(d.LoadB(b, d.In(n, 0)));
         auto x = d.Operand(b, d.A(n, 1), ct);
@@ -2244,7 +1516,7 @@ const absl::flat_hash_map<std::string, Decomposer::Rule>& Decomposer::Rules() {
     (*r)["aten.where.self"] = where;
     (*r)["aten.where.ScalarSelf"] = where;
     (*r)["aten.where.ScalarOther"] = where;
-    auto masked_fill = [](Decomposer& d, uint32_t n) {
+    auto masked_fill = [](Builder& d, uint32_t n) {
       return d.Pointwise(n, [&](Body& b, ScalarType ct) -> absl::StatusOr<int32_t> {
         int32_t x = b.Cast(d.LoadB(b, d.In(n, 0)), ct);
         int32_t m = b.ToBool(d.LoadB(b, d.In(n, 1)));
@@ -2255,7 +1527,7 @@ const absl::flat_hash_map<std::string, Decomposer::Rule>& Decomposer::Rules() {
     };
     (*r)["aten.masked_fill.Scalar"] = masked_fill;
     (*r)["aten.masked_fill.Tensor"] = masked_fill;
-    auto lerp = [](Decomposer& d, uint32_t n) {
+    auto lerp = [](Builder& d, uint32_t n) {
       return d.Pointwise(n, [&](Body& b, ScalarType ct) -> absl::StatusOr<int32_t> {
         int32_t x = b.Cast(d.LoadB(b, d.In(n, 0)), ct);
         int32_t y = b.Cast(d.LoadB(b, d.In(n, 1)), ct);
@@ -2271,7 +1543,7 @@ const absl::flat_hash_map<std::string, Decomposer::Rule>& Decomposer::Rules() {
     (*r)["aten.lerp.Scalar"] = lerp;
     (*r)["aten.lerp.Tensor"] = lerp;
     auto addc = [](bool div) {
-      return [div](Decomposer& d, uint32_t n) {
+      return [div](Builder& d, uint32_t n) {
         return d.Pointwise(n, [&](Body& b, ScalarType ct) -> absl::StatusOr<int32_t> {
           int32_t x = b.Cast(d.LoadB(b, d.In(n, 0)), ct);
           int32_t t1 = b.Cast(d.LoadB(b, d.In(n, 1)), ct);
@@ -2287,21 +1559,21 @@ const absl::flat_hash_map<std::string, Decomposer::Rule>& Decomposer::Rules() {
     // Copies and casts.
     for (const char* t : {"aten.clone.default", "aten._to_copy.default",
                           "aten.lift_fresh_copy.default", "aten.contiguous.default"}) {
-      (*r)[t] = [](Decomposer& d, uint32_t n) { return d.Copy(n, 0); };
+      (*r)[t] = [](Builder& d, uint32_t n) { return Copy(d, n, 0); };
     }
-    (*r)["aten.copy.default"] = [](Decomposer& d, uint32_t n) { return d.Copy(n, 1); };
-    (*r)["aten.copy_.default"] = [](Decomposer& d, uint32_t n) { return d.CopyInPlace(n); };
+    (*r)["aten.copy.default"] = [](Builder& d, uint32_t n) { return Copy(d, n, 1); };
+    (*r)["aten.copy_.default"] = [](Builder& d, uint32_t n) { return CopyInPlace(d, n); };
 
     // Factories.
     auto fill_arg = [](size_t arg) {
-      return [arg](Decomposer& d, uint32_t n) {
+      return [arg](Builder& d, uint32_t n) {
         return d.Pointwise(n, [&](Body& b, ScalarType ct) -> absl::StatusOr<int32_t> {
           return d.ScalarValue(b, d.A(n, arg), ct);
         });
       };
     };
     auto fill_const = [](double v) {
-      return [v](Decomposer& d, uint32_t n) {
+      return [v](Builder& d, uint32_t n) {
         return d.Pointwise(
             n, [&](Body& b, ScalarType ct) -> absl::StatusOr<int32_t> { return b.Const(v, ct); });
       };
@@ -2317,320 +1589,298 @@ const absl::flat_hash_map<std::string, Decomposer::Rule>& Decomposer::Rules() {
     (*r)["aten.ones.default"] = fill_const(1);
     (*r)["aten.ones_like.default"] = fill_const(1);
     for (const char* t : {"aten.arange.default", "aten.arange.start", "aten.arange.start_step"}) {
-      (*r)[t] = [](Decomposer& d, uint32_t n) { return d.Arange(n); };
+      (*r)[t] = [](Builder& d, uint32_t n) { return Arange(d, n); };
     }
     for (const char* t : {"aten.rand_like.default", "aten.rand.default", "aten.bernoulli.p"}) {
-      (*r)[t] = [](Decomposer& d, uint32_t n) { return d.Random(n); };
+      (*r)[t] = [](Builder& d, uint32_t n) { return Random(d, n); };
     }
 
     // Reductions.
-    auto dims_of = [](Decomposer& d, uint32_t n, size_t i) {
+    auto dims_of = [](Builder& d, uint32_t n, size_t i) {
       return d.IsNone(d.A(n, i)) ? std::vector<int64_t>{} : d.Ints(d.A(n, i));
     };
-    (*r)["aten.sum.default"] = [](Decomposer& d, uint32_t n) {
-      return d.Reduction(n, ReduceKind::kSum, {}, false, false);
+    (*r)["aten.sum.default"] = [](Builder& d, uint32_t n) {
+      return Reduction(d, n, ReduceKind::kSum, {}, false, false);
     };
-    (*r)["aten.sum.dim_IntList"] = [dims_of](Decomposer& d, uint32_t n) {
-      return d.Reduction(n, ReduceKind::kSum, dims_of(d, n, 1), d.Int(d.A(n, 2)) != 0, false);
+    (*r)["aten.sum.dim_IntList"] = [dims_of](Builder& d, uint32_t n) {
+      return Reduction(d, n, ReduceKind::kSum, dims_of(d, n, 1), d.Int(d.A(n, 2)) != 0, false);
     };
-    (*r)["aten.mean.default"] = [](Decomposer& d, uint32_t n) {
-      return d.Reduction(n, ReduceKind::kSum, {}, false, true);
+    (*r)["aten.mean.default"] = [](Builder& d, uint32_t n) {
+      return Reduction(d, n, ReduceKind::kSum, {}, false, true);
     };
-    (*r)["aten.mean.dim"] = [dims_of](Decomposer& d, uint32_t n) {
-      return d.Reduction(n, ReduceKind::kSum, dims_of(d, n, 1), d.Int(d.A(n, 2)) != 0, true);
+    (*r)["aten.mean.dim"] = [dims_of](Builder& d, uint32_t n) {
+      return Reduction(d, n, ReduceKind::kSum, dims_of(d, n, 1), d.Int(d.A(n, 2)) != 0, true);
     };
-    (*r)["aten.prod.default"] = [](Decomposer& d, uint32_t n) {
-      return d.Reduction(n, ReduceKind::kProd, {}, false, false);
+    (*r)["aten.prod.default"] = [](Builder& d, uint32_t n) {
+      return Reduction(d, n, ReduceKind::kProd, {}, false, false);
     };
-    (*r)["aten.prod.dim_int"] = [](Decomposer& d, uint32_t n) {
-      return d.Reduction(n, ReduceKind::kProd, {d.Int(d.A(n, 1))}, d.Int(d.A(n, 2)) != 0, false);
+    (*r)["aten.prod.dim_int"] = [](Builder& d, uint32_t n) {
+      return Reduction(d, n, ReduceKind::kProd, {d.Int(d.A(n, 1))}, d.Int(d.A(n, 2)) != 0, false);
     };
-    (*r)["aten.amax.default"] = [dims_of](Decomposer& d, uint32_t n) {
-      return d.Reduction(n, ReduceKind::kMax, dims_of(d, n, 1), d.Int(d.A(n, 2)) != 0, false);
+    (*r)["aten.amax.default"] = [dims_of](Builder& d, uint32_t n) {
+      return Reduction(d, n, ReduceKind::kMax, dims_of(d, n, 1), d.Int(d.A(n, 2)) != 0, false);
     };
-    (*r)["aten.amin.default"] = [dims_of](Decomposer& d, uint32_t n) {
-      return d.Reduction(n, ReduceKind::kMin, dims_of(d, n, 1), d.Int(d.A(n, 2)) != 0, false);
+    (*r)["aten.amin.default"] = [dims_of](Builder& d, uint32_t n) {
+      return Reduction(d, n, ReduceKind::kMin, dims_of(d, n, 1), d.Int(d.A(n, 2)) != 0, false);
     };
-    (*r)["aten.max.default"] = [](Decomposer& d, uint32_t n) {
-      return d.Reduction(n, ReduceKind::kMax, {}, false, false);
+    (*r)["aten.max.default"] = [](Builder& d, uint32_t n) {
+      return Reduction(d, n, ReduceKind::kMax, {}, false, false);
     };
-    (*r)["aten.min.default"] = [](Decomposer& d, uint32_t n) {
-      return d.Reduction(n, ReduceKind::kMin, {}, false, false);
+    (*r)["aten.min.default"] = [](Builder& d, uint32_t n) {
+      return Reduction(d, n, ReduceKind::kMin, {}, false, false);
     };
-    (*r)["aten.any.default"] = [](Decomposer& d, uint32_t n) {
-      return d.Reduction(n, ReduceKind::kAny, {}, false, false);
+    (*r)["aten.any.default"] = [](Builder& d, uint32_t n) {
+      return Reduction(d, n, ReduceKind::kAny, {}, false, false);
     };
-    (*r)["aten.all.default"] = [](Decomposer& d, uint32_t n) {
-      return d.Reduction(n, ReduceKind::kAll, {}, false, false);
+    (*r)["aten.all.default"] = [](Builder& d, uint32_t n) {
+      return Reduction(d, n, ReduceKind::kAll, {}, false, false);
     };
-    (*r)["aten.any.dim"] = [](Decomposer& d, uint32_t n) {
-      return d.Reduction(n, ReduceKind::kAny, {d.Int(d.A(n, 1))}, d.Int(d.A(n, 2)) != 0, false);
+    (*r)["aten.any.dim"] = [](Builder& d, uint32_t n) {
+      return Reduction(d, n, ReduceKind::kAny, {d.Int(d.A(n, 1))}, d.Int(d.A(n, 2)) != 0, false);
     };
-    (*r)["aten.all.dim"] = [](Decomposer& d, uint32_t n) {
-      return d.Reduction(n, ReduceKind::kAll, {d.Int(d.A(n, 1))}, d.Int(d.A(n, 2)) != 0, false);
+    (*r)["aten.all.dim"] = [](Builder& d, uint32_t n) {
+      return Reduction(d, n, ReduceKind::kAll, {d.Int(d.A(n, 1))}, d.Int(d.A(n, 2)) != 0, false);
     };
-    (*r)["aten.max.dim"] = [](Decomposer& d, uint32_t n) {
-      return d.ArgReduction(n, true, {d.Int(d.A(n, 1))}, d.Int(d.A(n, 2)) != 0, 0, 1);
+    (*r)["aten.max.dim"] = [](Builder& d, uint32_t n) {
+      return ArgReduction(d, n, true, {d.Int(d.A(n, 1))}, d.Int(d.A(n, 2)) != 0, 0, 1);
     };
-    (*r)["aten.min.dim"] = [](Decomposer& d, uint32_t n) {
-      return d.ArgReduction(n, false, {d.Int(d.A(n, 1))}, d.Int(d.A(n, 2)) != 0, 0, 1);
+    (*r)["aten.min.dim"] = [](Builder& d, uint32_t n) {
+      return ArgReduction(d, n, false, {d.Int(d.A(n, 1))}, d.Int(d.A(n, 2)) != 0, 0, 1);
     };
-    (*r)["aten.argmax.default"] = [](Decomposer& d, uint32_t n) {
+    (*r)["aten.argmax.default"] = [](Builder& d, uint32_t n) {
       std::vector<int64_t> dims;
       if (!d.IsNone(d.A(n, 1))) dims.push_back(d.Int(d.A(n, 1)));
-      return d.ArgReduction(n, true, dims, d.Int(d.A(n, 2)) != 0, -1, 0);
+      return ArgReduction(d, n, true, dims, d.Int(d.A(n, 2)) != 0, -1, 0);
     };
-    (*r)["aten.argmin.default"] = [](Decomposer& d, uint32_t n) {
+    (*r)["aten.argmin.default"] = [](Builder& d, uint32_t n) {
       std::vector<int64_t> dims;
       if (!d.IsNone(d.A(n, 1))) dims.push_back(d.Int(d.A(n, 1)));
-      return d.ArgReduction(n, false, dims, d.Int(d.A(n, 2)) != 0, -1, 0);
+      return ArgReduction(d, n, false, dims, d.Int(d.A(n, 2)) != 0, -1, 0);
     };
-    auto correction = [](Decomposer& d, uint32_t n) {
+    auto correction = [](Builder& d, uint32_t n) {
       return d.IsNone(d.A(n, 2)) ? 1.0 : d.Num(d.A(n, 2));
     };
-    (*r)["aten.var.correction"] = [dims_of, correction](Decomposer& d, uint32_t n) {
-      return d.Variance(n, dims_of(d, n, 1), correction(d, n), d.Int(d.A(n, 3)) != 0, 0, -1, false);
+    (*r)["aten.var.correction"] = [dims_of, correction](Builder& d, uint32_t n) {
+      return Variance(d, n, dims_of(d, n, 1), correction(d, n), d.Int(d.A(n, 3)) != 0, 0, -1,
+                      false);
     };
-    (*r)["aten.std.correction"] = [dims_of, correction](Decomposer& d, uint32_t n) {
-      return d.Variance(n, dims_of(d, n, 1), correction(d, n), d.Int(d.A(n, 3)) != 0, 0, -1, true);
+    (*r)["aten.std.correction"] = [dims_of, correction](Builder& d, uint32_t n) {
+      return Variance(d, n, dims_of(d, n, 1), correction(d, n), d.Int(d.A(n, 3)) != 0, 0, -1, true);
     };
-    (*r)["aten.var_mean.correction"] = [dims_of, correction](Decomposer& d, uint32_t n) {
-      return d.Variance(n, dims_of(d, n, 1), correction(d, n), d.Int(d.A(n, 3)) != 0, 0, 1, false);
+    (*r)["aten.var_mean.correction"] = [dims_of, correction](Builder& d, uint32_t n) {
+      return Variance(d, n, dims_of(d, n, 1), correction(d, n), d.Int(d.A(n, 3)) != 0, 0, 1, false);
     };
-    (*r)["aten._softmax.default"] = [](Decomposer& d, uint32_t n) { return d.Softmax(n, false); };
-    (*r)["aten._log_softmax.default"] = [](Decomposer& d, uint32_t n) {
-      return d.Softmax(n, true);
+    (*r)["aten._softmax.default"] = [](Builder& d, uint32_t n) { return Softmax(d, n, false); };
+    (*r)["aten._log_softmax.default"] = [](Builder& d, uint32_t n) { return Softmax(d, n, true); };
+    (*r)["aten._softmax_backward_data.default"] = [](Builder& d, uint32_t n) {
+      return SoftmaxBackward(d, n, false);
     };
-    (*r)["aten._softmax_backward_data.default"] = [](Decomposer& d, uint32_t n) {
-      return d.SoftmaxBackward(n, false);
-    };
-    (*r)["aten._log_softmax_backward_data.default"] = [](Decomposer& d, uint32_t n) {
-      return d.SoftmaxBackward(n, true);
+    (*r)["aten._log_softmax_backward_data.default"] = [](Builder& d, uint32_t n) {
+      return SoftmaxBackward(d, n, true);
     };
 
     // Composite ops.
-    (*r)["aten.native_layer_norm.default"] = [](Decomposer& d, uint32_t n) {
-      return d.LayerNorm(n);
+    (*r)["aten.native_layer_norm.default"] = [](Builder& d, uint32_t n) { return LayerNorm(d, n); };
+    (*r)["aten.native_layer_norm_backward.default"] = [](Builder& d, uint32_t n) {
+      return LayerNormBackward(d, n);
     };
-    (*r)["aten.native_layer_norm_backward.default"] = [](Decomposer& d, uint32_t n) {
-      return d.LayerNormBackward(n);
+    (*r)["aten._native_batch_norm_legit_functional.default"] = [](Builder& d, uint32_t n) {
+      return BatchNorm(d, n, true);
     };
-    (*r)["aten._native_batch_norm_legit_functional.default"] = [](Decomposer& d, uint32_t n) {
-      return d.BatchNorm(n, true);
+    (*r)["aten._native_batch_norm_legit_no_training.default"] = [](Builder& d, uint32_t n) {
+      return BatchNorm(d, n, false);
     };
-    (*r)["aten._native_batch_norm_legit_no_training.default"] = [](Decomposer& d, uint32_t n) {
-      return d.BatchNorm(n, false);
+    (*r)["aten.native_batch_norm_backward.default"] = [](Builder& d, uint32_t n) {
+      return BatchNormBackward(d, n);
     };
-    (*r)["aten.native_batch_norm_backward.default"] = [](Decomposer& d, uint32_t n) {
-      return d.BatchNormBackward(n);
+    (*r)["aten.native_dropout.default"] = [](Builder& d, uint32_t n) { return Dropout(d, n); };
+    (*r)["aten.nll_loss_forward.default"] = [](Builder& d, uint32_t n) { return NllLoss(d, n); };
+    (*r)["aten.nll_loss_backward.default"] = [](Builder& d, uint32_t n) {
+      return NllLossBackward(d, n);
     };
-    (*r)["aten.native_dropout.default"] = [](Decomposer& d, uint32_t n) { return d.Dropout(n); };
-    (*r)["aten.nll_loss_forward.default"] = [](Decomposer& d, uint32_t n) { return d.NllLoss(n); };
-    (*r)["aten.nll_loss_backward.default"] = [](Decomposer& d, uint32_t n) {
-      return d.NllLossBackward(n);
+    (*r)["aten.embedding.default"] = [](Builder& d, uint32_t n) { return Embedding(d, n); };
+    (*r)["aten.embedding_dense_backward.default"] = [](Builder& d, uint32_t n) {
+      return EmbeddingBackward(d, n);
     };
-    (*r)["aten.embedding.default"] = [](Decomposer& d, uint32_t n) { return d.Embedding(n); };
-    (*r)["aten.embedding_dense_backward.default"] = [](Decomposer& d, uint32_t n) {
-      return d.EmbeddingBackward(n);
+    (*r)["aten.cat.default"] = [](Builder& d, uint32_t n) { return Cat(d, n, false); };
+    (*r)["aten.stack.default"] = [](Builder& d, uint32_t n) { return Cat(d, n, true); };
+    (*r)["aten.slice_backward.default"] = [](Builder& d, uint32_t n) {
+      return SliceBackward(d, n);
     };
-    (*r)["aten.cat.default"] = [](Decomposer& d, uint32_t n) { return d.Cat(n, false); };
-    (*r)["aten.stack.default"] = [](Decomposer& d, uint32_t n) { return d.Cat(n, true); };
-    (*r)["aten.slice_backward.default"] = [](Decomposer& d, uint32_t n) {
-      return d.SliceBackward(n);
+    (*r)["aten.select_backward.default"] = [](Builder& d, uint32_t n) {
+      return SelectBackward(d, n);
     };
-    (*r)["aten.select_backward.default"] = [](Decomposer& d, uint32_t n) {
-      return d.SelectBackward(n);
+    (*r)["aten.max_pool2d_with_indices.default"] = [](Builder& d, uint32_t n) {
+      return MaxPool2d(d, n);
     };
-    (*r)["aten.max_pool2d_with_indices.default"] = [](Decomposer& d, uint32_t n) {
-      return d.MaxPool2d(n);
+    (*r)["aten.max_pool2d_with_indices_backward.default"] = [](Builder& d, uint32_t n) {
+      return MaxPool2dBackward(d, n);
     };
-    (*r)["aten.max_pool2d_with_indices_backward.default"] = [](Decomposer& d, uint32_t n) {
-      return d.MaxPool2dBackward(n);
+    (*r)["aten.index_select.default"] = [](Builder& d, uint32_t n) {
+      return IndexSelect(d, n, false);
     };
-    (*r)["aten.index_select.default"] = [](Decomposer& d, uint32_t n) {
-      return d.IndexSelect(n, false);
-    };
-    (*r)["aten.gather.default"] = [](Decomposer& d, uint32_t n) { return d.IndexSelect(n, true); };
-    (*r)["aten.constant_pad_nd.default"] = [](Decomposer& d, uint32_t n) {
-      return d.ConstantPad(n);
-    };
-    (*r)["aten.flip.default"] = [](Decomposer& d, uint32_t n) { return d.Flip(n); };
-    (*r)["aten.tril.default"] = [](Decomposer& d, uint32_t n) { return d.TriangleMask(n, true); };
-    (*r)["aten.triu.default"] = [](Decomposer& d, uint32_t n) { return d.TriangleMask(n, false); };
-    (*r)["aten.addmm.default"] = [](Decomposer& d, uint32_t n) { return d.Addmm(n, false); };
-    (*r)["aten.baddbmm.default"] = [](Decomposer& d, uint32_t n) { return d.Addmm(n, true); };
+    (*r)["aten.gather.default"] = [](Builder& d, uint32_t n) { return IndexSelect(d, n, true); };
+    (*r)["aten.constant_pad_nd.default"] = [](Builder& d, uint32_t n) { return ConstantPad(d, n); };
+    (*r)["aten.flip.default"] = [](Builder& d, uint32_t n) { return Flip(d, n); };
+    (*r)["aten.tril.default"] = [](Builder& d, uint32_t n) { return TriangleMask(d, n, true); };
+    (*r)["aten.triu.default"] = [](Builder& d, uint32_t n) { return TriangleMask(d, n, false); };
+    (*r)["aten.addmm.default"] = [](Builder& d, uint32_t n) { return Addmm(d, n, false); };
+    (*r)["aten.baddbmm.default"] = [](Builder& d, uint32_t n) { return Addmm(d, n, true); };
     return r;
   }();
   return *rules;
 }
 
-absl::Status Decomposer::Visit(uint32_t node) {
-  const graph::Node& gn = N(node);
-  const std::string& target = g_.target(gn);
+// Dispatches `node` to what decomposes it; returns UNIMPLEMENTED where it must fall back.
+absl::Status Visit(Builder& d, uint32_t node) {
+  const graph::Node& gn = d.N(node);
+  const std::string& target = d.graph().target(gn);
   // Symbolic scalars carry their value in their metadata: nothing to compute.
   bool has_tensor = false;
-  for (const graph::Value& v : g_.outputs(gn)) {
+  for (const graph::Value& v : d.graph().outputs(gn)) {
     if (v.kind == graph::ValueKind::kTensor) has_tensor = true;
   }
   if (target == "operator.getitem") {
-    const Arg& a = A(node, 0);
-    const int64_t k = Int(A(node, 1));
-    for (const graph::Value& v : g_.outputs(gn)) {
+    const Arg& a = d.A(node, 0);
+    const int64_t k = d.Int(d.A(node, 1));
+    for (const graph::Value& v : d.graph().outputs(gn)) {
       if (v.kind != graph::ValueKind::kTensor || a.kind != ArgKind::kRef) continue;
-      const graph::Node& src = N(a.ref.node);
+      const graph::Node& src = d.N(a.ref.node);
       if (k < 0 || static_cast<uint32_t>(k) >= src.num_outputs) {
         return absl::InternalError(
-            absl::StrCat("getitem ", k, " out of range at ", NodeName(node)));
+            absl::StrCat("getitem ", k, " out of range at ", d.NodeName(node)));
       }
-      const graph::Value& sv = g_.outputs(src)[static_cast<size_t>(k)];
-      value_tensor_[ValueId(v)] = value_tensor_[ValueId(sv)];
+      const graph::Value& sv = d.graph().outputs(src)[static_cast<size_t>(k)];
+      d.Bind(v, d.TensorOf(sv));
     }
     return absl::OkStatus();
   }
   if (!has_tensor && !absl::StartsWith(target, "_c10d_functional.")) return absl::OkStatus();
-  if (gn.schema == nullptr) return Fallback(node, absl::StrCat("Kiln does not know ", target));
-  if (absl::StartsWith(target, "_c10d_functional.")) return Extern(node, target, false, "");
-  if (ExternOps().contains(target)) return Extern(node, target, false, "");
-  if (ViewOps().contains(target) || target == "aten.reshape.default") return View(node);
+  if (gn.schema == nullptr) return d.Fallback(node, absl::StrCat("Kiln does not know ", target));
+  if (absl::StartsWith(target, "_c10d_functional.")) return d.Extern(node, target, false, "");
+  if (ExternOps().contains(target)) return d.Extern(node, target, false, "");
+  if (ViewOps().contains(target) || target == "aten.reshape.default") return d.View(node);
   auto it = Rules().find(target);
-  if (it == Rules().end()) return Fallback(node, absl::StrCat("no lowering for ", target));
-  absl::Status s = it->second(*this, node);
-  if (absl::IsUnimplemented(s)) return Fallback(node, std::string(s.message()));
+  if (it == Rules().end()) return d.Fallback(node, absl::StrCat("no lowering for ", target));
+  absl::Status s = it->second(d, node);
+  if (absl::IsUnimplemented(s)) return d.Fallback(node, std::string(s.message()));
   return s;
 }
 
-absl::StatusOr<PrimGraph> Decomposer::Run() {
-  // Symbols in canonical names, sorted.
-  std::map<std::string, int64_t> hints;
-  for (const graph::Symbol& s : g_.symbols()) {
-    auto it = c_.symbol_names().find(s.name);
-    if (it == c_.symbol_names().end()) continue;
-    hints[it->second] = s.has_hint ? s.int_hint : 0;
-  }
-  for (const auto& [name, hint] : hints) {
-    sym_ids_[name] = static_cast<int32_t>(out_.symbols.size());
-    out_.symbols.push_back(name);
-    out_.symbol_hints.push_back(hint);
-  }
-  value_tensor_.assign(g_.values().size(), -1);
-  rng_stream_.assign(g_.num_nodes(), -1);
-  for (uint32_t i = 0; i < g_.num_nodes(); ++i) {
-    if (RngOps().contains(g_.target(g_.node(i)))) rng_stream_[i] = out_.rng_ops++;
-  }
-  for (uint32_t i = 0; i < g_.num_inputs(); ++i) {
-    const graph::Node& gn = N(i);
-    loop::InputDesc d;
-    d.role = gn.role;
-    d.name = NodeName(i);
-    if (gn.num_outputs == 1) {
-      const graph::Value& v = g_.outputs(gn)[0];
-      if (v.kind == graph::ValueKind::kTensor) {
-        d.kind = loop::InputDesc::Kind::kTensor;
-        auto sizes = Syms(g_.sizes(v));
-        auto strides = Syms(g_.strides(v));
-        if (!sizes.ok()) return sizes.status();
-        if (!strides.ok()) return strides.status();
-        d.sizes = *std::move(sizes);
-        d.strides = *std::move(strides);
-        d.dtype = v.dtype;
-        d.on_cpu = v.device.type == graph::DeviceType::kCpu;
-      } else if (v.kind == graph::ValueKind::kSymInt) {
-        auto e = Sym(v.scalar);
-        if (e.ok()) {
-          d.kind = loop::InputDesc::Kind::kScalar;
-          d.scalar = *std::move(e);
-        }
+// What the runtime is told about graph input `i`.
+absl::StatusOr<loop::InputDesc> InputDescOf(const Builder& d, uint32_t i) {
+  const graph::Node& gn = d.N(i);
+  loop::InputDesc desc;
+  desc.role = gn.role;
+  desc.name = d.NodeName(i);
+  if (gn.num_outputs == 1) {
+    const graph::Value& v = d.graph().outputs(gn)[0];
+    if (v.kind == graph::ValueKind::kTensor) {
+      desc.kind = loop::InputDesc::Kind::kTensor;
+      auto sizes = d.Syms(d.graph().sizes(v));
+      auto strides = d.Syms(d.graph().strides(v));
+      if (!sizes.ok()) return sizes.status();
+      if (!strides.ok()) return strides.status();
+      desc.sizes = *std::move(sizes);
+      desc.strides = *std::move(strides);
+      desc.dtype = v.dtype;
+      desc.on_cpu = v.device.type == graph::DeviceType::kCpu;
+    } else if (v.kind == graph::ValueKind::kSymInt) {
+      auto e = d.Sym(v.scalar);
+      if (e.ok()) {
+        desc.kind = loop::InputDesc::Kind::kScalar;
+        desc.scalar = *std::move(e);
       }
     }
-    out_.inputs.push_back(std::move(d));
   }
-  for (uint32_t node : c_.order()) {
-    const graph::Node& gn = N(node);
-    if (gn.kind == graph::NodeKind::kInput) {
-      for (const graph::Value& v : g_.outputs(gn)) {
-        if (v.kind != graph::ValueKind::kTensor) continue;
-        auto t = TensorOfValue(v);
-        if (!t.ok()) return t.status();
-        // An input's buffer starts at the tensor's first element (the runtime is handed the
-        // tensor, not its storage), so views of it count their offsets from there.
-        out_.tensors[static_cast<size_t>(*t)].offset = IndexExpr::Const(0);
-        Node n;
-        n.kind = Node::Kind::kInput;
-        n.name = NodeName(node);
-        n.input_index = static_cast<int32_t>(node);
-        n.outputs = {*t};
-        out_.tensors[static_cast<size_t>(*t)].producer = static_cast<int32_t>(out_.nodes.size());
-        out_.nodes.push_back(std::move(n));
-        value_tensor_[ValueId(v)] = *t;
-      }
-      continue;
+  return desc;
+}
+
+// Appends the graph's outputs below `a` to `outputs`, lists flattened.
+absl::Status FlattenOutputs(const Builder& d, const Arg& a, std::vector<Output>& outputs) {
+  if (a.kind == ArgKind::kList) {
+    for (const Arg& x : d.graph().items(a)) {
+      if (absl::Status s = FlattenOutputs(d, x, outputs); !s.ok()) return s;
     }
-    if (absl::Status s = Visit(node); !s.ok()) {
-      if (absl::IsUnimplemented(s)) {
-        if (absl::Status f = Fallback(node, std::string(s.message())); !f.ok()) return f;
-        continue;
-      }
-      return s;
-    }
+    return absl::OkStatus();
   }
-  // Outputs, flattened.
-  std::function<absl::Status(const Arg&)> flatten = [&](const Arg& a) -> absl::Status {
-    if (a.kind == ArgKind::kList) {
-      for (const Arg& x : g_.items(a)) {
-        if (absl::Status s = flatten(x); !s.ok()) return s;
+  Output o;
+  if (a.kind == ArgKind::kRef) {
+    const graph::Value* v = d.graph().Resolve(a.ref);
+    if (v != nullptr && v->kind == graph::ValueKind::kTensor) {
+      o.kind = Output::Kind::kTensor;
+      o.tensor = d.TensorOf(*v);
+      if (o.tensor < 0) {
+        return absl::InternalError(absl::StrCat("output ", d.ValueName(*v), " has no tensor"));
       }
-      return absl::OkStatus();
-    }
-    Output o;
-    if (a.kind == ArgKind::kRef) {
-      const graph::Value* v = g_.Resolve(a.ref);
-      if (v != nullptr && v->kind == graph::ValueKind::kTensor) {
-        o.kind = Output::Kind::kTensor;
-        o.tensor = value_tensor_[ValueId(*v)];
-        if (o.tensor < 0) {
-          return absl::InternalError(absl::StrCat("output ", ValueName(*v), " has no tensor"));
-        }
-      } else if (v != nullptr && v->kind == graph::ValueKind::kSymInt) {
-        auto e = Sym(v->scalar);
-        if (!e.ok()) return e.status();
-        o.kind = Output::Kind::kSymbol;
-        o.symbol = *e;
-      }
-    } else if (a.kind == ArgKind::kInt) {
-      o.kind = Output::Kind::kSymbol;
-      o.symbol = IndexExpr::Const(a.int_value);
-    } else if (a.kind == ArgKind::kSymbolic) {
-      auto e = Sym(a.sym);
+    } else if (v != nullptr && v->kind == graph::ValueKind::kSymInt) {
+      auto e = d.Sym(v->scalar);
       if (!e.ok()) return e.status();
       o.kind = Output::Kind::kSymbol;
       o.symbol = *e;
     }
-    out_.outputs.push_back(std::move(o));
-    return absl::OkStatus();
-  };
-  if (absl::Status s = flatten(g_.output()); !s.ok()) return s;
-  return std::move(out_);
+  } else if (a.kind == ArgKind::kInt) {
+    o.kind = Output::Kind::kSymbol;
+    o.symbol = IndexExpr::Const(a.int_value);
+  } else if (a.kind == ArgKind::kSymbolic) {
+    auto e = d.Sym(a.sym);
+    if (!e.ok()) return e.status();
+    o.kind = Output::Kind::kSymbol;
+    o.symbol = *e;
+  }
+  outputs.push_back(std::move(o));
+  return absl::OkStatus();
 }
 
 }  // namespace
 
 absl::StatusOr<PrimGraph> Decompose(const graph::Graph& graph,
                                     const canon::CanonicalGraph& canonical) {
-  return Decomposer(graph, canonical).Run();
+  std::vector<int64_t> rng_streams(graph.num_nodes(), -1);
+  int64_t rng_ops = 0;
+  for (uint32_t i = 0; i < graph.num_nodes(); ++i) {
+    if (RngOps().contains(graph.target(graph.node(i)))) rng_streams[i] = rng_ops++;
+  }
+  Builder d(graph, canonical, std::move(rng_streams));
+  std::vector<loop::InputDesc> inputs;
+  for (uint32_t i = 0; i < graph.num_inputs(); ++i) {
+    auto desc = InputDescOf(d, i);
+    if (!desc.ok()) return desc.status();
+    inputs.push_back(*std::move(desc));
+  }
+  for (uint32_t node : canonical.order()) {
+    if (graph.node(node).kind == graph::NodeKind::kInput) {
+      if (absl::Status s = d.AddInput(node); !s.ok()) return s;
+      continue;
+    }
+    if (absl::Status s = Visit(d, node); !s.ok()) {
+      if (absl::IsUnimplemented(s)) {
+        if (absl::Status f = d.Fallback(node, std::string(s.message())); !f.ok()) return f;
+        continue;
+      }
+      return s;
+    }
+  }
+  std::vector<Output> outputs;
+  if (absl::Status s = FlattenOutputs(d, graph.output(), outputs); !s.ok()) return s;
+  PrimGraph out = d.Take();
+  out.inputs = std::move(inputs);
+  out.outputs = std::move(outputs);
+  out.rng_ops = rng_ops;
+  return out;
 }
 
 bool HasLowering(absl::string_view target) {
   const std::string t(target);
   return ExternOps().contains(t) || ViewOps().contains(t) || t == "aten.reshape.default" ||
-         absl::StartsWith(t, "_c10d_functional.") || t == "operator.getitem" ||
-         Decomposer::Rules().contains(t);
+         absl::StartsWith(t, "_c10d_functional.") || t == "operator.getitem" || Rules().contains(t);
 }
 
 std::vector<std::string> LoweredOps() {
   std::vector<std::string> ops = {"aten.reshape.default", "operator.getitem"};
   ops.insert(ops.end(), ExternOps().begin(), ExternOps().end());
   ops.insert(ops.end(), ViewOps().begin(), ViewOps().end());
-  for (const auto& [target, rule] : Decomposer::Rules()) ops.push_back(target);
+  for (const auto& [target, rule] : Rules()) ops.push_back(target);
   for (const graph::OpSchema* schema : graph::AllOpSchemas()) {
     if (absl::StartsWith(schema->target, "_c10d_functional.")) ops.push_back(schema->target);
   }
