@@ -5,8 +5,8 @@
 // graph and adds to it, for the graph node a rule decomposes, the tensors and nodes that
 // stand for it: Computes (pointwise or reducing), Views, Externs and fallbacks.
 //
-// Builder methods that read a graph node's metadata return INTERNAL when it is
-// inconsistent, and UNIMPLEMENTED where a rule should fall back instead.
+// Builder methods return INTERNAL for inconsistent metadata and UNIMPLEMENTED for what the
+// loop IR cannot represent (a symbolic size outside its forms): the node then falls back.
 
 #include <cstdint>
 #include <functional>
