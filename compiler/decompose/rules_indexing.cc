@@ -1,0 +1,248 @@
+// Indexing: embeddings and their backward, index_select and gather, concatenation, padding,
+// flips and triangular masks.
+
+#include <vector>
+
+#include "compiler/decompose/rule_registry.h"
+
+namespace kiln::decompose {
+namespace {
+
+using graph::Arg;
+using loop::IndexExpr;
+using loop::Opcode;
+using loop::ScalarType;
+
+absl::Status Embedding(Builder& d, uint32_t node) {
+  const int32_t w = d.In(node, 0), idx = d.In(node, 1);
+  return d.Pointwise(node, [&](Body& b, ScalarType) -> absl::StatusOr<int32_t> {
+    std::vector<IndexExpr> ic;
+    for (size_t i = 0; i + 1 < b.rank(); ++i) ic.push_back(Body::V(i));
+    int32_t i = b.Cast(b.Load(idx, d.ST(idx), ic), ScalarType::kI64);
+    int32_t valid = b.Bin(Opcode::kAnd, b.Bin(Opcode::kGe, i, b.IConst(0)),
+                          b.Bin(Opcode::kLt, i, b.Idx(d.Tn(w).sizes[0])));
+    return b.Load(w, d.ST(w), {IndexExpr(), Body::V(b.rank() - 1)}, valid, {i, -1});
+  });
+}
+
+absl::Status EmbeddingBackward(Builder& d, uint32_t node) {
+  // (grad_output [..., D], indices [...], num_weights, padding_idx, scale_grad_by_freq)
+  if (d.Int(d.A(node, 4)) != 0) return d.Fallback(node, "scale_grad_by_freq has no lowering");
+  const int32_t g = d.In(node, 0), idx = d.In(node, 1);
+  const graph::Value* o = d.Out(node, 0);
+  IndexExpr rows = IndexExpr::Const(1);
+  for (const IndexExpr& s : d.Tn(idx).sizes) rows = rows * s;
+  const IndexExpr cols = d.Tn(g).sizes.back();
+  // Flattened views of the operands when they are not already 1-d/2-d.
+  auto flat = [&](int32_t t, std::vector<IndexExpr> sizes) {
+    Body b(sizes);
+    // Unravel the flat row index into t's leading dims.
+    const Tensor& tt = d.Tn(t);
+    const size_t lead = sizes.size() == 2 ? tt.sizes.size() - 1 : tt.sizes.size();
+    std::vector<IndexExpr> c(tt.sizes.size());
+    IndexExpr stride = IndexExpr::Const(1);
+    std::vector<IndexExpr> strides(lead);
+    for (size_t i = lead; i-- > 0;) {
+      strides[i] = stride;
+      stride = stride * tt.sizes[i];
+    }
+    for (size_t i = 0; i < lead; ++i) {
+      IndexExpr q = IndexExpr::FloorDiv(Body::V(0), strides[i], nullptr);
+      c[i] = i == 0 ? q : IndexExpr::Mod(q, tt.sizes[i], nullptr);
+    }
+    if (sizes.size() == 2) c[lead] = Body::V(1);
+    return d.FinishPointwise(node, b, b.Load(t, d.ST(t), c), tt.dtype, 0, true);
+  };
+  auto fi = flat(idx, {rows});
+  if (!fi.ok()) return fi.status();
+  auto fg = flat(g, {rows, cols});
+  if (!fg.ok()) return fg.status();
+  const ScalarType acc = loop::ComputeType(loop::ScalarTypeOf(o->dtype));
+  const bool direct = acc == loop::ScalarTypeOf(o->dtype);
+  Node n;
+  n.kind = Node::Kind::kScatterAdd;
+  n.name = d.NodeName(node);
+  n.scatter.indices = *fi;
+  n.scatter.src = *fg;
+  n.scatter.rows = rows;
+  n.scatter.cols = cols;
+  n.scatter.skip_index = d.Int(d.A(node, 3), -1);
+  int32_t t;
+  if (direct) {
+    auto tv = d.TensorOfValue(*o);
+    if (!tv.ok()) return tv.status();
+    t = *tv;
+    d.Bind(*o, t);
+  } else {
+    auto sizes = d.Syms(d.graph().sizes(*o));
+    if (!sizes.ok()) return sizes.status();
+    t = d.TempTensor(node, loop::DTypeOf(acc), *sizes);
+  }
+  n.outputs = {t};
+  d.AddNode(std::move(n));
+  if (!direct) {
+    Body b(d.Tn(t).sizes);
+    return d.FinishPointwise(node, b, d.LoadB(b, t), o->dtype, 0).status();
+  }
+  return absl::OkStatus();
+}
+
+absl::Status IndexSelect(Builder& d, uint32_t node, bool gather) {
+  const int32_t x = d.In(node, 0), index = d.In(node, 2);
+  const int64_t dim = WrapDim(d.Int(d.A(node, 1)), d.Rank(x));
+  // A 0-d self is read as one element along `dim`, as PyTorch does.
+  const bool scalar = d.Rank(x) == 0;
+  return d.Pointwise(node, [&](Body& b, ScalarType ct) -> absl::StatusOr<int32_t> {
+    std::vector<IndexExpr> ic;
+    if (gather) {
+      for (size_t i = 0; i < b.rank(); ++i) ic.push_back(Body::V(i));
+    } else if (d.Rank(index) == 1) {
+      ic.push_back(scalar ? IndexExpr::Const(0) : Body::V(static_cast<size_t>(dim)));
+    }
+    int32_t i = b.Cast(b.Load(index, d.ST(index), ic), ScalarType::kI64);
+    const IndexExpr extent = scalar ? IndexExpr::Const(1) : d.Tn(x).sizes[static_cast<size_t>(dim)];
+    int32_t valid = b.Bin(Opcode::kAnd, b.Bin(Opcode::kGe, i, b.IConst(0)),
+                          b.Bin(Opcode::kLt, i, b.Idx(extent)));
+    std::vector<IndexExpr> coords;
+    std::vector<int32_t> dyn;
+    for (size_t k = 0; k < d.Rank(x); ++k) {
+      coords.push_back(static_cast<int64_t>(k) == dim ? IndexExpr() : Body::V(k));
+      dyn.push_back(static_cast<int64_t>(k) == dim ? i : -1);
+    }
+    return b.Cast(b.Load(x, d.ST(x), coords, valid, dyn), ct);
+  });
+}
+
+absl::Status Cat(Builder& d, uint32_t node, bool stack) {
+  const Arg& list = d.A(node, 0);
+  const graph::Value* o = d.Out(node, 0);
+  auto sizes = d.Syms(d.graph().sizes(*o));
+  if (!sizes.ok()) return sizes.status();
+  const int64_t dim = WrapDim(d.Int(d.A(node, 1)), stack ? sizes->size() : sizes->size());
+  std::vector<int32_t> parts;
+  for (const Arg& a : d.graph().items(list)) parts.push_back(d.TensorArg(a));
+  Body b(*sizes);
+  const ScalarType ct = loop::ComputeType(loop::ScalarTypeOf(o->dtype));
+  // Skip empty parts (including legacy 1-d empty tensors).
+  struct Part {
+    int32_t t;
+    IndexExpr begin, size;
+  };
+  std::vector<Part> live;
+  IndexExpr offset;
+  for (int32_t t : parts) {
+    if (t < 0) continue;
+    const Tensor& x = d.Tn(t);
+    IndexExpr size = stack ? IndexExpr::Const(1) : x.sizes[static_cast<size_t>(dim)];
+    if (!stack && x.sizes.size() != sizes->size()) continue;
+    if (size.is_zero()) continue;
+    live.push_back({t, offset, size});
+    offset = offset + size;
+  }
+  if (live.empty()) {
+    return d.FinishPointwise(node, b, b.Const(0, ct), o->dtype).status();
+  }
+  const int32_t pos = b.Idx(Body::V(static_cast<size_t>(dim)));
+  int32_t value = -1;
+  for (size_t k = live.size(); k-- > 0;) {
+    const Part& p = live[k];
+    std::vector<IndexExpr> coords;
+    for (size_t i = 0; i < sizes->size(); ++i) {
+      if (static_cast<int64_t>(i) == dim) {
+        if (!stack) coords.push_back(Body::V(i) - p.begin);
+      } else {
+        coords.push_back(Body::V(i));
+      }
+    }
+    if (k == 0) {
+      int32_t mask = live.size() == 1 ? -1 : b.Bin(Opcode::kLt, pos, b.Idx(p.begin + p.size));
+      int32_t v = b.Cast(b.Load(p.t, d.ST(p.t), coords, mask), ct);
+      value = value < 0 ? v : b.Sel(mask, v, value);
+    } else {
+      int32_t in = b.Bin(Opcode::kAnd, b.Bin(Opcode::kGe, pos, b.Idx(p.begin)),
+                         b.Bin(Opcode::kLt, pos, b.Idx(p.begin + p.size)));
+      int32_t v = b.Cast(b.Load(p.t, d.ST(p.t), coords, in), ct);
+      value = value < 0 ? v : b.Sel(in, v, value);
+    }
+  }
+  return d.FinishPointwise(node, b, value, o->dtype).status();
+}
+
+absl::Status ConstantPad(Builder& d, uint32_t node) {
+  const int32_t x = d.In(node, 0);
+  const std::vector<int64_t> pad = d.Ints(d.A(node, 1));
+  const double value = d.Num(d.A(node, 2));
+  return d.Pointwise(node, [&](Body& b, ScalarType ct) -> absl::StatusOr<int32_t> {
+    std::vector<IndexExpr> coords;
+    int32_t mask = -1;
+    const size_t r = b.rank();
+    for (size_t i = 0; i < r; ++i) coords.push_back(Body::V(i));
+    for (size_t p = 0; p * 2 < pad.size(); ++p) {
+      const size_t dim = r - 1 - p;
+      const int64_t lo = pad[2 * p];
+      coords[dim] = Body::V(dim) - IndexExpr::Const(lo);
+      int32_t pos = b.Idx(coords[dim]);
+      int32_t in = b.Bin(Opcode::kAnd, b.Bin(Opcode::kGe, pos, b.IConst(0)),
+                         b.Bin(Opcode::kLt, pos, b.Idx(d.Tn(x).sizes[dim])));
+      mask = mask < 0 ? in : b.Bin(Opcode::kAnd, mask, in);
+    }
+    // A negative index expression is only ever read under its mask: clamp to keep the index
+    // expressions non-negative.
+    std::vector<int32_t> dyn(r, -1);
+    for (size_t p = 0; p * 2 < pad.size(); ++p) {
+      const size_t dim = r - 1 - p;
+      dyn[dim] = b.Idx(coords[dim]);
+      coords[dim] = IndexExpr();
+    }
+    int32_t v = b.Cast(b.Load(x, d.ST(x), coords, mask, dyn), ct);
+    return mask < 0 ? v : b.Sel(mask, v, b.Const(value, ct));
+  });
+}
+
+absl::Status Flip(Builder& d, uint32_t node) {
+  const int32_t x = d.In(node, 0);
+  std::vector<int64_t> dims = d.Ints(d.A(node, 1));
+  // Flipping a 0-d tensor (dims 0 or -1) copies it.
+  if (d.Rank(x) == 0) dims.clear();
+  return d.Pointwise(node, [&](Body& b, ScalarType ct) -> absl::StatusOr<int32_t> {
+    std::vector<IndexExpr> coords;
+    for (size_t i = 0; i < b.rank(); ++i) coords.push_back(Body::V(i));
+    for (int64_t dim : dims) {
+      const size_t di = static_cast<size_t>(WrapDim(dim, b.rank()));
+      coords[di] = b.dim(di) - IndexExpr::Const(1) - Body::V(di);
+    }
+    return b.Cast(b.Load(x, d.ST(x), coords), ct);
+  });
+}
+
+absl::Status TriangleMask(Builder& d, uint32_t node, bool lower) {
+  const int32_t x = d.In(node, 0);
+  const int64_t diagonal = d.Int(d.A(node, 1));
+  return d.Pointwise(node, [&](Body& b, ScalarType ct) -> absl::StatusOr<int32_t> {
+    const size_t r = b.rank();
+    int32_t i = b.Idx(Body::V(r - 2)), j = b.Idx(Body::V(r - 1));
+    int32_t diff = b.Sub(j, i);
+    int32_t keep = lower ? b.Bin(Opcode::kLe, diff, b.IConst(diagonal))
+                         : b.Bin(Opcode::kGe, diff, b.IConst(diagonal));
+    return b.Sel(keep, b.Cast(d.LoadB(b, x), ct), b.Const(0, ct));
+  });
+}
+
+}  // namespace
+
+void RegisterIndexingRules(RuleRegistry& r) {
+  r.Add("aten.embedding.default", [](Builder& d, uint32_t n) { return Embedding(d, n); });
+  r.Add("aten.embedding_dense_backward.default",
+        [](Builder& d, uint32_t n) { return EmbeddingBackward(d, n); });
+  r.Add("aten.cat.default", [](Builder& d, uint32_t n) { return Cat(d, n, false); });
+  r.Add("aten.stack.default", [](Builder& d, uint32_t n) { return Cat(d, n, true); });
+  r.Add("aten.index_select.default",
+        [](Builder& d, uint32_t n) { return IndexSelect(d, n, false); });
+  r.Add("aten.gather.default", [](Builder& d, uint32_t n) { return IndexSelect(d, n, true); });
+  r.Add("aten.constant_pad_nd.default", [](Builder& d, uint32_t n) { return ConstantPad(d, n); });
+  r.Add("aten.flip.default", [](Builder& d, uint32_t n) { return Flip(d, n); });
+  r.Add("aten.tril.default", [](Builder& d, uint32_t n) { return TriangleMask(d, n, true); });
+  r.Add("aten.triu.default", [](Builder& d, uint32_t n) { return TriangleMask(d, n, false); });
+}
+
+}  // namespace kiln::decompose
