@@ -1,7 +1,9 @@
 #include "compiler/canon/canonical_graph.h"
 
 #include <algorithm>
+#include <cmath>
 #include <cstring>
+#include <limits>
 #include <map>
 #include <queue>
 
@@ -37,6 +39,8 @@ void PutI64(std::string* out, int64_t v) {
   out->append(b, 8);
 }
 void PutF64(std::string* out, double v) {
+  // NaNs differ only in bits no op reads: one key for all of them.
+  if (std::isnan(v)) v = std::numeric_limits<double>::quiet_NaN();
   uint64_t bits;
   std::memcpy(&bits, &v, sizeof bits);
   PutI64(out, static_cast<int64_t>(bits));

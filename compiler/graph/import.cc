@@ -246,6 +246,10 @@ class GraphBuilder {
         v.scalar = SymInt::Symbolic(*id);
         break;
       }
+      case v1::ValueMeta::kIntValue:
+        v.kind = ValueKind::kSymInt;
+        v.scalar = SymInt::Constant(meta.int_value());
+        break;
       case v1::ValueMeta::kNone:
       case v1::ValueMeta::KIND_NOT_SET:
         v.kind = ValueKind::kNone;
@@ -704,11 +708,8 @@ class GraphBuilder {
         out.int_value = a.int_value();
         return out;
       case v1::Argument::kFloatValue:
-        // Infinities are meaningful arguments (masked_fill with -inf); NaN has no single
-        // meaning worth keying on.
-        if (std::isnan(a.float_value())) {
-          return InvalidField(node, field, "a float argument must not be NaN");
-        }
+        // Infinities and NaN are meaningful arguments (masked_fill with -inf, scalar_tensor
+        // of nan); the canonical form keys every NaN alike.
         out.kind = ArgKind::kFloat;
         out.float_value = a.float_value();
         return out;

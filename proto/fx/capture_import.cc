@@ -2,16 +2,20 @@
 
 #include <cctype>
 #include <cmath>
+#include <optional>
 #include <string>
 #include <unordered_set>
 #include <vector>
 
 #include "absl/status/status.h"
+#include "absl/strings/escaping.h"
 #include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/string_view.h"
 #include "nlohmann/json.hpp"
+#include "proto/fx/constant.h"
+#include "proto/fx/nonfinite.h"
 
 namespace kiln::fx {
 namespace {
@@ -109,7 +113,8 @@ v1::SymKind KindOfSymbol(absl::string_view name) {
 class Importer {
  public:
   absl::StatusOr<v1::Graph> Run(absl::string_view text) {
-    Json doc = Json::parse(text.begin(), text.end(), nullptr, /*allow_exceptions=*/false);
+    const std::string tagged = TagNonFiniteNumbers(text);
+    Json doc = Json::parse(tagged.begin(), tagged.end(), nullptr, /*allow_exceptions=*/false);
     if (doc.is_discarded()) {
       return Error("", "", "not valid JSON (truncated or malformed)");
     }
@@ -205,10 +210,11 @@ class Importer {
       }
       return true;
     }
+    if (op == "get_attr") return ReadConstant(n, name);
     if (op != "call_function") {
       return Error(name, "op",
                    absl::StrCat("unsupported op \"", op,
-                                "\" (expected placeholder, call_function or output)"));
+                                "\" (expected placeholder, call_function, get_attr or output)"));
     }
 
     v1::Node* node = graph_.add_nodes();
@@ -261,6 +267,34 @@ class Importer {
     return false;
   }
 
+  // A constant tensor lifted into the graph becomes the factory call that makes it (see
+  // proto/fx/constant.h), so the rest of Kiln sees only calls and keys hold constants by value.
+  absl::StatusOr<bool> ReadConstant(const Json& n, const std::string& name) {
+    v1::Node* node = graph_.add_nodes();
+    node->set_name(name);
+    if (absl::Status s = ReadMeta(name, n, node->add_outputs()); !s.ok()) return s;
+    if (!node->outputs(0).has_tensor()) {
+      return Error(name, "meta", "a get_attr constant must have tensor metadata");
+    }
+    std::optional<std::string> bytes;
+    if (auto value = n.find("value"); value != n.end() && !value->is_null()) {
+      auto b64 = value->is_object() ? value->find("b64") : value->end();
+      if (b64 == value->end() || !b64->is_string()) {
+        return Error(name, "value", "must be {\"b64\": base64 of the tensor's bytes}");
+      }
+      bytes.emplace();
+      if (!absl::Base64Unescape(b64->get<std::string>(), &*bytes)) {
+        return Error(name, "value.b64", "not valid base64");
+      }
+    }
+    if (absl::Status s = ConstantAsCall(node->outputs(0).tensor(), bytes, node); !s.ok()) {
+      return Error(name, "value", s.message());
+    }
+    if (absl::Status s = ReadDebug(name, n, node->mutable_debug()); !s.ok()) return s;
+    names_.insert(name);
+    return false;
+  }
+
   // FX prints Python builtins as "<built-in function getitem>"; Kiln names them as
   // OpOverload-style strings ("operator.getitem").
   static std::string CanonicalTarget(const std::string& target) {
@@ -296,7 +330,12 @@ class Importer {
       out->mutable_none();
       return absl::OkStatus();
     }
-    if (!m.is_object()) return Error(name, field, "must be an object, a list or null");
+    // A plain int among a node's outputs (an attention op's max_seqlen).
+    if (m.is_number_integer()) {
+      out->set_int_value(m.get<int64_t>());
+      return absl::OkStatus();
+    }
+    if (!m.is_object()) return Error(name, field, "must be an object, a list, an int or null");
     if (auto sym = m.find("sym"); sym != m.end()) {
       return ReadSymScalar(name, field + ".sym", *sym, out->mutable_symbolic());
     }
@@ -448,6 +487,13 @@ class Importer {
       return absl::OkStatus();
     }
     if (tag == "sym") return ReadSymScalar(name, field, value, out->mutable_symbolic());
+    if (tag == kNonFiniteTag) {
+      std::optional<double> d =
+          value.is_string() ? NonFiniteFromTag(value.get<std::string>()) : std::nullopt;
+      if (!d.has_value()) return Error(name, field, "unknown non-finite number");
+      out->set_float_value(*d);
+      return absl::OkStatus();
+    }
     if (tag == "const") {
       if (!value.is_string()) return Error(name, field, "a constant must be a string");
       const std::string text = value.get<std::string>();

@@ -7,7 +7,10 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <cmath>
+#include <cstring>
 #include <functional>
+#include <limits>
 #include <numeric>
 #include <optional>
 #include <random>
@@ -275,6 +278,34 @@ TEST(CompileKeyTest, OptionsAndToolchainChangeTheKey) {
   EXPECT_THAT(e.description(), HasSubstr("cuda 12.4"));
 
   EXPECT_FALSE(KeyGraph(g, Options("riscv")).ok());
+}
+
+// Infinities and NaN are arguments like any other (masked_fill with -inf, scalar_tensor of
+// nan); every NaN bit pattern gives one key.
+TEST(CompileKeyTest, NonFiniteArgumentsKeyByValue) {
+  auto with_fill = [](double value) {
+    v1::Graph g = testing::SmallGraph();
+    v1::Node* fill = g.add_nodes();
+    fill->set_name("fill");
+    fill->set_target("aten.fill.Scalar");
+    fill->add_args()->mutable_ref()->set_node("mm");
+    fill->add_args()->set_float_value(value);
+    *fill->add_outputs() = g.nodes(1).outputs(0);
+    g.mutable_output()->mutable_list()->add_items()->mutable_ref()->set_node("fill");
+    return g;
+  };
+  const double inf = std::numeric_limits<double>::infinity();
+  double other_nan = std::numeric_limits<double>::quiet_NaN();
+  uint64_t bits;
+  std::memcpy(&bits, &other_nan, sizeof bits);
+  bits |= 0x5a5a5;  // another payload
+  std::memcpy(&other_nan, &bits, sizeof bits);
+  ASSERT_TRUE(std::isnan(other_nan));
+  const std::string nan_key = KeyOf(with_fill(std::nan("")));
+  EXPECT_EQ(KeyOf(with_fill(other_nan)), nan_key);
+  EXPECT_NE(KeyOf(with_fill(inf)), nan_key);
+  EXPECT_NE(KeyOf(with_fill(-inf)), KeyOf(with_fill(inf)));
+  EXPECT_NE(KeyOf(with_fill(1.0)), nan_key);
 }
 
 TEST(CompileKeyTest, OutputPositionsMatter) {

@@ -346,13 +346,13 @@ std::vector<BadCase> BadCases() {
          kw->mutable_value()->set_bool_value(false);
        },
        "s", "kwargs.keepdim", "also given positionally"},
-      {"nan_arg",
+      {"float_for_dtype",
        [](v1::Graph& g) {
          v1::NamedArgument* kw = NodeNamed(g, "s")->add_kwargs();
          kw->set_name("dtype");
          kw->mutable_value()->set_float_value(std::nan(""));
        },
-       "s", "kwargs.dtype", "NaN"},
+       "s", "kwargs.dtype", "expects ScalarType?, got float nan"},
       {"tuple_for_single_op", [](v1::Graph& g) { NodeNamed(g, "mm")->set_multi_output(true); },
        "mm", "multi_output", "returns one tensor"},
       {"unknown_op_without_meta",

@@ -4,11 +4,14 @@
 #include <google/protobuf/util/message_differencer.h>
 #include <gtest/gtest.h>
 
+#include <cmath>
+#include <limits>
 #include <string>
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "nlohmann/json.hpp"
+#include "proto/fx/nonfinite.h"
 #include "tests/testing/test_env.h"
 
 namespace kiln::fx {
@@ -285,6 +288,129 @@ TEST(CaptureImportTest, UnknownDTypeNamesNodeAndField) {
   absl::Status s = ImportJson(j);
   EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
   EXPECT_EQ(s.message(), "node \"relu\" meta.dtype: unknown dtype \"torch.float33\"");
+}
+
+// Python's json writes infinities and NaN as bare words (attention masks, scalar_tensor(-inf)).
+TEST(CaptureImportTest, InfinitiesAndNaNImport) {
+  const std::string text = R"({
+    "model": "small", "kind": "fw",
+    "nodes": [
+      {"name": "x", "op": "placeholder", "target": "x", "args": [], "kwargs": {},
+       "meta": {"shape": [4], "stride": [1], "dtype": "torch.float32", "device": "cuda:0",
+                "storage_offset": 0}},
+      {"name": "clamp", "op": "call_function", "target": "aten.clamp.default",
+       "args": [{"node": "x"}, -Infinity, Infinity], "kwargs": {"note": "NaN -Infinity"},
+       "meta": {"shape": [4], "stride": [1], "dtype": "torch.float32", "device": "cuda:0",
+                "storage_offset": 0}},
+      {"name": "output", "op": "output", "target": "output", "args": [[{"node": "clamp"}]],
+       "kwargs": {}, "meta": null}
+    ]})";
+  absl::StatusOr<v1::Graph> g = ImportCapture(text);
+  ASSERT_TRUE(g.ok()) << g.status();
+  const v1::Node& clamp = g->nodes(0);
+  EXPECT_EQ(clamp.args(1).float_value(), -std::numeric_limits<double>::infinity());
+  EXPECT_EQ(clamp.args(2).float_value(), std::numeric_limits<double>::infinity());
+  EXPECT_EQ(clamp.kwargs(0).value().string_value(), "NaN -Infinity");
+}
+
+TEST(CaptureImportTest, NaNArgumentImports) {
+  Json j = SmallGraph();
+  j["nodes"][1]["target"] = "aten.clamp.default";
+  j["nodes"][1]["args"] = Json::array({{{"node", "x"}}, 0.0, 1.0});
+  std::string text = j.dump();
+  const std::string one = "1.0]";
+  text.replace(text.find(one), one.size(), "NaN]");
+  absl::StatusOr<v1::Graph> g = ImportCapture(text);
+  ASSERT_TRUE(g.ok()) << g.status();
+  EXPECT_TRUE(std::isnan(g->nodes(0).args(2).float_value()));
+}
+
+TEST(NonFiniteTest, OnlyBareWordsOutsideStringsAreTagged) {
+  EXPECT_EQ(TagNonFiniteNumbers(R"([1, -Infinity, "NaN", "a\"Infinity", NaN])"),
+            R"([1, {"$float":"-inf"}, "NaN", "a\"Infinity", {"$float":"nan"}])");
+  EXPECT_EQ(TagNonFiniteNumbers(R"({"k":Infinity})"), R"({"k":{"$float":"inf"}})");
+  // Not words of their own: left alone (the parser then reports them).
+  EXPECT_EQ(TagNonFiniteNumbers("[NaNa, xInfinity]"), "[NaNa, xInfinity]");
+  EXPECT_EQ(TagNonFiniteNumbers("[1e5, -2]"), "[1e5, -2]");
+}
+
+// Attention ops return plain ints (max_seqlen) among their tensors.
+TEST(CaptureImportTest, IntAndNoneOutputsOfMultiOutputNodesImport) {
+  Json j = SmallGraph();
+  Json meta = j["nodes"][1]["meta"];
+  j["nodes"][1]["meta"] = Json::array({meta, nullptr, 128, meta});
+  absl::StatusOr<v1::Graph> g = ImportCapture(j.dump());
+  ASSERT_TRUE(g.ok()) << g.status();
+  const v1::Node& n = g->nodes(0);
+  ASSERT_EQ(n.outputs_size(), 4);
+  EXPECT_TRUE(n.multi_output());
+  EXPECT_TRUE(n.outputs(1).has_none());
+  EXPECT_EQ(n.outputs(2).int_value(), 128);
+  EXPECT_TRUE(n.outputs(3).has_tensor());
+}
+
+Json ConstantNode(const Json& shape, const char* dtype, const Json& value) {
+  Json stride = Json::array();
+  for (size_t i = 0; i < shape.size(); ++i) stride.push_back(1);
+  Json n = {{"name", "_tensor_constant0"},
+            {"op", "get_attr"},
+            {"target", "_tensor_constant0"},
+            {"args", Json::array()},
+            {"kwargs", Json::object()},
+            {"meta",
+             {{"shape", shape},
+              {"stride", stride},
+              {"dtype", dtype},
+              {"device", "cuda:0"},
+              {"storage_offset", 0}}}};
+  if (!value.is_null()) n["value"] = {{"b64", value}};
+  return n;
+}
+
+absl::StatusOr<v1::Graph> ImportWithConstant(const Json& constant) {
+  Json j = SmallGraph();
+  j["nodes"].insert(j["nodes"].begin() + 1, constant);
+  return ImportCapture(j.dump());
+}
+
+TEST(CaptureImportTest, GetAttrConstantsBecomeFactoryCalls) {
+  // float32 -3.5 is 0xc0600000: little-endian bytes 00 00 60 c0.
+  absl::StatusOr<v1::Graph> g =
+      ImportWithConstant(ConstantNode(Json::array(), "torch.float32", "AABgwA=="));
+  ASSERT_TRUE(g.ok()) << g.status();
+  const v1::Node& scalar = g->nodes(0);
+  EXPECT_EQ(scalar.name(), "_tensor_constant0");
+  EXPECT_EQ(scalar.target(), "aten.scalar_tensor.default");
+  EXPECT_EQ(scalar.args(0).float_value(), -3.5);
+  EXPECT_EQ(scalar.kwargs(0).value().dtype(), v1::DTYPE_FLOAT32);
+  EXPECT_EQ(scalar.kwargs(1).value().device().type(), "cuda");
+
+  // int64 -2 and bfloat16 1.5 (0x3fc0).
+  g = ImportWithConstant(ConstantNode(Json::array(), "torch.int64", "/v////////8="));
+  ASSERT_TRUE(g.ok()) << g.status();
+  EXPECT_EQ(g->nodes(0).args(0).int_value(), -2);
+  g = ImportWithConstant(ConstantNode(Json::array(), "torch.bfloat16", "wD8="));
+  ASSERT_TRUE(g.ok()) << g.status();
+  EXPECT_EQ(g->nodes(0).args(0).float_value(), 1.5);
+
+  g = ImportWithConstant(ConstantNode(Json::array({0}), "torch.float16", nullptr));
+  ASSERT_TRUE(g.ok()) << g.status();
+  EXPECT_EQ(g->nodes(0).target(), "aten.empty.memory_format");
+  EXPECT_EQ(g->nodes(0).args(0).list().items(0).int_value(), 0);
+}
+
+TEST(CaptureImportTest, BadConstantsAreNamed) {
+  absl::Status s =
+      ImportWithConstant(ConstantNode(Json::array(), "torch.float32", "AAA=")).status();
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(s.message().find("node \"_tensor_constant0\" value: holds 2 bytes"), std::string::npos)
+      << s;
+  s = ImportWithConstant(ConstantNode(Json::array(), "torch.float32", nullptr)).status();
+  EXPECT_NE(s.message().find("needs its value"), std::string::npos) << s;
+  s = ImportWithConstant(ConstantNode(Json::array({2}), "torch.float32", "AAAAAAAAAAA=")).status();
+  EXPECT_NE(s.message().find("a constant tensor of 2 elements"), std::string::npos) << s;
+  s = ImportWithConstant(ConstantNode(Json::array(), "torch.float32", "!!")).status();
+  EXPECT_NE(s.message().find("not valid base64"), std::string::npos) << s;
 }
 
 TEST(CaptureImportTest, TruncatedJsonIsReported) {
