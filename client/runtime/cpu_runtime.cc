@@ -7,11 +7,11 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "client/runtime/extern_ops.h"
-#include "client/runtime/int_expr.h"
 #include "client/runtime/module.h"
 #include "client/runtime/thread_pool.h"
-#include "proto/kernel_abi.h"
+#include "proto/base/int_expr.h"
 #include "proto/base/sync.h"
+#include "proto/kernel_abi.h"
 
 namespace kiln::runtime {
 namespace {
