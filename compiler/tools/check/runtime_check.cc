@@ -1,0 +1,192 @@
+#include "compiler/tools/check/runtime_check.h"
+
+#include <algorithm>
+#include <cmath>
+#include <memory>
+#include <utility>
+#include <variant>
+
+#include "absl/strings/str_cat.h"
+#include "absl/types/span.h"
+#include "client/runtime/cpu_runtime.h"
+#include "compiler/interp/interpreter.h"
+#include "compiler/interp/random_inputs.h"
+#include "compiler/sym/expr.h"
+#include "compiler/sym/guards.h"
+#include "compiler/tools/check/interp_bridge.h"
+
+namespace kiln::check {
+namespace {
+
+// A deep copy with the same layout, so write-backs of one run do not leak into the other.
+interp::Value Copy(const interp::Value& v) {
+  if (const interp::Tensor* t = std::get_if<interp::Tensor>(&v)) {
+    if (!t->defined()) return v;
+    interp::Tensor c =
+        interp::Tensor::ZerosStrided(t->sizes(), t->strides(), t->storage_offset(), t->dtype());
+    c.CopyFrom(*t);
+    return c;
+  }
+  return v;
+}
+
+// Runs `artifact` on a CpuRuntime: inputs converted with FromInterp (symbolic ints as
+// Tensor::Scalar), buffers poisoned, fallback steps through the interpreter; the outputs
+// converted back (symbolic-scalar outputs as ints, None as None).
+absl::StatusOr<std::vector<interp::Value>> RunOnRuntime(const v1::CompiledGraph& artifact,
+                                                        absl::Span<const interp::Value> inputs,
+                                                        const CheckOptions& options) {
+  runtime::CpuRuntime::Options load;
+  load.threads = options.threads;
+  absl::StatusOr<std::unique_ptr<runtime::CpuRuntime>> loaded =
+      runtime::CpuRuntime::Load(artifact, load);
+  if (!loaded.ok()) return loaded.status();
+  std::vector<runtime::Tensor> args;
+  for (const interp::Value& v : inputs) {
+    if (const auto* t = std::get_if<interp::Tensor>(&v)) {
+      args.push_back(FromInterp(*t));
+    } else if (const auto* i = std::get_if<int64_t>(&v)) {
+      args.push_back(runtime::Tensor::Scalar(*i));
+    } else {
+      args.emplace_back();
+    }
+  }
+  runtime::CpuRuntime::RunOptions run;
+  run.rng_seed = options.rng_seed;
+  run.rng_offset = options.rng_offset;
+  run.fallback = InterpFallback();
+  run.poison = true;
+  absl::StatusOr<std::vector<runtime::Tensor>> outputs = (*loaded)->Run(args, run);
+  if (!outputs.ok()) return outputs.status();
+  std::vector<interp::Value> values;
+  for (int i = 0; i < artifact.outputs_size(); ++i) {
+    const v1::OutputBinding& binding = artifact.outputs(i);
+    const runtime::Tensor& t = (*outputs)[static_cast<size_t>(i)];
+    if (binding.none()) {
+      values.emplace_back(interp::None{});
+    } else if (!binding.symbol().empty()) {
+      values.emplace_back(t.ItemInt());
+    } else {
+      values.emplace_back(ToInterp(t));
+    }
+  }
+  return values;
+}
+
+}  // namespace
+
+double RelativeTolerance(v1::DType dtype) {
+  switch (dtype) {
+    case v1::DTYPE_FLOAT32:
+      return 1e-5;
+    case v1::DTYPE_FLOAT16:
+    case v1::DTYPE_BFLOAT16:
+      return 1e-2;
+    case v1::DTYPE_FLOAT64:
+      return 1e-9;
+    default:
+      return 0;
+  }
+}
+
+absl::StatusOr<CheckReport> CheckAgainstInterpreter(const v1::Graph& graph,
+                                                    const v1::CompiledGraph& artifact,
+                                                    const CheckOptions& options) {
+  interp::RandomInputOptions ri;
+  ri.seed = options.input_seed;
+  ri.symbols = options.symbols;
+  auto inputs = interp::MakeRandomInputs(graph, ri);
+  if (!inputs.ok()) return inputs.status();
+  std::vector<interp::Value> a_inputs, b_inputs;
+  for (const interp::Value& v : *inputs) {
+    a_inputs.push_back(Copy(v));
+    b_inputs.push_back(Copy(v));
+  }
+  interp::RunOptions ro;
+  ro.symbols = options.symbols;
+  ro.rng_seed = options.rng_seed;
+  ro.rng_offset = options.rng_offset;
+  auto expected = interp::Run(graph, a_inputs, ro);
+  if (!expected.ok()) return expected.status();
+  auto actual = RunOnRuntime(artifact, b_inputs, options);
+  if (!actual.ok()) return actual.status();
+  CheckReport report;
+  if (expected->size() != actual->size()) {
+    report.ok = false;
+    report.message = absl::StrCat("output count ", actual->size(), " != ", expected->size());
+    return report;
+  }
+  auto fail = [&](size_t i, const std::string& what) {
+    if (report.ok) report.message = absl::StrCat("output ", i, ": ", what);
+    report.ok = false;
+  };
+  for (size_t i = 0; i < expected->size(); ++i) {
+    const interp::Value& e = (*expected)[i];
+    const interp::Value& a = (*actual)[i];
+    ++report.outputs;
+    if (std::holds_alternative<interp::None>(e)) continue;
+    if (const int64_t* ei = std::get_if<int64_t>(&e)) {
+      const int64_t* ai = std::get_if<int64_t>(&a);
+      if (ai == nullptr || *ai != *ei) fail(i, absl::StrCat("scalar differs, expected ", *ei));
+      continue;
+    }
+    const interp::Tensor* et = std::get_if<interp::Tensor>(&e);
+    const interp::Tensor* at = std::get_if<interp::Tensor>(&a);
+    if (et == nullptr || at == nullptr) {
+      fail(i, "kind differs");
+      continue;
+    }
+    if (et->sizes() != at->sizes()) {
+      fail(i, absl::StrCat("sizes ", at->DebugString(), " != ", et->DebugString()));
+      continue;
+    }
+    const v1::DType dt = et->dtype();
+    const std::vector<double> ev = et->ToDoubles(), av = at->ToDoubles();
+    const double rtol = RelativeTolerance(dt) * options.tolerance_scale;
+    double scale = 0;
+    for (double x : ev) {
+      if (std::isfinite(x)) scale = std::max(scale, std::fabs(x));
+    }
+    for (size_t k = 0; k < ev.size(); ++k) {
+      const double x = ev[k], y = av[k];
+      if (std::isnan(x) && std::isnan(y)) continue;
+      if (x == y) continue;
+      const double tol = rtol * (std::fabs(x) + scale);
+      const double err = std::fabs(x - y);
+      if (!(err <= tol)) {
+        fail(i, absl::StrCat(et->DebugString(), " element ", k, ": got ", y, ", expected ", x,
+                             " (tolerance ", tol, ")"));
+        report.worst = std::max(report.worst, tol > 0 ? err / tol : INFINITY);
+        break;
+      }
+      if (tol > 0) report.worst = std::max(report.worst, err / tol);
+    }
+  }
+  return report;
+}
+
+std::vector<SymbolValues> GuardedCheckPoints(const v1::Graph& graph) {
+  std::vector<SymbolValues> points = {{}};
+  if (graph.symbols_size() == 0) return points;
+  // Only the ShapeEnv guards: the Python form is over inputs derived from the symbols.
+  v1::Guards shape_only;
+  *shape_only.mutable_shape_env() = graph.guards().shape_env();
+  absl::StatusOr<sym::CompiledGuards> guards = sym::CompiledGuards::Compile(shape_only);
+  if (!guards.ok()) return points;  // no telling which other values they allow
+  for (int64_t delta : {-1, 1, 3}) {
+    SymbolValues point;
+    sym::Bindings bindings;
+    for (const v1::Symbol& s : graph.symbols()) {
+      if (s.kind() == v1::SYM_KIND_FLOAT) continue;
+      const int64_t v = std::max<int64_t>(1, s.int_hint() + delta);
+      point[s.name()] = v;
+      bindings.symbols[s.name()] = v;
+    }
+    if (!sym::CheckSymbolRanges(graph, bindings).holds) continue;
+    if (!guards->Check(bindings).holds) continue;
+    points.push_back(std::move(point));
+  }
+  return points;
+}
+
+}  // namespace kiln::check
