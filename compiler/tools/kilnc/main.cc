@@ -73,6 +73,7 @@ int Check(const kiln::v1::Graph& graph, const kiln::v1::CompiledGraph& artifact)
     kiln::check::CheckOptions options;
     options.symbols = point;
     options.threads = kCheckThreads;
+    options.tolerance_scale = kiln::check::kWholeGraphToleranceScale;
     auto report = kiln::check::CheckAgainstInterpreter(graph, artifact, options);
     std::string where = point.empty() ? "hints" : "";
     for (const auto& [name, v] : point) {

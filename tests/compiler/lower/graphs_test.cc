@@ -20,11 +20,7 @@ namespace {
 
 using testing::kSanitized;
 
-// Whole graphs run their matmuls and attention in float32 on the runtime (the interpreter in
-// float64). With uniform [-1, 1) weights nanoGPT's attention logits reach ~30, and its forward
-// outputs land at up to 2x the 1e-5 per-op tolerance; the MLP graphs and nanoGPT's backward
-// stay under 0.1x of it. Graphs are held to 4x.
-constexpr double kGraphToleranceScale = 4;
+constexpr double kGraphToleranceScale = check::kWholeGraphToleranceScale;
 
 class SharedGraphTest : public ::testing::TestWithParam<std::string> {};
 

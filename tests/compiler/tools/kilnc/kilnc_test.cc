@@ -131,8 +131,10 @@ TEST(KilncTest, CheckPassesAtTheHintsAndOtherValues) {
   ExpectChecksPass(Kilnc({"--check", path}), {"hints", "s0=7", "s0=9", "s0=11"});
 }
 
-// A real captured graph with a dynamic batch size (s77: hint 16, s77 >= 2).
-TEST(KilncTest, CheckPassesOnARealGraph) {
+// Real captured graphs: nanoGPT's forward, whose float32 attention on the runtime needs the
+// whole-graph tolerance, and an MLP with a dynamic batch size (s77: hint 16, s77 >= 2).
+TEST(KilncTest, CheckPassesOnRealGraphs) {
+  ExpectChecksPass(Kilnc({"--check", GraphPath("nanogpt_fp32.fw.json")}), {"hints"});
   if (testing::kSanitized) GTEST_SKIP() << "the interpreter takes minutes here under sanitizers";
   ExpectChecksPass(Kilnc({"--check", GraphPath("mlp_automatic_dynamic2.fw.json")}),
                    {"hints", "s77=15", "s77=17", "s77=19"});
