@@ -7,7 +7,6 @@
 #include "CLI/CLI.hpp"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
-#include "server/compile_command.h"
 #include "server/config.h"
 #include "server/json_log.h"
 #include "server/kilnd.h"
@@ -58,7 +57,7 @@ int main(int argc, char** argv) {
   // graph; the sanitizer builds and tests catch those, the server should not pay for it.
   absl::SetMutexDeadlockDetectionMode(absl::OnDeadlockCycle::kIgnore);
   kiln::server::ServerConfig config;
-  CLI::App app{"kilnd: the Kiln compile server"};
+  CLI::App app{"kilnd: the Kiln compile server (to compile a graph file offline: kilnc)"};
   app.set_version_flag("--version", kiln::kKilnVersion);
   app.add_option("--listen", config.listen, "gRPC address HOST:PORT (port 0 picks a free one)")
       ->envname("KILN_LISTEN")
@@ -155,20 +154,6 @@ int main(int argc, char** argv) {
       ->envname("KILN_RENDEZVOUS_POLICY")
       ->capture_default_str();
 
-  // --- kilnd compile (the compiler offline): begin
-  kiln::server::CompileCommand compile_command;
-  CLI::App* compile =
-      app.add_subcommand("compile", "compile one graph file offline and print the plan");
-  compile
-      ->add_option("graph", compile_command.graph_path,
-                   "kiln.v1.Graph (binary or JSON) or FX capture JSON")
-      ->required();
-  compile->add_option("--target", compile_command.target, "x86_64 or cuda:sm_90")
-      ->capture_default_str();
-  compile->add_flag("--check", compile_command.check,
-                    "run the artifact against the reference interpreter");
-  // --- kilnd compile: end
-
   try {
     app.parse(argc, argv);
   } catch (const CLI::CallForHelp& e) {
@@ -179,7 +164,6 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "kilnd: %s\nRun 'kilnd --help' for the flags.\n", e.what());
     return kExitBadUsage;
   }
-  if (compile->parsed()) return kiln::server::RunCompileCommand(compile_command);  // kilnd compile
   if (absl::Status s = kiln::server::ValidateConfig(config); !s.ok()) {
     std::fprintf(stderr, "kilnd: %s\n", std::string(s.message()).c_str());
     return kExitBadUsage;

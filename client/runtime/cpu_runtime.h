@@ -90,7 +90,7 @@ class CpuRuntime {
   int num_inputs() const;
   int num_outputs() const;
 
-  struct Plan;  // the parsed plan, internal
+  struct Plan;  // the loaded plan, internal (cpu_plan.h)
 
  private:
   explicit CpuRuntime(std::unique_ptr<Plan> plan);

@@ -1,14 +1,16 @@
 #include "compiler/interp/interpreter.h"
 
+#include <algorithm>
 #include <exception>
 #include <optional>
 #include <unordered_map>
 
 #include "absl/status/status.h"
+#include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "compiler/interp/op_registry.h"
-#include "compiler/interp/sym_eval.h"
+#include "proto/base/int_expr.h"
 
 namespace kiln::interp {
 namespace {
@@ -21,8 +23,17 @@ struct Produced {
   bool tuple = false;
 };
 
+// Whether `expr` is a bare symbol name ("s77"): such an input binds the symbol; any other
+// expression is only checked against the symbols bound elsewhere.
+bool IsBareSymbol(absl::string_view expr) {
+  if (expr.empty() || !absl::ascii_isalpha(static_cast<unsigned char>(expr[0]))) return false;
+  return std::all_of(expr.begin(), expr.end(), [](char c) {
+    return absl::ascii_isalnum(static_cast<unsigned char>(c)) || c == '_';
+  });
+}
+
 absl::StatusOr<int64_t> EvalSize(const v1::SymInt& s, const SymbolMap& symbols) {
-  if (s.kind_case() == v1::SymInt::kExpr) return EvalSymInt(s.expr(), symbols);
+  if (s.kind_case() == v1::SymInt::kExpr) return EvaluateIntExpr(s.expr(), symbols);
   return s.value();
 }
 
@@ -184,7 +195,7 @@ class GraphRun {
         return Arg::FromValue(p.values[0]);
       }
       case v1::Argument::kSymbolic: {
-        absl::StatusOr<int64_t> v = EvalSymInt(a.symbolic().expr(), symbols_);
+        absl::StatusOr<int64_t> v = EvaluateIntExpr(a.symbolic().expr(), symbols_);
         if (!v.ok()) return v.status();
         if (a.symbolic().kind() == v1::SYM_KIND_BOOL) return Arg(*v != 0);
         return Arg(*v);

@@ -6,7 +6,7 @@
 #include <unordered_set>
 
 #include "absl/strings/str_cat.h"
-#include "compiler/interp/sym_eval.h"
+#include "proto/base/int_expr.h"
 
 namespace kiln::interp {
 namespace {
@@ -88,7 +88,7 @@ class RangeInference {
     if (dim < 0 || dim >= rank) return std::nullopt;
     const v1::SymInt& s = t.sizes(static_cast<int>(dim));
     if (s.kind_case() == v1::SymInt::kValue) return s.value();
-    absl::StatusOr<int64_t> v = EvalSymInt(s.expr(), symbols_);
+    absl::StatusOr<int64_t> v = EvaluateIntExpr(s.expr(), symbols_);
     if (!v.ok()) return std::nullopt;
     return *v;
   }
@@ -98,7 +98,7 @@ class RangeInference {
     const v1::Argument& a = node.args(pos);
     if (a.kind_case() == v1::Argument::kIntValue) return a.int_value();
     if (a.kind_case() == v1::Argument::kSymbolic) {
-      absl::StatusOr<int64_t> v = EvalSymInt(a.symbolic().expr(), symbols_);
+      absl::StatusOr<int64_t> v = EvaluateIntExpr(a.symbolic().expr(), symbols_);
       if (v.ok()) return *v;
     }
     return std::nullopt;
@@ -144,7 +144,7 @@ class RangeInference {
 };
 
 absl::StatusOr<int64_t> Eval(const v1::SymInt& s, const SymbolMap& symbols) {
-  if (s.kind_case() == v1::SymInt::kExpr) return EvalSymInt(s.expr(), symbols);
+  if (s.kind_case() == v1::SymInt::kExpr) return EvaluateIntExpr(s.expr(), symbols);
   return s.value();
 }
 
@@ -174,7 +174,7 @@ absl::StatusOr<std::vector<Value>> MakeRandomInputs(const v1::Graph& graph,
     const v1::GraphInput& in = graph.inputs(i);
     Random rng(options.seed * 0x100000001B3ull + static_cast<uint64_t>(i) + 1);
     if (in.meta().has_symbolic()) {
-      absl::StatusOr<int64_t> v = EvalSymInt(in.meta().symbolic().expr(), *symbols);
+      absl::StatusOr<int64_t> v = EvaluateIntExpr(in.meta().symbolic().expr(), *symbols);
       if (!v.ok()) return v.status();
       out.emplace_back(*v);
       continue;

@@ -19,7 +19,7 @@
 #include "compiler/interp/interpreter.h"
 #include "compiler/interp/random_inputs.h"
 #include "compiler/sym/expr.h"
-#include "tests/client/runtime/interp_bridge.h"
+#include "compiler/tools/check/interp_bridge.h"
 #include "tests/compiler/graph_testing.h"
 
 namespace {
@@ -90,7 +90,7 @@ int main(int argc, char** argv) {
     std::vector<kiln::runtime::Tensor> tensors;
     for (const kiln::interp::Value& v : *inputs) {
       if (const auto* t = std::get_if<kiln::interp::Tensor>(&v)) {
-        tensors.push_back(kiln::runtime::testing::FromInterp(*t));
+        tensors.push_back(kiln::check::FromInterp(*t));
       } else if (const auto* i = std::get_if<int64_t>(&v)) {
         tensors.push_back(kiln::runtime::Tensor::Scalar(*i));
       } else {
@@ -105,7 +105,7 @@ int main(int argc, char** argv) {
       return 1;
     }
     kiln::runtime::CpuRuntime::RunOptions ro;
-    ro.fallback = kiln::runtime::testing::InterpFallback();
+    ro.fallback = kiln::check::InterpFallback();
     const int exec_runs = 3;
     absl::Time t0 = absl::Now();
     for (int r = 0; r < exec_runs; ++r) {

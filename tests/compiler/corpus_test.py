@@ -1,6 +1,6 @@
 """Every graph of the real-graph corpus (tests/data/graphs) compiles for x86_64 and its
 artifact matches the reference interpreter, at the symbols' hints and at other values the
-guards allow (the offline compiler's --check).
+guards allow (`kilnc --check`).
 
 Graphs that do not yet are listed in tests/data/corpus_status.json with the reason they fail
 (a piece of the error they give). A listed graph must still fail for that reason, and one
@@ -33,7 +33,7 @@ def check(path: pathlib.Path, tmp_path: pathlib.Path) -> subprocess.CompletedPro
         plain = tmp_path / path.stem
         plain.write_bytes(gzip.decompress(path.read_bytes()))
         path = plain
-    return subprocess.run([str(BINARY_DIR / "server" / "kilnd"), "compile", "--check", str(path)],
+    return subprocess.run([str(BINARY_DIR / "compiler" / "kilnc"), "--check", str(path)],
                           capture_output=True, text=True, timeout=600)
 
 

@@ -3,6 +3,8 @@
 #include <google/protobuf/text_format.h>
 #include <gtest/gtest.h>
 
+#include "compiler/compile.h"
+#include "compiler/graph/import.h"
 #include "proto/fx/capture_import.h"
 #include "tests/testing/test_env.h"
 
@@ -18,6 +20,14 @@ std::vector<NamedGraph> LoadSharedGraphs() {
   }
   EXPECT_FALSE(out.empty()) << "no graphs under " << GraphsDir();
   return out;
+}
+
+absl::StatusOr<v1::CompiledGraph> CompileForCpu(const v1::Graph& graph) {
+  auto g = graph::Import(graph);
+  if (!g.ok()) return g.status();
+  v1::CompileOptions options;
+  options.set_target("x86_64");
+  return compiler::Compile(*g, options, "test-key");
 }
 
 v1::Graph SmallGraph() {

@@ -35,6 +35,7 @@ std::string BinaryDir() {
 
 std::string KilndPath() { return BinaryDir() + "/server/kilnd"; }
 std::string KilnCliPath() { return BinaryDir() + "/client/kiln"; }
+std::string KilncPath() { return BinaryDir() + "/compiler/kilnc"; }
 
 absl::StatusOr<std::string> ReadFile(const std::string& path) {
   std::ifstream in(path, std::ios::binary);

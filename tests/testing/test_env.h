@@ -33,9 +33,10 @@ std::vector<std::string> GraphFiles();
 // The build tree's root (env KILN_BINARY_DIR overrides).
 std::string BinaryDir();
 
-// `BinaryDir()/server/kilnd`, `BinaryDir()/client/kiln`.
+// `BinaryDir()/server/kilnd`, `BinaryDir()/client/kiln`, `BinaryDir()/compiler/kilnc`.
 std::string KilndPath();
 std::string KilnCliPath();
+std::string KilncPath();
 
 absl::StatusOr<std::string> ReadFile(const std::string& path);
 

@@ -1,9 +1,9 @@
 #pragma once
 
-// Connects the CPU runtime's tests to the reference interpreter: converting tensors and
-// call arguments between the two, a FallbackHook that runs fallback steps through the
-// interpreter, a runner that lets the compiler's checks execute artifacts on the runtime,
-// random tensors with chosen layouts, and comparison with tolerances.
+// What the CPU runtime's tests add to kiln_check's bridge to the reference interpreter
+// (compiler/tools/check/interp_bridge.h, whose conversions and interpreter fallback are
+// available here by their short names): call-argument shorthands, random tensors with
+// chosen layouts, and comparison with tolerances.
 
 #include <gtest/gtest.h>
 
@@ -12,11 +12,9 @@
 #include <utility>
 #include <vector>
 
-#include "absl/status/statusor.h"
 #include "client/runtime/call.h"
 #include "client/runtime/tensor.h"
-#include "compiler/exec/check.h"
-#include "compiler/interp/interpreter.h"
+#include "compiler/tools/check/interp_bridge.h"
 
 namespace kiln::runtime::testing {
 
@@ -37,31 +35,11 @@ inline CallValue Bools(const std::vector<bool>& v) {
   return CallValue{std::move(l)};
 }
 
-// A contiguous interpreter copy of `t` (values rounded to t's dtype, as stored).
-interp::Tensor ToInterp(const Tensor& t);
-interp::Arg ToInterp(const CallValue& v);
-
-// A runtime tensor with t's sizes, strides and storage offset (fresh memory) and its values.
-Tensor FromInterp(const interp::Tensor& t);
-
-// Writes an interpreter result into a runtime tensor of the same sizes.
-absl::Status WriteResult(const interp::Value& value, const Tensor& out);
-
-// A FallbackHook that runs each fallback op with interp::RunOp.
-FallbackHook InterpFallback();
-
-// An exec::Runner that loads the artifact into a CpuRuntime and runs it: inputs converted
-// with FromInterp (symbolic ints as Tensor::Scalar), buffers poisoned, fallback steps through
-// InterpFallback, the RNG seed, offset and thread count taken from the ExecOptions, and the
-// outputs converted back (symbolic-scalar outputs as ints, None as None).
-exec::Runner RuntimeRunner();
-
-// Runs `op` in the interpreter on runtime arguments (with `options`, its RNG stream at
-// options.rng_offset; the arguments' own metadata is not followed).
-absl::StatusOr<std::vector<interp::Value>> RunInterp(
-    const std::string& op, const std::vector<CallValue>& args,
-    const std::vector<std::pair<std::string, CallValue>>& kwargs = {},
-    interp::RunOptions options = {});
+using check::FromInterp;
+using check::InterpFallback;
+using check::RunInterp;
+using check::ToInterp;
+using check::WriteResult;
 
 enum class Layout {
   kContiguous,

@@ -13,7 +13,7 @@
 #include "absl/strings/str_cat.h"
 #include "compiler/interp/interpreter.h"
 #include "compiler/interp/random_inputs.h"
-#include "compiler/interp/sym_eval.h"
+#include "proto/base/int_expr.h"
 #include "proto/fx/capture_import.h"
 #include "tests/testing/test_env.h"
 
@@ -59,7 +59,7 @@ const v1::ValueMeta* MetaOf(const v1::Graph& g, const v1::Argument& a) {
 
 int64_t Eval(const v1::SymInt& s, const SymbolMap& symbols) {
   if (s.kind_case() == v1::SymInt::kValue) return s.value();
-  absl::StatusOr<int64_t> v = EvalSymInt(s.expr(), symbols);
+  absl::StatusOr<int64_t> v = EvaluateIntExpr(s.expr(), symbols);
   EXPECT_TRUE(v.ok()) << v.status();
   return v.ok() ? *v : -1;
 }
@@ -93,7 +93,7 @@ TEST(Graphs, EveryGraphRunsAndMatchesItsMetadata) {
       }
       if (meta->has_symbolic()) {
         ASSERT_TRUE(std::holds_alternative<int64_t>(v));
-        absl::StatusOr<int64_t> want = EvalSymInt(meta->symbolic().expr(), ro.symbols);
+        absl::StatusOr<int64_t> want = EvaluateIntExpr(meta->symbolic().expr(), ro.symbols);
         ASSERT_TRUE(want.ok());
         EXPECT_EQ(std::get<int64_t>(v), *want);
         continue;
@@ -264,6 +264,41 @@ TEST(Graphs, UnsupportedOpNamesNodeAndTarget) {
   EXPECT_EQ(r.status().code(), absl::StatusCode::kUnimplemented);
   EXPECT_TRUE(absl::StrContains(r.status().message(), "weird"));
   EXPECT_TRUE(absl::StrContains(r.status().message(), "aten.not_an_op.default"));
+}
+
+// Size expressions in metadata are checked, never trusted: one nested too deeply is
+// INVALID_ARGUMENT (not a stack overflow) and one that leaves int64 is OUT_OF_RANGE (not a
+// wrapped size), naming the input.
+TEST(Graphs, SizeExpressionsTooDeepOrOverflowingAreErrors) {
+  auto graph = [](const std::string& y_size) {
+    v1::Graph g;
+    for (const char* name : {"x", "y"}) {
+      v1::GraphInput* in = g.add_inputs();
+      in->set_name(name);
+      v1::TensorMeta* m = in->mutable_meta()->mutable_tensor();
+      m->set_dtype(v1::DTYPE_FLOAT32);
+      m->add_sizes()->set_expr(name == std::string("x") ? "s0" : y_size);
+      m->add_strides()->set_value(1);
+    }
+    v1::Symbol* s0 = g.add_symbols();
+    s0->set_name("s0");
+    s0->set_kind(v1::SYM_KIND_INT);
+    s0->set_int_hint(2);
+    g.mutable_output()->mutable_list()->add_items()->mutable_ref()->set_node("x");
+    return g;
+  };
+  const std::vector<Value> inputs = {Value(Tensor::Zeros({2}, v1::DTYPE_FLOAT32)),
+                                     Value(Tensor::Zeros({2}, v1::DTYPE_FLOAT32))};
+  ASSERT_TRUE(interp::Run(graph("s0"), inputs).ok());
+  const std::string deep = std::string(100000, '(') + "s0" + std::string(100000, ')');
+  absl::StatusOr<std::vector<Value>> r = interp::Run(graph(deep), inputs);
+  EXPECT_EQ(r.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_TRUE(absl::StrContains(r.status().message(), "input y")) << r.status();
+  EXPECT_TRUE(absl::StrContains(r.status().message(), "nesting too deep")) << r.status();
+  r = interp::Run(graph("s0*4611686018427387904"), inputs);
+  EXPECT_EQ(r.status().code(), absl::StatusCode::kOutOfRange);
+  EXPECT_TRUE(absl::StrContains(r.status().message(), "input y")) << r.status();
+  EXPECT_TRUE(absl::StrContains(r.status().message(), "integer overflow")) << r.status();
 }
 
 }  // namespace

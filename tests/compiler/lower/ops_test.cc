@@ -12,11 +12,11 @@
 #include "absl/strings/str_join.h"
 #include "compiler/compile.h"
 #include "compiler/decompose/decompose.h"
-#include "compiler/exec/check.h"
 #include "compiler/graph/import.h"
 #include "compiler/interp/interpreter.h"
+#include "compiler/tools/check/runtime_check.h"
 #include "gtest/gtest.h"
-#include "tests/compiler/runtime_check.h"
+#include "tests/compiler/graph_testing.h"
 #include "tests/compiler/training_ops.h"
 #include "tests/testing/test_env.h"
 
@@ -194,9 +194,9 @@ TEST_P(OpTest, MatchesInterpreter) {
   EXPECT_EQ(artifact->summary().fallback_steps(), 0) << artifact->summary().fallbacks(0).reason();
   for (uint64_t seed : {3, 4}) {
     if (testing::kSanitized && seed > 3) break;
-    exec::CheckOptions co;
+    check::CheckOptions co;
     co.input_seed = seed;
-    auto report = testing::CheckOnRuntime(*proto, *artifact, co);
+    auto report = check::CheckAgainstInterpreter(*proto, *artifact, co);
     ASSERT_TRUE(report.ok()) << report.status();
     EXPECT_TRUE(report->ok) << c.name << ": " << report->message;
   }
@@ -584,7 +584,7 @@ TEST(OpListTest, CatMatchesInterpreter) {
   g.mutable_output()->mutable_list()->add_items()->mutable_ref()->set_node("cat");
   auto artifact = testing::CompileForCpu(g);
   ASSERT_TRUE(artifact.ok()) << artifact.status();
-  auto report = testing::CheckOnRuntime(g, *artifact);
+  auto report = check::CheckAgainstInterpreter(g, *artifact);
   ASSERT_TRUE(report.ok()) << report.status();
   EXPECT_TRUE(report->ok) << report->message;
 }
@@ -628,9 +628,9 @@ TEST(OpListTest, MaxPoolBackwardMatchesInterpreter) {
     EXPECT_EQ(artifact->summary().fallback_steps(), 0);
     for (uint64_t seed : {1, 2}) {
       if (testing::kSanitized && seed > 1) break;
-      exec::CheckOptions co;
+      check::CheckOptions co;
       co.input_seed = seed;
-      auto report = testing::CheckOnRuntime(*g, *artifact, co);
+      auto report = check::CheckAgainstInterpreter(*g, *artifact, co);
       ASSERT_TRUE(report.ok()) << report.status();
       EXPECT_TRUE(report->ok) << report->message;
     }
@@ -675,7 +675,7 @@ TEST(OpListTest, UnknownOpFallsBack) {
   ASSERT_EQ(artifact->summary().fallback_steps(), 1);
   EXPECT_EQ(artifact->summary().fallbacks(0).op(), "aten.cumsum.default");
   EXPECT_FALSE(artifact->cudagraph().capturable());
-  auto report = testing::CheckOnRuntime(*proto, *artifact);
+  auto report = check::CheckAgainstInterpreter(*proto, *artifact);
   ASSERT_TRUE(report.ok()) << report.status();
   EXPECT_TRUE(report->ok) << report->message;
   options.set_require_cudagraph(true);

@@ -1,15 +1,21 @@
-#include "compiler/exec/check.h"
+#include "compiler/tools/check/runtime_check.h"
 
+#include <algorithm>
 #include <cmath>
+#include <memory>
+#include <utility>
 #include <variant>
 
 #include "absl/strings/str_cat.h"
-#include "compiler/exec/executor.h"
-#include "compiler/interp/dtype.h"
+#include "absl/types/span.h"
+#include "client/runtime/cpu_runtime.h"
 #include "compiler/interp/interpreter.h"
 #include "compiler/interp/random_inputs.h"
+#include "compiler/sym/expr.h"
+#include "compiler/sym/guards.h"
+#include "compiler/tools/check/interp_bridge.h"
 
-namespace kiln::exec {
+namespace kiln::check {
 namespace {
 
 // A deep copy with the same layout, so write-backs of one run do not leak into the other.
@@ -22,6 +28,49 @@ interp::Value Copy(const interp::Value& v) {
     return c;
   }
   return v;
+}
+
+// Runs `artifact` on a CpuRuntime: inputs converted with FromInterp (symbolic ints as
+// Tensor::Scalar), buffers poisoned, fallback steps through the interpreter; the outputs
+// converted back (symbolic-scalar outputs as ints, None as None).
+absl::StatusOr<std::vector<interp::Value>> RunOnRuntime(const v1::CompiledGraph& artifact,
+                                                        absl::Span<const interp::Value> inputs,
+                                                        const CheckOptions& options) {
+  runtime::CpuRuntime::Options load;
+  load.threads = options.threads;
+  absl::StatusOr<std::unique_ptr<runtime::CpuRuntime>> loaded =
+      runtime::CpuRuntime::Load(artifact, load);
+  if (!loaded.ok()) return loaded.status();
+  std::vector<runtime::Tensor> args;
+  for (const interp::Value& v : inputs) {
+    if (const auto* t = std::get_if<interp::Tensor>(&v)) {
+      args.push_back(FromInterp(*t));
+    } else if (const auto* i = std::get_if<int64_t>(&v)) {
+      args.push_back(runtime::Tensor::Scalar(*i));
+    } else {
+      args.emplace_back();
+    }
+  }
+  runtime::CpuRuntime::RunOptions run;
+  run.rng_seed = options.rng_seed;
+  run.rng_offset = options.rng_offset;
+  run.fallback = InterpFallback();
+  run.poison = true;
+  absl::StatusOr<std::vector<runtime::Tensor>> outputs = (*loaded)->Run(args, run);
+  if (!outputs.ok()) return outputs.status();
+  std::vector<interp::Value> values;
+  for (int i = 0; i < artifact.outputs_size(); ++i) {
+    const v1::OutputBinding& binding = artifact.outputs(i);
+    const runtime::Tensor& t = (*outputs)[static_cast<size_t>(i)];
+    if (binding.none()) {
+      values.emplace_back(interp::None{});
+    } else if (!binding.symbol().empty()) {
+      values.emplace_back(t.ItemInt());
+    } else {
+      values.emplace_back(ToInterp(t));
+    }
+  }
+  return values;
 }
 
 }  // namespace
@@ -59,12 +108,7 @@ absl::StatusOr<CheckReport> CheckAgainstInterpreter(const v1::Graph& graph,
   ro.rng_offset = options.rng_offset;
   auto expected = interp::Run(graph, a_inputs, ro);
   if (!expected.ok()) return expected.status();
-  ExecOptions eo;
-  eo.rng_seed = options.rng_seed;
-  eo.rng_offset = options.rng_offset;
-  eo.threads = options.threads;
-  auto actual =
-      options.runner ? options.runner(artifact, b_inputs, eo) : Execute(artifact, b_inputs, eo);
+  auto actual = RunOnRuntime(artifact, b_inputs, options);
   if (!actual.ok()) return actual.status();
   CheckReport report;
   if (expected->size() != actual->size()) {
@@ -121,4 +165,28 @@ absl::StatusOr<CheckReport> CheckAgainstInterpreter(const v1::Graph& graph,
   return report;
 }
 
-}  // namespace kiln::exec
+std::vector<SymbolValues> GuardedCheckPoints(const v1::Graph& graph) {
+  std::vector<SymbolValues> points = {{}};
+  if (graph.symbols_size() == 0) return points;
+  // Only the ShapeEnv guards: the Python form is over inputs derived from the symbols.
+  v1::Guards shape_only;
+  *shape_only.mutable_shape_env() = graph.guards().shape_env();
+  absl::StatusOr<sym::CompiledGuards> guards = sym::CompiledGuards::Compile(shape_only);
+  if (!guards.ok()) return points;  // no telling which other values they allow
+  for (int64_t delta : {-1, 1, 3}) {
+    SymbolValues point;
+    sym::Bindings bindings;
+    for (const v1::Symbol& s : graph.symbols()) {
+      if (s.kind() == v1::SYM_KIND_FLOAT) continue;
+      const int64_t v = std::max<int64_t>(1, s.int_hint() + delta);
+      point[s.name()] = v;
+      bindings.symbols[s.name()] = v;
+    }
+    if (!sym::CheckSymbolRanges(graph, bindings).holds) continue;
+    if (!guards->Check(bindings).holds) continue;
+    points.push_back(std::move(point));
+  }
+  return points;
+}
+
+}  // namespace kiln::check

@@ -1,9 +1,10 @@
 #pragma once
 
-// Integer expressions over symbols, as CompiledGraphs carry them in SymInt.expr (buffer
-// sizes, arena offsets, view geometry, launch extents). This is the client's own small
-// evaluator, kept apart from the compiler's (compiler/sym) so the runtime links nothing
-// from the compiler. It accepts the integer subset of sympy's printing that artifacts use:
+// Integer expressions over symbols, as graphs and CompiledGraphs carry them in SymInt.expr
+// (sizes, strides, buffer sizes, arena offsets, view geometry, launch extents). One
+// evaluator for the CPU runtime and the reference interpreter; it is apart from the
+// compiler's symbolic algebra (compiler/sym), so neither of them links the compiler. It
+// accepts the integer subset of sympy's printing that Kiln's graphs and artifacts use:
 //
 //   sum     := term { ("+" | "-") term }
 //   term    := unary { ("*" | "//" | "%") unary }
@@ -14,16 +15,19 @@
 // FUNCTION is Max/Min (max/min; one or more arguments), Abs (abs), FloorDiv and CleanDiv
 // (`//`), CeilDiv, Mod and PythonMod (`%`), PowByNatural (`**`), and CeilToInt/FloorToInt
 // applied directly to IntTrueDiv(a, b) (the ceiling/floor of an exact quotient). SYMBOL is
-// any identifier naming one of the artifact's symbols. Arithmetic is Python's on exact
-// 64-bit integers: `//` and `%` floor toward negative infinity; overflow, division by zero
-// and a negative exponent are OUT_OF_RANGE, never a wrap. Anything outside the subset
-// (floats, comparisons, unknown functions or symbols) is INVALID_ARGUMENT naming the text
-// and position.
+// any identifier naming one of the given symbols. Arithmetic is Python's on exact 64-bit
+// integers: `//` and `%` floor toward negative infinity; overflow, division by zero and a
+// negative exponent are OUT_OF_RANGE, never a wrap. Anything outside the subset (floats,
+// comparisons, unknown functions or symbols) is INVALID_ARGUMENT naming the text and
+// position, and so is nesting (parentheses, function calls, unary minus, `**`) deeper than
+// kMaxNesting levels: parsing recurses, and hostile text must not exhaust the stack.
 //
 // An IntExpr is immutable after parsing: evaluation is a const call that allocates nothing
 // for small expressions and is safe from any number of threads.
 
 #include <cstdint>
+#include <functional>
+#include <map>
 #include <string>
 #include <vector>
 
@@ -31,10 +35,13 @@
 #include "absl/strings/string_view.h"
 #include "absl/types/span.h"
 
-namespace kiln::runtime {
+namespace kiln {
 
 class IntExpr {
  public:
+  // The deepest nesting Parse accepts.
+  static constexpr int kMaxNesting = 64;
+
   // The constant 0.
   IntExpr() = default;
   static IntExpr Constant(int64_t value);
@@ -77,4 +84,10 @@ class IntExpr {
   std::string text_;
 };
 
-}  // namespace kiln::runtime
+// Parses `text` and evaluates it with each symbol's value looked up by name in `symbols`:
+// for callers that meet an expression once (the reference interpreter). A symbol missing
+// from `symbols` is INVALID_ARGUMENT, like any unknown name.
+absl::StatusOr<int64_t> EvaluateIntExpr(absl::string_view text,
+                                        const std::map<std::string, int64_t, std::less<>>& symbols);
+
+}  // namespace kiln

@@ -1,5 +1,6 @@
-#include "client/runtime/int_expr.h"
+#include "proto/base/int_expr.h"
 
+#include <algorithm>
 #include <cctype>
 
 #include "absl/container/inlined_vector.h"
@@ -7,10 +8,11 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 
-namespace kiln::runtime {
+namespace kiln {
 
-// A recursive-descent parser emitting postfix code. Depth is bounded so hostile input
-// cannot exhaust the stack.
+// A recursive-descent parser emitting postfix code. Every construct that nests goes one
+// level deeper, and depth is bounded (IntExpr::kMaxNesting) so hostile input cannot exhaust
+// the stack.
 class IntExprParser {
  public:
   IntExprParser(absl::string_view text, absl::Span<const std::string> symbols)
@@ -27,7 +29,7 @@ class IntExprParser {
 
  private:
   using Op = IntExpr::Op;
-  static constexpr int kMaxDepth = 64;
+  static constexpr int kMaxDepth = IntExpr::kMaxNesting;
 
   absl::Status Error(absl::string_view what) const {
     return absl::InvalidArgumentError(
@@ -238,9 +240,16 @@ absl::StatusOr<IntExpr> IntExpr::Parse(absl::string_view text,
 
 namespace {
 
+// Both round the truncated quotient, which never overflows once b != 0 and
+// (a, b) != (INT64_MIN, -1).
 int64_t FloorDiv(int64_t a, int64_t b) {
   const int64_t q = a / b;
   return (a % b != 0 && ((a < 0) != (b < 0))) ? q - 1 : q;
+}
+
+int64_t CeilDiv(int64_t a, int64_t b) {
+  const int64_t q = a / b;
+  return (a % b != 0 && ((a < 0) == (b < 0))) ? q + 1 : q;
 }
 
 }  // namespace
@@ -302,8 +311,7 @@ absl::StatusOr<int64_t> IntExpr::Evaluate(absl::Span<const int64_t> values) cons
         if (in.op == Op::kFloorDiv) {
           r = FloorDiv(a, b);
         } else if (in.op == Op::kCeilDiv) {
-          if (a == INT64_MIN) return overflow("integer overflow");
-          r = -FloorDiv(-a, b);
+          r = CeilDiv(a, b);
         } else {
           r = a - FloorDiv(a, b) * b;
         }
@@ -326,4 +334,19 @@ absl::StatusOr<int64_t> IntExpr::Evaluate(absl::Span<const int64_t> values) cons
   return stack.back();
 }
 
-}  // namespace kiln::runtime
+absl::StatusOr<int64_t> EvaluateIntExpr(
+    absl::string_view text, const std::map<std::string, int64_t, std::less<>>& symbols) {
+  std::vector<std::string> names;
+  std::vector<int64_t> values;
+  names.reserve(symbols.size());
+  values.reserve(symbols.size());
+  for (const auto& [name, value] : symbols) {
+    names.push_back(name);
+    values.push_back(value);
+  }
+  absl::StatusOr<IntExpr> e = IntExpr::Parse(text, names);
+  if (!e.ok()) return e.status();
+  return e->Evaluate(values);
+}
+
+}  // namespace kiln
