@@ -7,11 +7,11 @@
 #include "CLI/CLI.hpp"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
+#include "kiln/version.h"
 #include "server/compile_command.h"
 #include "server/config.h"
 #include "server/json_log.h"
 #include "server/kilnd.h"
-#include "server/version.h"
 
 namespace {
 

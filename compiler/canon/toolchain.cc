@@ -1,6 +1,7 @@
 #include "compiler/canon/toolchain.h"
 
 #include "absl/strings/str_cat.h"
+#include "kiln/version.h"
 #include "llvm/Config/llvm-config.h"
 
 #if __has_include(<cuda.h>)
@@ -29,7 +30,7 @@ std::string ArchOf(absl::string_view target) {
 
 const Toolchain& CurrentToolchain() {
   static const Toolchain* toolchain =
-      new Toolchain{KILN_VERSION_STRING, LLVM_VERSION_STRING, CudaVersion()};
+      new Toolchain{kKilnVersion, LLVM_VERSION_STRING, CudaVersion()};
   return *toolchain;
 }
 
