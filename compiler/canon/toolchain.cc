@@ -1,6 +1,7 @@
 #include "compiler/canon/toolchain.h"
 
 #include "absl/strings/str_cat.h"
+#include "compiler/codegen/target.h"
 #include "kiln/version.h"
 #include "llvm/Config/llvm-config.h"
 
@@ -21,8 +22,8 @@ std::string CudaVersion() {
 
 // The architecture code is generated for: what LLVM targets for each Kiln target.
 std::string ArchOf(absl::string_view target) {
-  if (target == "x86_64") return "x86_64";
-  if (target == "cuda:sm_90") return "nvptx64-sm_90";
+  if (target == codegen::kTargetX86_64) return "x86_64";
+  if (target == codegen::kTargetCudaSm90) return "nvptx64-sm_90";
   return std::string(target);
 }
 

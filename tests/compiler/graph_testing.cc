@@ -3,6 +3,11 @@
 #include <google/protobuf/text_format.h>
 #include <gtest/gtest.h>
 
+#include "compiler/canon/canonical_graph.h"
+#include "compiler/decompose/decompose.h"
+#include "compiler/fuse/fuse.h"
+#include "compiler/graph/import.h"
+#include "compiler/lower/lower.h"
 #include "proto/fx/capture_import.h"
 #include "tests/testing/test_env.h"
 
@@ -18,6 +23,17 @@ std::vector<NamedGraph> LoadSharedGraphs() {
   }
   EXPECT_FALSE(out.empty()) << "no graphs under " << GraphsDir();
   return out;
+}
+
+absl::StatusOr<loop::Program> FuseSharedGraph(const std::string& name) {
+  auto g = graph::Import(LoadSharedGraph(name));
+  if (!g.ok()) return g.status();
+  const canon::CanonicalGraph canonical(*g);
+  auto prims = decompose::Decompose(*g, canonical);
+  if (!prims.ok()) return prims.status();
+  auto lowered = lower::Lower(*prims);
+  if (!lowered.ok()) return lowered.status();
+  return fuse::Fuse(*std::move(lowered));
 }
 
 v1::Graph SmallGraph() {

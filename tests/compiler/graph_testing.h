@@ -1,11 +1,13 @@
 #pragma once
 
-// Graphs for compiler tests: the shared real graphs as kiln.v1.Graph, and a small
-// hand-written graph to mutate.
+// Graphs for compiler tests: the shared real graphs as kiln.v1.Graph (and as fused loop
+// programs), and a small hand-written graph to mutate.
 
 #include <string>
 #include <vector>
 
+#include "absl/status/statusor.h"
+#include "compiler/loop/ir.h"
 #include "kiln/v1/graph.pb.h"
 #include "tests/testing/test_env.h"
 
@@ -21,6 +23,9 @@ struct NamedGraph {
 std::vector<NamedGraph> LoadSharedGraphs();
 
 using ::kiln::testing::LoadSharedGraph;
+
+// The shared graph `name` imported, decomposed, lowered and fused: what backends get.
+absl::StatusOr<loop::Program> FuseSharedGraph(const std::string& name);
 
 // x[4,8] f32 cuda:0 -> t = aten.t(x) -> mm = aten.mm(x, t) -> s = aten.sum.dim_IntList(mm,
 // [1], true); returns [mm, s].

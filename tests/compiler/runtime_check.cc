@@ -1,7 +1,9 @@
 #include "tests/compiler/runtime_check.h"
 
+#include <string>
 #include <utility>
 
+#include "compiler/codegen/target.h"
 #include "compiler/compile.h"
 #include "compiler/graph/import.h"
 #include "tests/client/runtime/interp_bridge.h"
@@ -12,7 +14,7 @@ absl::StatusOr<v1::CompiledGraph> CompileForCpu(const v1::Graph& graph) {
   auto g = graph::Import(graph);
   if (!g.ok()) return g.status();
   v1::CompileOptions options;
-  options.set_target("x86_64");
+  options.set_target(std::string(codegen::kTargetX86_64));
   return compiler::Compile(*g, options, "test-key");
 }
 

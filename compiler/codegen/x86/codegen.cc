@@ -18,6 +18,7 @@
 #include "absl/container/flat_hash_set.h"
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
+#include "compiler/codegen/x86/launch.h"
 #include "compiler/plan/plan.h"
 #include "lld/Common/CommonLinkerContext.h"
 #include "lld/Common/Driver.h"
@@ -567,8 +568,7 @@ class KernelEmitter {
   absl::Status Body(int32_t begin, int32_t end, bool loops);
   absl::Status Stage(const loop::Stage& s);
   absl::Status ReductionLoops(size_t d, const loop::Stage& s);
-  absl::Status ParallelInner(size_t d, size_t np, const loop::LaunchSplit& split,
-                             llvm::Value* outer);
+  absl::Status ParallelInner(size_t d, size_t np, const LaunchSplit& split, llvm::Value* outer);
 
   llvm::Module& m_;
   llvm::LLVMContext& ctx_;
@@ -797,7 +797,7 @@ absl::Status KernelEmitter::Stage(const loop::Stage& s) {
   return absl::OkStatus();
 }
 
-absl::Status KernelEmitter::ParallelInner(size_t d, size_t np, const loop::LaunchSplit& split,
+absl::Status KernelEmitter::ParallelInner(size_t d, size_t np, const LaunchSplit& split,
                                           llvm::Value* outer) {
   if (d == np) {
     for (const loop::Stage& s : k_.stages) {
@@ -887,7 +887,7 @@ absl::Status KernelEmitter::Emit() {
   acc_.assign(k_.insts.size(), nullptr);
   acc_index_.assign(k_.insts.size(), nullptr);
 
-  const loop::LaunchSplit split = loop::SplitForLaunch(k_);
+  const LaunchSplit split = SplitForLaunch(k_);
   const size_t np = k_.parallel.size();
   absl::Status status = Loop(begin, end, [&](llvm::Value* o) -> absl::Status {
     if (split.chunk > 0) return ParallelInner(0, np, split, o);
