@@ -70,7 +70,7 @@ class Backend {
 
   // The facts about the generated code that the build's sources alone do not pin down and
   // that a reader of a key should see: the architecture, the CPU level, the options that
-  // change code ("x86_64-unknown-linux-gnu; cpu x86-64-v3; O2"). Part of every compile key
+  // change code ("x86_64-unknown-linux-gnu, cpu x86-64-v3, O2"). Part of every compile key
   // for this target.
   virtual std::string KeyFacts() const = 0;
 

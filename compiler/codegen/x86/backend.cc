@@ -15,7 +15,7 @@ class X86Backend final : public codegen::Backend {
   absl::string_view target() const override { return kTargetX86_64; }
 
   std::string KeyFacts() const override {
-    return absl::StrCat(kTargetTriple, "; cpu ", kTargetCpu, "; O", CodegenOptions().opt_level);
+    return absl::StrCat(kTargetTriple, ", cpu ", kTargetCpu, ", O", CodegenOptions().opt_level);
   }
 
   absl::StatusOr<std::vector<KernelSchedule>> Schedule(
