@@ -337,8 +337,8 @@ absl::StatusOr<v1::CompiledGraph> Plan(const loop::Program& p,
     }
   }
 
-  // Symbol sources: a size of a tensor input that is exactly the symbol, else a stride, else
-  // a symbolic-int input.
+  // Symbol sources: the first input, in calling order, that has the symbol as a size or is
+  // the symbolic int itself; else the first stride that is exactly the symbol.
   for (size_t s = 0; s < syms.size(); ++s) {
     const IndexExpr sym = IndexExpr::Sym(static_cast<int32_t>(s));
     v1::SymbolSource src;
