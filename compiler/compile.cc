@@ -6,7 +6,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "compiler/canon/canonical_graph.h"
-#include "compiler/codegen/x86/codegen.h"
+#include "compiler/codegen/registry.h"
 #include "compiler/decompose/decompose.h"
 #include "compiler/fuse/fuse.h"
 #include "compiler/lower/lower.h"
@@ -45,15 +45,10 @@ absl::StatusOr<v1::CompiledGraph> Compile(const graph::Graph& graph,
                                           const v1::CompileOptions& options,
                                           const std::string& compile_key,
                                           const CompileContext& context) {
-  if (options.target() == "cuda:sm_90") {
-    return absl::UnimplementedError(
-        "target cuda:sm_90 is not implemented yet: the NVPTX backend comes later; compile for "
-        "x86_64");
-  }
-  if (options.target() != "x86_64") {
-    return absl::InvalidArgumentError(
-        absl::StrCat("unknown target `", options.target(), "`: expected x86_64 or cuda:sm_90"));
-  }
+  const codegen::BackendRegistry& backends =
+      context.backends != nullptr ? *context.backends : codegen::BuiltinBackends();
+  absl::StatusOr<const codegen::Backend*> backend = backends.For(options.target());
+  if (!backend.ok()) return backend.status();
 
   auto prims = RunPhase(context, "decompose", [&]() -> absl::StatusOr<decompose::PrimGraph> {
     const canon::CanonicalGraph canonical(graph);
@@ -67,22 +62,39 @@ absl::StatusOr<v1::CompiledGraph> Compile(const graph::Graph& graph,
   plan::PlanOptions plan_options;
   plan_options.target = options.target();
   plan_options.graph_nodes = static_cast<int32_t>(graph.num_nodes());
-  auto planned = RunPhase(context, "plan", [&] { return plan::Plan(*fused, plan_options); });
+  auto planned = RunPhase(context, "plan", [&]() -> absl::StatusOr<v1::CompiledGraph> {
+    auto schedules = (*backend)->Schedule(*fused);
+    if (!schedules.ok()) return schedules.status();
+    return plan::Plan(*fused, *schedules, plan_options);
+  });
   if (!planned.ok()) return planned.status();
-  auto code =
-      RunPhase(context, "codegen", [&] { return codegen::x86::GenerateSharedObject(*fused); });
+  auto code = RunPhase(context, "codegen", [&]() -> absl::StatusOr<codegen::GeneratedCode> {
+    auto generated = (*backend)->Generate(*fused, {});
+    if (generated.ok() && generated->kernels.size() != fused->kernels.size()) {
+      return absl::InternalError(absl::StrCat("the ", options.target(), " backend generated ",
+                                              generated->kernels.size(), " kernels of ",
+                                              fused->kernels.size()));
+    }
+    return generated;
+  });
   if (!code.ok()) return code.status();
 
   v1::CompiledGraph out = *std::move(planned);
   out.set_compile_key(compile_key);
-  v1::CodeModule* module = out.add_modules();
-  module->set_target(options.target());
-  module->set_kind(v1::BINARY_KIND_SHARED_OBJECT);
-  *module->mutable_digest() = DigestOf(code->shared_object);
-  module->set_binary(std::move(code->shared_object));
-  for (int i = 0; i < out.kernels_size() && static_cast<size_t>(i) < code->vector_widths.size();
-       ++i) {
-    out.mutable_kernels(i)->set_vector_width(code->vector_widths[static_cast<size_t>(i)]);
+  for (codegen::CodeModule& m : code->modules) {
+    v1::CodeModule* module = out.add_modules();
+    module->set_target(options.target());
+    module->set_kind(m.kind);
+    *module->mutable_digest() = DigestOf(m.binary);
+    module->set_binary(std::move(m.binary));
+  }
+  for (size_t i = 0; i < code->kernels.size(); ++i) {
+    const codegen::KernelCode& k = code->kernels[i];
+    v1::Kernel* kernel = out.mutable_kernels(static_cast<int>(i));
+    kernel->set_module(k.module);
+    kernel->set_vector_width(k.vector_width);
+    kernel->set_registers(k.registers);
+    kernel->set_static_shared_memory_bytes(k.static_shared_memory_bytes);
   }
   for (const std::string& g : graph.shape_env_guards()) out.mutable_guards()->add_shape_env(g);
   out.mutable_guards()->set_python_expr(graph.python_guard());

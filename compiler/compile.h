@@ -3,7 +3,8 @@
 // The compiler's entry point: a validated graph and its options in, a CompiledGraph out.
 // Phases run in order (decompose, lower, fuse, plan, codegen, cudagraph analysis) and each
 // is a function of the previous phase's output, so the same graph and options always give
-// the same bytes. Between phases the compile checks `cancel` and stops with CANCELLED.
+// the same bytes. The target's backend (codegen/backend.h) schedules the kernels for the plan
+// and generates their code. Between phases the compile checks `cancel` and stops with CANCELLED.
 // Thread-safe: independent compiles may run concurrently.
 
 #include <atomic>
@@ -14,6 +15,7 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 #include "absl/time/time.h"
+#include "compiler/codegen/registry.h"
 #include "compiler/graph/graph.h"
 #include "kiln/v1/artifact.pb.h"
 #include "kiln/v1/compile.pb.h"
@@ -25,11 +27,14 @@ struct CompileContext {
   const std::atomic<bool>* cancel = nullptr;
   // Told about each phase as it finishes (name, start, end): for traces and metrics.
   std::function<void(absl::string_view phase, absl::Time start, absl::Time end)> on_phase;
+  // Where the target's backend comes from; nullptr: codegen::BuiltinBackends().
+  const codegen::BackendRegistry* backends = nullptr;
 };
 
-// Compiles `graph` for `options.target()` ("x86_64" or "cuda:sm_90"). `compile_key` is
-// recorded in the result. An op without a lowering becomes a fallback step, so every valid
-// graph compiles; errors are INVALID_ARGUMENT (bad options), FAILED_PRECONDITION
+// Compiles `graph` for `options.target()` (a name of codegen/target.h) with that target's
+// backend. `compile_key` is recorded in the result. An op without a lowering becomes a
+// fallback step, so every valid graph compiles; errors are INVALID_ARGUMENT (bad options, an
+// unknown target), UNIMPLEMENTED (no backend registered for the target), FAILED_PRECONDITION
 // (require_cudagraph and the plan is not capturable, with the reasons), CANCELLED, or
 // INTERNAL naming the phase.
 absl::StatusOr<v1::CompiledGraph> Compile(const graph::Graph& graph,

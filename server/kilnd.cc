@@ -16,6 +16,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "compiler/canon/toolchain.h"
+#include "kiln/version.h"
 #include "server/admin_service.h"
 #include "server/auth.h"
 #include "server/blob_http.h"
@@ -29,7 +30,6 @@
 #include "server/rpc_metrics.h"
 #include "server/status_page.h"
 #include "server/trace.h"
-#include "server/version.h"
 
 namespace kiln::server {
 

@@ -7,10 +7,10 @@
 #include "CLI/CLI.hpp"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
+#include "kiln/version.h"
 #include "server/config.h"
 #include "server/json_log.h"
 #include "server/kilnd.h"
-#include "server/version.h"
 
 namespace {
 

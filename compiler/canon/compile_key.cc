@@ -1,10 +1,10 @@
 #include "compiler/canon/compile_key.h"
 
-#include <algorithm>
 #include <map>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "compiler/codegen/target.h"
 #include "compiler/graph/import.h"
 #include "proto/base/digest.h"
 #include "proto/error_detail.h"
@@ -45,10 +45,10 @@ std::string EncodeOptions(const v1::CompileOptions& options) {
 }  // namespace
 
 absl::Status ValidateOptions(const v1::CompileOptions& options) {
-  if (std::find(std::begin(kTargets), std::end(kTargets), options.target()) == std::end(kTargets)) {
+  if (!codegen::IsKnownTarget(options.target())) {
     return InvalidField("", "options.target",
                         absl::StrCat("unknown target \"", options.target(), "\" (expected ",
-                                     absl::StrJoin(kTargets, " or "), ")"));
+                                     absl::StrJoin(codegen::kKnownTargets, " or "), ")"));
   }
   if (!v1::PrecisionPolicy_IsValid(options.precision())) {
     return InvalidField("", "options.precision",

@@ -21,10 +21,9 @@
 
 namespace kiln::canon {
 
-// The targets Kiln generates code for.
-inline constexpr absl::string_view kTargets[] = {"x86_64", "cuda:sm_90"};
-
-// OK when the options are well formed; INVALID_ARGUMENT naming the field otherwise.
+// OK when the options are well formed (a known target, codegen/target.h; a known precision
+// policy); INVALID_ARGUMENT naming the field otherwise. A known target keys whether or not
+// this build has a backend for it.
 absl::Status ValidateOptions(const v1::CompileOptions& options);
 
 // The key record of an imported graph in canonical form.

@@ -288,26 +288,6 @@ bool HasLoopStage(const Kernel& k) {
   return false;
 }
 
-LaunchSplit SplitForLaunch(const Kernel& k) {
-  constexpr int64_t kChunk = 4096;
-  LaunchSplit s;
-  s.grid = IndexExpr::Const(1);
-  const int32_t np = static_cast<int32_t>(k.parallel.size());
-  if (HasLoopStage(k) || np == 0) {
-    s.outer_dims = np;
-  } else if (np == 1) {
-    s.outer_dims = 1;
-    s.chunk = kChunk;
-    s.grid = IndexExpr::FloorDiv(k.parallel[0] + IndexExpr::Const(kChunk - 1),
-                                 IndexExpr::Const(kChunk), nullptr);
-    return s;
-  } else {
-    s.outer_dims = np - 1;
-  }
-  for (int32_t i = 0; i < s.outer_dims; ++i) s.grid = s.grid * k.parallel[static_cast<size_t>(i)];
-  return s;
-}
-
 std::string ToString(const Program& p, const Kernel& k) {
   std::string out = absl::StrCat("kernel ", k.name, " parallel[");
   for (size_t i = 0; i < k.parallel.size(); ++i) {
@@ -317,8 +297,7 @@ std::string ToString(const Program& p, const Kernel& k) {
   for (size_t i = 0; i < k.reduction.size(); ++i) {
     absl::StrAppend(&out, i ? ", " : "", k.reduction[i].ToString(p.symbols));
   }
-  absl::StrAppend(&out, "] vector_width=", k.schedule.vector_width, " nodes=[",
-                  absl::StrJoin(k.nodes, ","), "]\n");
+  absl::StrAppend(&out, "] nodes=[", absl::StrJoin(k.nodes, ","), "]\n");
   for (size_t s = 0; s < k.stages.size(); ++s) {
     const Stage& st = k.stages[s];
     absl::StrAppend(&out, "  stage ", s, st.loops ? " (loops)" : "", ":\n");

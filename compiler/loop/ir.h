@@ -1,7 +1,8 @@
 #pragma once
 
 // Kiln's loop-level IR: what lowering produces, fusion transforms and code generation
-// consumes, for the CPU and (later) the GPU alike.
+// consumes, for every target alike. Nothing here is specific to a machine: how a kernel's
+// parallel space is launched is each backend's schedule (compiler/codegen/backend.h).
 //
 // A Program is a list of steps over buffers: kernel launches, extern calls (matmuls,
 // convolutions, attention, collectives) and fallbacks (ops run eagerly by the runtime).
@@ -19,11 +20,6 @@
 // over the buffer that holds the storage, never copies. Loads may carry a mask: a masked-off
 // lane reads nothing and yields zero, so a load outside a tensor (concatenation, padding)
 // is never performed.
-//
-// GPU mapping (recorded in Schedule): the parallel space maps to the grid (one reduction row
-// per block when the kernel reduces), reduction loops to a block-wide reduction, the
-// innermost parallel dimension (or the reduction dimension) to threads with
-// `vector_width` elements each.
 
 #include <cstdint>
 #include <string>
@@ -147,13 +143,6 @@ struct Stage {
   int32_t end = 0;
 };
 
-// Choices for code generation, recorded so every backend reads the same decisions.
-struct Schedule {
-  int32_t vector_width = 1;      // elements per vector operation of the innermost loop
-  int32_t block_threads = 128;   // GPU: threads per block
-  bool block_reduction = false;  // GPU: one block per parallel point, reduction across threads
-};
-
 struct Kernel {
   std::string name;
   std::vector<IndexExpr> parallel;   // extents of p0..
@@ -161,7 +150,6 @@ struct Kernel {
   std::vector<Inst> insts;
   std::vector<Stage> stages;
   std::vector<std::string> nodes;  // canonical names of the graph nodes it computes
-  Schedule schedule;
   // False for kernels whose stores depend on data (scatter-add): never fused with others.
   bool fusible = true;
 
@@ -261,16 +249,7 @@ struct Program {
   int64_t rng_ops = 0;  // RNG ops of the graph: the offset advance per run
 };
 
-// How a kernel's parallel space is cut for launching. The runtime's outer range
-// [0, grid) (LaunchConfig.grid[0]) covers parallel dims [0, outer_dims) flattened
-// row-major; the kernel loops over the rest itself. When `chunk` > 0 the kernel has a single
-// parallel dim (no reduction) and each outer iteration covers `chunk` consecutive elements.
-struct LaunchSplit {
-  int32_t outer_dims = 0;
-  int64_t chunk = 0;
-  IndexExpr grid;
-};
-LaunchSplit SplitForLaunch(const Kernel& kernel);
+// Whether some stage of the kernel loops over its reduction space.
 bool HasLoopStage(const Kernel& kernel);
 
 // A readable dump of a kernel or program, for tests and debugging. Deterministic.

@@ -116,7 +116,13 @@ KernelParams ParamsOf(const loop::Kernel& k) {
   return p;
 }
 
-absl::StatusOr<v1::CompiledGraph> Plan(const loop::Program& p, const PlanOptions& options) {
+absl::StatusOr<v1::CompiledGraph> Plan(const loop::Program& p,
+                                       const std::vector<codegen::KernelSchedule>& schedules,
+                                       const PlanOptions& options) {
+  if (schedules.size() != p.kernels.size()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(schedules.size(), " schedules for ", p.kernels.size(), " kernels"));
+  }
   v1::CompiledGraph out;
   out.set_target(options.target);
   const std::vector<std::string>& syms = p.symbols;
@@ -127,7 +133,6 @@ absl::StatusOr<v1::CompiledGraph> Plan(const loop::Program& p, const PlanOptions
     const loop::Kernel& k = p.kernels[i];
     v1::Kernel* pk = out.add_kernels();
     pk->set_name(absl::StrCat("kiln_k", i));
-    pk->set_module(0);
     const KernelParams params = ParamsOf(k);
     for (int32_t b : params.buffers) {
       v1::KernelParam* kp = pk->add_params();
@@ -143,10 +148,13 @@ absl::StatusOr<v1::CompiledGraph> Plan(const loop::Program& p, const PlanOptions
       pk->add_params()->set_kind(v1::PARAM_KIND_RNG_SEED);
       pk->add_params()->set_kind(v1::PARAM_KIND_RNG_OFFSET);
     }
-    const loop::LaunchSplit split = loop::SplitForLaunch(k);
-    *pk->mutable_launch()->add_grid() = ToSymInt(split.grid, syms);
+    for (const IndexExpr& g : schedules[i].grid) {
+      *pk->mutable_launch()->add_grid() = ToSymInt(g, syms);
+    }
+    for (const IndexExpr& b : schedules[i].block) {
+      *pk->mutable_launch()->add_block() = ToSymInt(b, syms);
+    }
     for (const std::string& n : k.nodes) pk->add_nodes(n);
-    pk->set_vector_width(k.schedule.vector_width);
   }
 
   // Which buffers are outputs: those a tensor output lives in (inputs stay inputs).
@@ -329,8 +337,8 @@ absl::StatusOr<v1::CompiledGraph> Plan(const loop::Program& p, const PlanOptions
     }
   }
 
-  // Symbol sources: a size of a tensor input that is exactly the symbol, else a stride, else
-  // a symbolic-int input.
+  // Symbol sources: the first input, in calling order, that has the symbol as a size or is
+  // the symbolic int itself; else the first stride that is exactly the symbol.
   for (size_t s = 0; s < syms.size(); ++s) {
     const IndexExpr sym = IndexExpr::Sym(static_cast<int32_t>(s));
     v1::SymbolSource src;

@@ -3,8 +3,13 @@
 #include <google/protobuf/text_format.h>
 #include <gtest/gtest.h>
 
+#include "compiler/canon/canonical_graph.h"
+#include "compiler/codegen/target.h"
 #include "compiler/compile.h"
+#include "compiler/decompose/decompose.h"
+#include "compiler/fuse/fuse.h"
 #include "compiler/graph/import.h"
+#include "compiler/lower/lower.h"
 #include "proto/fx/capture_import.h"
 #include "tests/testing/test_env.h"
 
@@ -26,8 +31,19 @@ absl::StatusOr<v1::CompiledGraph> CompileForCpu(const v1::Graph& graph) {
   auto g = graph::Import(graph);
   if (!g.ok()) return g.status();
   v1::CompileOptions options;
-  options.set_target("x86_64");
+  options.set_target(std::string(codegen::kTargetX86_64));
   return compiler::Compile(*g, options, "test-key");
+}
+
+absl::StatusOr<loop::Program> FuseSharedGraph(const std::string& name) {
+  auto g = graph::Import(LoadSharedGraph(name));
+  if (!g.ok()) return g.status();
+  const canon::CanonicalGraph canonical(*g);
+  auto prims = decompose::Decompose(*g, canonical);
+  if (!prims.ok()) return prims.status();
+  auto lowered = lower::Lower(*prims);
+  if (!lowered.ok()) return lowered.status();
+  return fuse::Fuse(*std::move(lowered));
 }
 
 v1::Graph SmallGraph() {

@@ -1,12 +1,13 @@
 #pragma once
 
-// Graphs for compiler tests: the shared real graphs as kiln.v1.Graph, a small hand-written
-// graph to mutate, and compiling a graph for the CPU.
+// Graphs for compiler tests: the shared real graphs as kiln.v1.Graph (and as fused loop
+// programs), a small hand-written graph to mutate, and compiling a graph for the CPU.
 
 #include <string>
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "compiler/loop/ir.h"
 #include "kiln/v1/artifact.pb.h"
 #include "kiln/v1/graph.pb.h"
 #include "tests/testing/test_env.h"
@@ -26,6 +27,9 @@ using ::kiln::testing::LoadSharedGraph;
 
 // Imports `graph` and compiles it for x86_64.
 absl::StatusOr<v1::CompiledGraph> CompileForCpu(const v1::Graph& graph);
+
+// The shared graph `name` imported, decomposed, lowered and fused: what backends get.
+absl::StatusOr<loop::Program> FuseSharedGraph(const std::string& name);
 
 // x[4,8] f32 cuda:0 -> t = aten.t(x) -> mm = aten.mm(x, t) -> s = aten.sum.dim_IntList(mm,
 // [1], true); returns [mm, s].

@@ -1,11 +1,12 @@
 #pragma once
 
-// x86-64 code generation through LLVM 16: every kernel of a loop program becomes an exported
-// function with the calling convention of proto/kernel_abi.h, optimized with LLVM's O2
-// pipeline (loops written so the vectorizer takes them; reductions are the only place where
-// reassociation is allowed), emitted as an object for a baseline CPU and linked in process
-// by LLD into a shared object whose only undefined symbols are libc/libm functions (checked:
-// anything else is INTERNAL). No compiler or linker process is started.
+// x86-64 code generation through LLVM 16: every kernel of a loop program is emitted by the
+// target-neutral kernel emitter (codegen/llvm) as an exported function of the CPU entry ABI
+// (kernel_abi.h), optimized with LLVM's O2 pipeline (loops written so the vectorizer takes
+// them; reductions are the only place where reassociation is allowed), emitted as an object
+// for a baseline CPU and linked in process by LLD (link.h) into a shared object whose only
+// undefined symbols are libc/libm functions (checked: anything else is INTERNAL). No compiler
+// or linker process is started.
 //
 // Target: x86-64-v3 (Haswell and later: AVX2, FMA, F16C, BMI2), the baseline of every trainer
 // host Kiln serves; F16C gives half-precision conversions without runtime helpers. FMA
@@ -13,7 +14,9 @@
 //
 // Thread-safe: each call builds its own LLVM context; the in-process linker is serialized.
 
+#include <cstdint>
 #include <string>
+#include <vector>
 
 #include "absl/status/statusor.h"
 #include "compiler/loop/ir.h"

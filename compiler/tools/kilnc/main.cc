@@ -18,6 +18,7 @@
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
 #include "compiler/canon/compile_key.h"
+#include "compiler/codegen/target.h"
 #include "compiler/compile.h"
 #include "compiler/tools/check/runtime_check.h"
 #include "proto/graph_file.h"
@@ -33,7 +34,7 @@ constexpr int kCheckThreads = 3;
 
 struct Command {
   std::string graph_path;
-  std::string target = "x86_64";
+  std::string target{kiln::codegen::kTargetX86_64};
   bool check = false;
 };
 

@@ -21,8 +21,12 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "compiler/canon/compiler_fingerprint.h"
 #include "compiler/canon/explain.h"
+#include "compiler/codegen/target.h"
 #include "compiler/graph/op_schema.h"
+#include "kiln/version.h"
+#include "proto/kernel_abi.h"
 #include "tests/compiler/graph_testing.h"
 
 namespace kiln::canon {
@@ -30,9 +34,9 @@ namespace {
 
 using ::testing::HasSubstr;
 
-v1::CompileOptions Options(const std::string& target = "cuda:sm_90") {
+v1::CompileOptions Options(absl::string_view target = codegen::kTargetCudaSm90) {
   v1::CompileOptions o;
-  o.set_target(target);
+  o.set_target(std::string(target));
   return o;
 }
 
@@ -241,7 +245,7 @@ TEST(CompileKeyTest, PermutationChangesTheOrderTheProtoHad) {
 TEST(CompileKeyTest, OptionsAndToolchainChangeTheKey) {
   const v1::Graph g = testing::SmallGraph();
   const std::string base = KeyOf(g);
-  EXPECT_NE(KeyOf(g, Options("x86_64")), base);
+  EXPECT_NE(KeyOf(g, Options(codegen::kTargetX86_64)), base);
   v1::CompileOptions o = Options();
   o.set_require_cudagraph(true);
   EXPECT_NE(KeyOf(g, o), base);
@@ -268,8 +272,9 @@ TEST(CompileKeyTest, OptionsAndToolchainChangeTheKey) {
   EXPECT_EQ(e.field(), "backend_options[unroll]");
   EXPECT_THAT(e.description(), HasSubstr("4 vs 8"));
 
-  absl::StatusOr<v1::KeyRecord> other =
-      ComputeKeyRecord(*a.canonical, a.options, Toolchain{"0.1.0", "16.0.6", "12.4"});
+  Toolchain older_cuda = CurrentToolchain();
+  older_cuda.cuda_version = "12.4";
+  absl::StatusOr<v1::KeyRecord> other = ComputeKeyRecord(*a.canonical, a.options, older_cuda);
   ASSERT_TRUE(other.ok());
   EXPECT_NE(other->compile_key(), a.record.compile_key());
   e = Explain(a.record, *other);
@@ -306,6 +311,58 @@ TEST(CompileKeyTest, NonFiniteArgumentsKeyByValue) {
   EXPECT_NE(KeyOf(with_fill(inf)), nan_key);
   EXPECT_NE(KeyOf(with_fill(-inf)), KeyOf(with_fill(inf)));
   EXPECT_NE(KeyOf(with_fill(1.0)), nan_key);
+}
+
+// Keys know the compiler: a kilnd whose compiler differs in any source (a fixed fusion or
+// codegen bug) must not serve the old compiler's artifacts from a shared cache.
+TEST(CompileKeyTest, TheCompilerItselfIsPartOfTheKey) {
+  const Toolchain& current = CurrentToolchain();
+  EXPECT_TRUE(std::regex_match(current.compiler_fingerprint, std::regex("[0-9a-f]{64}")))
+      << current.compiler_fingerprint;
+  EXPECT_EQ(current.compiler_fingerprint, kCompilerFingerprint);
+  EXPECT_EQ(current.kernel_abi_version, kKernelAbiVersion);
+  EXPECT_EQ(current.kiln_version, kKilnVersion);
+
+  const KeyedGraph x86 = MustKey(testing::SmallGraph(), Options(codegen::kTargetX86_64));
+  EXPECT_THAT(x86.record.toolchain(), HasSubstr(absl::StrCat("compiler ", kCompilerFingerprint)));
+  EXPECT_THAT(x86.record.toolchain(), HasSubstr(absl::StrCat("kernel abi ", kKernelAbiVersion)));
+  EXPECT_THAT(x86.record.toolchain(), HasSubstr(absl::StrCat("kiln ", kKilnVersion)));
+  EXPECT_THAT(x86.record.toolchain(), HasSubstr("target x86_64 ("));
+  EXPECT_THAT(x86.record.toolchain(), HasSubstr("cpu x86-64-v3"));
+  // The key of a target without a backend in this build still says which target it is for.
+  EXPECT_THAT(MustKey(testing::SmallGraph()).record.toolchain(),
+              HasSubstr("target cuda:sm_90 (no backend)"));
+
+  struct Change {
+    std::string what;
+    std::function<void(Toolchain&)> apply;
+    std::string before, after;  // what Explain shows of each side
+  };
+  const std::vector<Change> changes = {
+      {"compiler fingerprint", [](Toolchain& t) { t.compiler_fingerprint = std::string(64, 'f'); },
+       kCompilerFingerprint, std::string(64, 'f')},
+      {"kernel ABI", [](Toolchain& t) { ++t.kernel_abi_version; },
+       absl::StrCat("kernel abi ", kKernelAbiVersion),
+       absl::StrCat("kernel abi ", kKernelAbiVersion + 1)},
+      {"Kiln version", [](Toolchain& t) { t.kiln_version = "0.2.0"; }, kKilnVersion, "kiln 0.2.0"},
+      {"CPU level",
+       [](Toolchain& t) {
+         std::string& facts = t.backends.at(std::string(codegen::kTargetX86_64));
+         facts.replace(facts.find("x86-64-v3"), 9, "x86-64-v4");
+       },
+       "cpu x86-64-v3", "cpu x86-64-v4"},
+  };
+  for (const Change& c : changes) {
+    Toolchain changed = current;
+    c.apply(changed);
+    absl::StatusOr<v1::KeyRecord> record = ComputeKeyRecord(*x86.canonical, x86.options, changed);
+    ASSERT_TRUE(record.ok()) << record.status();
+    EXPECT_NE(record->compile_key(), x86.record.compile_key()) << c.what;
+    const v1::ExplainResponse e = Explain(x86.record, *record);
+    EXPECT_EQ(e.component(), "toolchain") << c.what;
+    EXPECT_THAT(e.description(), HasSubstr(c.before)) << c.what;
+    EXPECT_THAT(e.description(), HasSubstr(c.after)) << c.what;
+  }
 }
 
 TEST(CompileKeyTest, OutputPositionsMatter) {

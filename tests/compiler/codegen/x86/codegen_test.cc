@@ -3,31 +3,15 @@
 
 #include <string>
 
-#include "compiler/canon/canonical_graph.h"
 #include "compiler/codegen/x86/codegen.h"
-#include "compiler/decompose/decompose.h"
-#include "compiler/fuse/fuse.h"
-#include "compiler/graph/import.h"
-#include "compiler/lower/lower.h"
 #include "gtest/gtest.h"
 #include "tests/compiler/graph_testing.h"
 
 namespace kiln {
 namespace {
 
-absl::StatusOr<loop::Program> Fused(const std::string& name) {
-  auto g = graph::Import(testing::LoadSharedGraph(name));
-  if (!g.ok()) return g.status();
-  const canon::CanonicalGraph canonical(*g);
-  auto prims = decompose::Decompose(*g, canonical);
-  if (!prims.ok()) return prims.status();
-  auto lowered = lower::Lower(*prims);
-  if (!lowered.ok()) return lowered.status();
-  return fuse::Fuse(*std::move(lowered));
-}
-
 TEST(CodegenTest, BytesDoNotDependOnThreads) {
-  auto program = Fused("nanogpt_fp32.fw.json");
+  auto program = testing::FuseSharedGraph("nanogpt_fp32.fw.json");
   ASSERT_TRUE(program.ok()) << program.status();
   ASSERT_GT(program->kernels.size(), 4u);
   codegen::x86::CodegenOptions one;
@@ -52,7 +36,7 @@ TEST(CodegenTest, BytesDoNotDependOnThreads) {
 // are the few whose innermost loop walks a strided or gathered dimension.
 TEST(CodegenTest, Float32LoopsVectorize) {
   for (const char* name : {"nanogpt_fp32.fw.json", "nanogpt_fp32.bw.json", "mlp_fp32.bw.json"}) {
-    auto program = Fused(name);
+    auto program = testing::FuseSharedGraph(name);
     ASSERT_TRUE(program.ok()) << program.status();
     auto code = codegen::x86::GenerateSharedObject(*program);
     ASSERT_TRUE(code.ok()) << code.status();
@@ -63,7 +47,7 @@ TEST(CodegenTest, Float32LoopsVectorize) {
 }
 
 TEST(CodegenTest, IrOfEveryKernelInOrder) {
-  auto program = Fused("mlp_fp32.fw.json");
+  auto program = testing::FuseSharedGraph("mlp_fp32.fw.json");
   ASSERT_TRUE(program.ok()) << program.status();
   codegen::x86::CodegenOptions options;
   options.emit_llvm_ir = true;

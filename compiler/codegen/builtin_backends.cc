@@ -1,0 +1,30 @@
+// The backends a Kiln build has: a new target's backend is registered here.
+
+#include <cstdio>
+#include <cstdlib>
+#include <memory>
+#include <string>
+#include <utility>
+
+#include "compiler/codegen/registry.h"
+#include "compiler/codegen/x86/backend.h"
+
+namespace kiln::codegen {
+
+const BackendRegistry& BuiltinBackends() {
+  static const BackendRegistry* registry = [] {
+    auto* r = new BackendRegistry();
+    auto add = [r](std::unique_ptr<Backend> backend) {
+      // Only a mistake in this list fails: a backend for an unknown or repeated target.
+      if (absl::Status s = r->Register(std::move(backend)); !s.ok()) {
+        std::fprintf(stderr, "kiln: %s\n", std::string(s.message()).c_str());
+        std::abort();
+      }
+    };
+    add(x86::NewBackend());
+    return r;
+  }();
+  return *registry;
+}
+
+}  // namespace kiln::codegen

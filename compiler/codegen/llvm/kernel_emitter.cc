@@ -1,0 +1,421 @@
+#include "compiler/codegen/llvm/kernel_emitter.h"
+
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "compiler/codegen/llvm/scalar_ops.h"
+#include "llvm/IR/Constants.h"
+#include "llvm/IR/DerivedTypes.h"
+#include "llvm/IR/Function.h"
+#include "llvm/IR/Intrinsics.h"
+#include "llvm/IR/Metadata.h"
+
+namespace kiln::codegen {
+namespace {
+
+using loop::IndexExpr;
+using loop::Inst;
+using loop::Opcode;
+using loop::ReduceKind;
+using loop::ScalarType;
+
+class KernelEmitter final : public ParallelSpace {
+ public:
+  KernelEmitter(llvm::Module& m, const loop::Program& p, const loop::Kernel& k, std::string name,
+                const KernelAbi& abi)
+      : m_(m),
+        ctx_(m.getContext()),
+        b_(ctx_),
+        ops_(m, b_),
+        p_(p),
+        k_(k),
+        name_(std::move(name)),
+        abi_(abi) {}
+
+  absl::Status Emit();
+
+  // ParallelSpace.
+  llvm::IRBuilder<>& builder() override { return b_; }
+  const loop::Kernel& kernel() const override { return k_; }
+  llvm::Value* launch_param(size_t i) override { return launch_[i]; }
+  llvm::Value* Extent(size_t d) override { return Index(k_.parallel[d]); }
+  void Bind(size_t d, llvm::Value* index) override { vars_[d] = index; }
+  // Emits `for (iv = lo; iv < hi; ++iv) body(iv)` and leaves the builder after the loop.
+  absl::Status Loop(llvm::Value* lo, llvm::Value* hi,
+                    const std::function<absl::Status(llvm::Value* iv)>& body,
+                    bool innermost) override {
+    llvm::Function* f = b_.GetInsertBlock()->getParent();
+    llvm::BasicBlock* pre = b_.GetInsertBlock();
+    llvm::BasicBlock* header = llvm::BasicBlock::Create(ctx_, "loop", f);
+    llvm::BasicBlock* bodyb = llvm::BasicBlock::Create(ctx_, "body", f);
+    llvm::BasicBlock* exit = llvm::BasicBlock::Create(ctx_, "exit", f);
+    b_.CreateBr(header);
+    b_.SetInsertPoint(header);
+    llvm::PHINode* iv = b_.CreatePHI(ops_.I64(), 2);
+    iv->addIncoming(lo, pre);
+    b_.CreateCondBr(b_.CreateICmpSLT(iv, hi), bodyb, exit);
+    b_.SetInsertPoint(bodyb);
+    if (absl::Status s = body(iv); !s.ok()) return s;
+    llvm::Value* next = b_.CreateAdd(iv, b_.getInt64(1), "", true, true);
+    llvm::BranchInst* back = b_.CreateBr(header);
+    iv->addIncoming(next, b_.GetInsertBlock());
+    if (innermost) {
+      llvm::MDNode* enable =
+          llvm::MDNode::get(ctx_, {llvm::MDString::get(ctx_, "llvm.loop.mustprogress")});
+      llvm::MDNode* self = llvm::MDNode::getDistinct(ctx_, {nullptr, enable});
+      self->replaceOperandWith(0, self);
+      back->setMetadata(llvm::LLVMContext::MD_loop, self);
+    }
+    b_.SetInsertPoint(exit);
+    return absl::OkStatus();
+  }
+
+  absl::Status EmitPoint() override {
+    for (const loop::Stage& s : k_.stages) {
+      if (absl::Status st = Stage(s); !st.ok()) return st;
+    }
+    return absl::OkStatus();
+  }
+
+ private:
+  llvm::Value* Index(const IndexExpr& e) {
+    llvm::Value* sum = nullptr;
+    for (const loop::Term& t : e.terms()) {
+      llvm::Value* prod = nullptr;
+      for (const loop::Atom& a : t.factors) {
+        llvm::Value* v = nullptr;
+        switch (a.kind) {
+          case loop::Atom::Kind::kVar:
+            v = vars_[static_cast<size_t>(a.id)];
+            break;
+          case loop::Atom::Kind::kSym:
+            v = syms_[static_cast<size_t>(a.id)];
+            break;
+          case loop::Atom::Kind::kDiv:
+            v = b_.CreateUDiv(Index(a.operands->first), Index(a.operands->second));
+            break;
+          case loop::Atom::Kind::kMod:
+            v = b_.CreateURem(Index(a.operands->first), Index(a.operands->second));
+            break;
+        }
+        if (v == nullptr) v = b_.getInt64(0);
+        prod = prod ? b_.CreateMul(prod, v) : v;
+      }
+      llvm::Value* term = b_.getInt64(static_cast<uint64_t>(t.coef));
+      if (prod != nullptr) term = t.coef == 1 ? prod : b_.CreateMul(prod, term);
+      sum = sum ? b_.CreateAdd(sum, term) : term;
+    }
+    return sum ? sum : b_.getInt64(0);
+  }
+
+  llvm::Value* Address(const Inst& in, llvm::Value* mask) {
+    llvm::Value* idx = Index(in.index);
+    for (const loop::DynIndex& d : in.dyn) {
+      idx = b_.CreateAdd(idx, b_.CreateMul(vals_[static_cast<size_t>(d.value)], Index(d.stride)));
+    }
+    if (mask != nullptr) idx = b_.CreateSelect(mask, idx, b_.getInt64(0));
+    const ScalarType st = loop::ScalarTypeOf(p_.buffers[static_cast<size_t>(in.buffer)].dtype);
+    return b_.CreateInBoundsGEP(ops_.StorageType(st), buffers_[static_cast<size_t>(in.buffer)],
+                                idx);
+  }
+
+  llvm::Value* Load(const Inst& in) {
+    const ScalarType st = loop::ScalarTypeOf(p_.buffers[static_cast<size_t>(in.buffer)].dtype);
+    llvm::Value* mask = in.mask >= 0 ? vals_[static_cast<size_t>(in.mask)] : nullptr;
+    llvm::Value* addr = Address(in, mask);
+    llvm::LoadInst* raw = b_.CreateLoad(ops_.StorageType(st), addr);
+    raw->setAlignment(llvm::Align(loop::ByteSize(st)));
+    llvm::Value* v = ops_.FromStorage(raw, st);
+    if (mask != nullptr) v = b_.CreateSelect(mask, v, ops_.Zero(loop::ComputeType(st)));
+    return v;
+  }
+
+  // Emits the instructions [begin, end) of a stage at the current point.
+  absl::Status Body(int32_t begin, int32_t end, bool loops);
+  absl::Status Stage(const loop::Stage& s);
+  absl::Status ReductionLoops(size_t d, const loop::Stage& s);
+
+  llvm::Module& m_;
+  llvm::LLVMContext& ctx_;
+  llvm::IRBuilder<> b_;
+  ScalarOps ops_;
+  const loop::Program& p_;
+  const loop::Kernel& k_;
+  std::string name_;
+  const KernelAbi& abi_;
+  std::vector<llvm::Value*> buffers_;  // by buffer index (only those the kernel touches)
+  std::vector<llvm::Value*> syms_;     // by symbol id
+  llvm::Value* seed_ = nullptr;
+  llvm::Value* offset_ = nullptr;
+  std::vector<llvm::Value*> launch_;  // the ABI's launch parameters
+  std::vector<llvm::Value*> vars_;
+  std::vector<llvm::Value*> vals_;
+  std::vector<llvm::AllocaInst*> acc_, acc_index_;
+  llvm::BasicBlock* entry_ = nullptr;
+};
+
+absl::Status KernelEmitter::Body(int32_t begin, int32_t end, bool loops) {
+  for (int32_t i = begin; i < end; ++i) {
+    const Inst& in = k_.insts[static_cast<size_t>(i)];
+    auto v = [&](int32_t id) { return vals_[static_cast<size_t>(id)]; };
+    llvm::Value* out = nullptr;
+    switch (in.op) {
+      case Opcode::kConst:
+        out = ops_.ConstOf(in.type, in.fimm, in.iimm);
+        break;
+      case Opcode::kIndex:
+        out = Index(in.index);
+        break;
+      case Opcode::kLoad:
+        out = Load(in);
+        break;
+      case Opcode::kStore: {
+        const ScalarType st = loop::ScalarTypeOf(p_.buffers[static_cast<size_t>(in.buffer)].dtype);
+        llvm::Value* mask = in.mask >= 0 ? v(in.mask) : nullptr;
+        llvm::BasicBlock* after = nullptr;
+        if (mask != nullptr) {
+          llvm::Function* f = b_.GetInsertBlock()->getParent();
+          llvm::BasicBlock* then = llvm::BasicBlock::Create(ctx_, "store", f);
+          after = llvm::BasicBlock::Create(ctx_, "stored", f);
+          b_.CreateCondBr(mask, then, after);
+          b_.SetInsertPoint(then);
+        }
+        llvm::Value* value = ops_.ToStorage(v(in.a), k_.insts[static_cast<size_t>(in.a)].type, st);
+        llvm::StoreInst* s = b_.CreateStore(value, Address(in, nullptr));
+        s->setAlignment(llvm::Align(loop::ByteSize(st)));
+        if (after != nullptr) {
+          b_.CreateBr(after);
+          b_.SetInsertPoint(after);
+        }
+        break;
+      }
+      case Opcode::kRandBits: {
+        llvm::Value* stream = b_.CreateAdd(offset_, b_.getInt64(static_cast<uint64_t>(in.iimm)));
+        llvm::Value* bits = b_.CreateCall(ops_.Philox(), {seed_, stream, v(in.a)});
+        out = b_.CreateZExt(b_.CreateLShr(bits, 8), ops_.I64());
+        break;
+      }
+      case Opcode::kReduce: {
+        if (!loops) return absl::InternalError("reduce outside a reduction loop");
+        llvm::AllocaInst* acc = acc_[static_cast<size_t>(i)];
+        llvm::Value* cur = b_.CreateLoad(acc->getAllocatedType(), acc);
+        llvm::Value* x = v(in.a);
+        const ScalarType t = k_.insts[static_cast<size_t>(in.a)].type;
+        const bool fl = loop::IsFloat(t);
+        llvm::Value* next = nullptr;
+        llvm::FastMathFlags reassoc;
+        reassoc.setAllowReassoc();
+        switch (in.reduce) {
+          case ReduceKind::kSum:
+            if (fl) {
+              next = b_.CreateFAdd(cur, x);
+              llvm::cast<llvm::Instruction>(next)->setFastMathFlags(reassoc);
+            } else {
+              next = b_.CreateAdd(cur, x);
+            }
+            break;
+          case ReduceKind::kProd:
+            if (fl) {
+              next = b_.CreateFMul(cur, x);
+              llvm::cast<llvm::Instruction>(next)->setFastMathFlags(reassoc);
+            } else {
+              next = b_.CreateMul(cur, x);
+            }
+            break;
+          case ReduceKind::kMax:
+          case ReduceKind::kMin: {
+            const bool mx = in.reduce == ReduceKind::kMax;
+            if (fl) {
+              next = ops_.NanMax(cur, x, mx);
+            } else {
+              const bool u = ops_.Unsigned(t);
+              next = ops_.Intrinsic(mx ? (u ? llvm::Intrinsic::umax : llvm::Intrinsic::smax)
+                                       : (u ? llvm::Intrinsic::umin : llvm::Intrinsic::smin),
+                                    cur, x);
+            }
+            break;
+          }
+          case ReduceKind::kAny:
+            next = b_.CreateOr(cur, x);
+            break;
+          case ReduceKind::kAll:
+            next = b_.CreateAnd(cur, x);
+            break;
+          case ReduceKind::kArgMax:
+          case ReduceKind::kArgMin: {
+            const bool mx = in.reduce == ReduceKind::kArgMax;
+            llvm::Value* better;
+            if (fl) {
+              better = mx ? b_.CreateFCmpOGT(x, cur) : b_.CreateFCmpOLT(x, cur);
+              llvm::Value* nan_new =
+                  b_.CreateAnd(b_.CreateFCmpUNO(x, x), b_.CreateFCmpORD(cur, cur));
+              better = b_.CreateOr(better, nan_new);
+            } else {
+              const bool u = ops_.Unsigned(t);
+              better = mx ? (u ? b_.CreateICmpUGT(x, cur) : b_.CreateICmpSGT(x, cur))
+                          : (u ? b_.CreateICmpULT(x, cur) : b_.CreateICmpSLT(x, cur));
+            }
+            // The first position wins ties: the first element always replaces the initial value.
+            llvm::AllocaInst* ai = acc_index_[static_cast<size_t>(i)];
+            llvm::Value* cur_i = b_.CreateLoad(ops_.I64(), ai);
+            llvm::Value* first = b_.CreateICmpSLT(cur_i, b_.getInt64(0));
+            better = b_.CreateOr(better, first);
+            next = b_.CreateSelect(better, x, cur);
+            b_.CreateStore(b_.CreateSelect(better, v(in.b), cur_i), ai);
+            break;
+          }
+        }
+        b_.CreateStore(next, acc);
+        out = nullptr;
+        break;
+      }
+      case Opcode::kCast:
+        out = ops_.Convert(v(in.a), k_.insts[static_cast<size_t>(in.a)].type, in.type);
+        break;
+      case Opcode::kSelect:
+        out = b_.CreateSelect(v(in.a), v(in.b), v(in.c));
+        break;
+      default:
+        if (loop::IsUnary(in.op)) {
+          out = ops_.Unary(in.op, in.type, k_.insts[static_cast<size_t>(in.a)].type, v(in.a));
+        } else if (loop::IsBinary(in.op)) {
+          out = ops_.Binary(in.op, k_.insts[static_cast<size_t>(in.a)].type, v(in.a), v(in.b));
+        } else {
+          return absl::InternalError(absl::StrCat("codegen: unhandled ", loop::OpcodeName(in.op)));
+        }
+    }
+    vals_[static_cast<size_t>(i)] = out;
+  }
+  return absl::OkStatus();
+}
+
+absl::Status KernelEmitter::ReductionLoops(size_t d, const loop::Stage& s) {
+  const size_t np = k_.parallel.size();
+  if (d == k_.reduction.size()) return Body(s.begin, s.end, true);
+  return Loop(
+      b_.getInt64(0), Index(k_.reduction[d]),
+      [&](llvm::Value* iv) -> absl::Status {
+        vars_[np + d] = iv;
+        return ReductionLoops(d + 1, s);
+      },
+      d + 1 == k_.reduction.size());
+}
+
+absl::Status KernelEmitter::Stage(const loop::Stage& s) {
+  if (!s.loops) return Body(s.begin, s.end, false);
+  // Accumulators start at the reduction's identity.
+  for (int32_t i = s.begin; i < s.end; ++i) {
+    const Inst& in = k_.insts[static_cast<size_t>(i)];
+    if (in.op != Opcode::kReduce) continue;
+    const ScalarType t = k_.insts[static_cast<size_t>(in.a)].type;
+    llvm::Type* ty = ops_.LlvmType(t);
+    llvm::IRBuilder<> eb(entry_, entry_->begin());
+    llvm::AllocaInst* acc = eb.CreateAlloca(ty);
+    acc_[static_cast<size_t>(i)] = acc;
+    llvm::Value* init = nullptr;
+    const bool fl = loop::IsFloat(t);
+    const bool u = ops_.Unsigned(t);
+    const int bits = fl ? 0 : ty->getIntegerBitWidth();
+    switch (in.reduce) {
+      case ReduceKind::kSum:
+        init = ops_.Zero(t);
+        break;
+      case ReduceKind::kProd:
+        init = ops_.ConstOf(t, 1, 1);
+        break;
+      case ReduceKind::kMax:
+      case ReduceKind::kArgMax:
+        init = fl ? llvm::ConstantFP::getInfinity(ty, true)
+                  : llvm::ConstantInt::get(ty, u ? llvm::APInt::getMinValue(bits)
+                                                 : llvm::APInt::getSignedMinValue(bits));
+        break;
+      case ReduceKind::kMin:
+      case ReduceKind::kArgMin:
+        init = fl ? llvm::ConstantFP::getInfinity(ty, false)
+                  : llvm::ConstantInt::get(ty, u ? llvm::APInt::getMaxValue(bits)
+                                                 : llvm::APInt::getSignedMaxValue(bits));
+        break;
+      case ReduceKind::kAny:
+        init = b_.getFalse();
+        break;
+      case ReduceKind::kAll:
+        init = b_.getTrue();
+        break;
+    }
+    b_.CreateStore(init, acc);
+    if (in.reduce == ReduceKind::kArgMax || in.reduce == ReduceKind::kArgMin) {
+      llvm::AllocaInst* ai = eb.CreateAlloca(ops_.I64());
+      acc_index_[static_cast<size_t>(i)] = ai;
+      b_.CreateStore(b_.getInt64(-1), ai);
+    }
+  }
+  if (absl::Status st = ReductionLoops(0, s); !st.ok()) return st;
+  for (int32_t i = s.begin; i < s.end; ++i) {
+    const Inst& in = k_.insts[static_cast<size_t>(i)];
+    if (in.op != Opcode::kReduce) continue;
+    if ((in.reduce == ReduceKind::kArgMax || in.reduce == ReduceKind::kArgMin) && in.iimm == 1) {
+      llvm::Value* idx = b_.CreateLoad(ops_.I64(), acc_index_[static_cast<size_t>(i)]);
+      vals_[static_cast<size_t>(i)] =
+          b_.CreateSelect(b_.CreateICmpSLT(idx, b_.getInt64(0)), b_.getInt64(0), idx);
+    } else {
+      llvm::AllocaInst* acc = acc_[static_cast<size_t>(i)];
+      vals_[static_cast<size_t>(i)] = b_.CreateLoad(acc->getAllocatedType(), acc);
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::Status KernelEmitter::Emit() {
+  // The body's buffer pointers are `noalias`: kernels only write buffers nothing else in the
+  // launch reads or writes.
+  const plan::KernelParams params = plan::ParamsOf(k_);
+  llvm::Type* ptr = b_.getPtrTy();
+  std::vector<llvm::Type*> body_params;
+  for (size_t i = 0; i < params.buffers.size(); ++i) body_params.push_back(ptr);
+  for (size_t i = 0; i < params.symbols.size(); ++i) body_params.push_back(ops_.I64());
+  if (params.rng) {
+    body_params.push_back(ops_.I64());
+    body_params.push_back(ops_.I64());
+  }
+  const std::vector<llvm::Type*> launch = abi_.LaunchParams(ctx_);
+  body_params.insert(body_params.end(), launch.begin(), launch.end());
+  auto* body_ty = llvm::FunctionType::get(b_.getVoidTy(), body_params, false);
+  auto* body =
+      llvm::Function::Create(body_ty, llvm::Function::InternalLinkage, name_ + "_body", m_);
+  body->addFnAttr(llvm::Attribute::AlwaysInline);
+  body->addFnAttr(llvm::Attribute::NoUnwind);
+  for (size_t i = 0; i < params.buffers.size(); ++i) {
+    body->addParamAttr(static_cast<unsigned>(i), llvm::Attribute::NoAlias);
+  }
+  abi_.EmitEntry(m_, name_, params, body);
+
+  entry_ = llvm::BasicBlock::Create(ctx_, "entry", body);
+  b_.SetInsertPoint(entry_);
+  buffers_.assign(p_.buffers.size(), nullptr);
+  syms_.assign(p_.symbols.size(), nullptr);
+  unsigned arg = 0;
+  for (int32_t b : params.buffers) buffers_[static_cast<size_t>(b)] = body->getArg(arg++);
+  for (int32_t s : params.symbols) syms_[static_cast<size_t>(s)] = body->getArg(arg++);
+  if (params.rng) {
+    seed_ = body->getArg(arg++);
+    offset_ = body->getArg(arg++);
+  }
+  for (size_t i = 0; i < launch.size(); ++i) launch_.push_back(body->getArg(arg++));
+  vars_.assign(static_cast<size_t>(k_.num_vars()), nullptr);
+  vals_.assign(k_.insts.size(), nullptr);
+  acc_.assign(k_.insts.size(), nullptr);
+  acc_index_.assign(k_.insts.size(), nullptr);
+
+  if (absl::Status status = abi_.EmitParallel(*this); !status.ok()) return status;
+  b_.CreateRetVoid();
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::Status EmitKernel(llvm::Module& module, const loop::Program& program,
+                        const loop::Kernel& kernel, const std::string& name, const KernelAbi& abi) {
+  return KernelEmitter(module, program, kernel, name, abi).Emit();
+}
+
+}  // namespace kiln::codegen

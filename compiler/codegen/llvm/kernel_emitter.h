@@ -1,0 +1,73 @@
+#pragma once
+
+// The LLVM IR of one kernel of a loop program, for any target. The emitter writes the
+// kernel's body: an internal, always-inlined function "<name>_body" that takes the kernel's
+// parameters in plan::ParamsOf order (buffers as `noalias` pointers, symbols and the RNG seed
+// and offset as i64) followed by the target's launch parameters, and computes the kernel's
+// stages at every point of its parallel space. What differs between targets comes from a
+// KernelAbi: the exported entry (how parameters arrive) and how the body walks the parallel
+// space (how a parallel index is obtained: a loop over a range the CPU runtime hands out,
+// the thread and block index on a GPU).
+//
+// Emission is deterministic: the same kernel, ABI and module state give the same IR.
+
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "compiler/loop/ir.h"
+#include "compiler/plan/plan.h"
+#include "llvm/IR/IRBuilder.h"
+#include "llvm/IR/Module.h"
+
+namespace kiln::codegen {
+
+// What a KernelAbi may use of the body being emitted while it walks the parallel space.
+class ParallelSpace {
+ public:
+  virtual ~ParallelSpace() = default;
+
+  virtual llvm::IRBuilder<>& builder() = 0;
+  virtual const loop::Kernel& kernel() const = 0;
+  // The body's i-th launch parameter (KernelAbi::LaunchParams order).
+  virtual llvm::Value* launch_param(size_t i) = 0;
+  // The extent of parallel dimension `d`, computed at the insertion point.
+  virtual llvm::Value* Extent(size_t d) = 0;
+  // Makes `index` the value of parallel variable p<d> for what is emitted next.
+  virtual void Bind(size_t d, llvm::Value* index) = 0;
+  // Emits `for (iv = lo; iv < hi; ++iv) body(iv)` and leaves the insertion point after the
+  // loop; `innermost` marks a loop the vectorizer should widen.
+  virtual absl::Status Loop(llvm::Value* lo, llvm::Value* hi,
+                            const std::function<absl::Status(llvm::Value* iv)>& body,
+                            bool innermost) = 0;
+  // Emits the kernel's stages for the point whose parallel variables are bound.
+  virtual absl::Status EmitPoint() = 0;
+};
+
+// A target's part of a kernel's code.
+class KernelAbi {
+ public:
+  virtual ~KernelAbi() = default;
+
+  // The types of the body's parameters after the kernel's own: what the entry passes about
+  // the launch (x86-64: the range [begin, end) of outer iterations).
+  virtual std::vector<llvm::Type*> LaunchParams(llvm::LLVMContext& context) const = 0;
+
+  // Creates the exported function `name` in `module`: it takes the target's calling
+  // convention, gets the kernel's parameters (`params`) and calls `body` with them followed
+  // by the launch parameters.
+  virtual void EmitEntry(llvm::Module& module, const std::string& name,
+                         const plan::KernelParams& params, llvm::Function* body) const = 0;
+
+  // Emits, at the start of the body, the walk over the kernel's parallel space: binds the
+  // parallel variables and emits the point at each of them.
+  virtual absl::Status EmitParallel(ParallelSpace& space) const = 0;
+};
+
+// Emits `kernel` of `program` into `module`: its body and, through `abi`, its entry `name`.
+// INTERNAL for a kernel the emitter cannot express.
+absl::Status EmitKernel(llvm::Module& module, const loop::Program& program,
+                        const loop::Kernel& kernel, const std::string& name, const KernelAbi& abi);
+
+}  // namespace kiln::codegen

@@ -1,0 +1,100 @@
+// The target-neutral kernel emitter takes any entry ABI: the same kernels emitted with the
+// x86-64 ABI and with a GPU-style ABI (parameters passed directly, one parallel point per
+// thread) give valid modules whose bodies differ only in how the parallel index arrives.
+
+#include "compiler/codegen/llvm/kernel_emitter.h"
+
+#include <gtest/gtest.h>
+
+#include <string>
+#include <vector>
+
+#include "compiler/codegen/x86/kernel_abi.h"
+#include "llvm/IR/Function.h"
+#include "llvm/IR/LLVMContext.h"
+#include "llvm/IR/Module.h"
+#include "llvm/IR/Verifier.h"
+#include "llvm/Support/raw_ostream.h"
+#include "tests/compiler/graph_testing.h"
+
+namespace kiln::codegen {
+namespace {
+
+// Parameters arrive as the entry's own arguments; parallel variable d is the result of
+// `thread_index(d)`, and each thread computes one point.
+class ThreadPerPointAbi final : public KernelAbi {
+ public:
+  std::vector<llvm::Type*> LaunchParams(llvm::LLVMContext&) const override { return {}; }
+
+  void EmitEntry(llvm::Module& module, const std::string& name, const plan::KernelParams&,
+                 llvm::Function* body) const override {
+    auto* entry = llvm::Function::Create(body->getFunctionType(), llvm::Function::ExternalLinkage,
+                                         name, module);
+    llvm::IRBuilder<> b(llvm::BasicBlock::Create(module.getContext(), "entry", entry));
+    std::vector<llvm::Value*> args;
+    for (llvm::Argument& a : entry->args()) args.push_back(&a);
+    b.CreateCall(body, args);
+    b.CreateRetVoid();
+  }
+
+  absl::Status EmitParallel(ParallelSpace& space) const override {
+    llvm::IRBuilder<>& b = space.builder();
+    llvm::Module& module = *b.GetInsertBlock()->getModule();
+    llvm::FunctionCallee thread_index = module.getOrInsertFunction(
+        "thread_index", llvm::FunctionType::get(b.getInt64Ty(), {b.getInt32Ty()}, false));
+    for (size_t d = 0; d < space.kernel().parallel.size(); ++d) {
+      space.Bind(d, b.CreateCall(thread_index, {b.getInt32(static_cast<uint32_t>(d))}));
+    }
+    return space.EmitPoint();
+  }
+};
+
+std::string Verify(const llvm::Module& module) {
+  std::string errors;
+  llvm::raw_string_ostream os(errors);
+  llvm::verifyModule(module, &os);
+  return os.str();
+}
+
+TEST(KernelEmitterTest, EmitsEveryKernelForAnyEntryAbi) {
+  absl::StatusOr<loop::Program> program = testing::FuseSharedGraph("nanogpt_fp32.bw.json");
+  ASSERT_TRUE(program.ok()) << program.status();
+  const x86::CpuKernelAbi cpu;
+  const ThreadPerPointAbi gpu;
+  for (size_t i = 0; i < program->kernels.size(); ++i) {
+    const loop::Kernel& kernel = program->kernels[i];
+    const plan::KernelParams params = plan::ParamsOf(kernel);
+    const size_t own = params.buffers.size() + params.symbols.size() + (params.rng ? 2 : 0);
+    const std::string name = "kiln_k" + std::to_string(i);
+    for (const KernelAbi* abi : std::vector<const KernelAbi*>{&cpu, &gpu}) {
+      llvm::LLVMContext ctx;
+      llvm::Module module(name, ctx);
+      ASSERT_TRUE(EmitKernel(module, *program, kernel, name, *abi).ok()) << name;
+      EXPECT_EQ(Verify(module), "") << name;
+
+      const llvm::Function* body = module.getFunction(name + "_body");
+      ASSERT_NE(body, nullptr) << name;
+      EXPECT_TRUE(body->hasInternalLinkage()) << name;
+      EXPECT_TRUE(body->hasFnAttribute(llvm::Attribute::AlwaysInline)) << name;
+      for (size_t b = 0; b < params.buffers.size(); ++b) {
+        EXPECT_TRUE(body->hasParamAttribute(static_cast<unsigned>(b), llvm::Attribute::NoAlias))
+            << name << " buffer " << b;
+      }
+      const llvm::Function* entry = module.getFunction(name);
+      ASSERT_NE(entry, nullptr) << name;
+      EXPECT_FALSE(entry->hasLocalLinkage()) << name;
+      if (abi == &cpu) {
+        EXPECT_EQ(body->arg_size(), own + 2) << name << ": begin and end follow the parameters";
+        EXPECT_EQ(entry->arg_size(), 3u) << name << ": (params, begin, end)";
+        EXPECT_EQ(module.getFunction("thread_index"), nullptr) << name;
+      } else {
+        EXPECT_EQ(body->arg_size(), own) << name;
+        EXPECT_EQ(entry->arg_size(), own) << name;
+        EXPECT_EQ(module.getFunction("thread_index") != nullptr, !kernel.parallel.empty()) << name;
+      }
+    }
+  }
+}
+
+}  // namespace
+}  // namespace kiln::codegen
