@@ -90,7 +90,7 @@ int RunImportFx(const std::string& input, const std::string& output, std::string
     auto status = google::protobuf::util::MessageToJsonString(*graph, &bytes, options);
     if (!status.ok()) return Fail("cannot print JSON: " + std::string(status.message()));
   } else {
-    bytes = DeterministicBytes(*graph);
+    bytes = kiln::DeterministicBytes(*graph);
   }
   if (output == "-") {
     std::fwrite(bytes.data(), 1, bytes.size(), stdout);
