@@ -9,8 +9,8 @@
 #include "absl/time/time.h"
 #include "server/compile_command.h"
 #include "server/config.h"
-#include "server/json_log.h"
 #include "server/kilnd.h"
+#include "server/observe/json_log.h"
 #include "server/version.h"
 
 namespace {

@@ -1,0 +1,73 @@
+#pragma once
+
+// kilnd's HTTP/1.1 blob endpoint: the content-addressed store for any HTTP client (curl, a
+// trainer's loader, caches that speak the `/cas/` convention), at a fraction of a gRPC
+// call's cost per blob:
+//   GET  /cas/<sha256 hex>   200 and the blob; 404 when absent (or dropped as corrupt)
+//   HEAD /cas/<sha256 hex>   200 and its Content-Length; 404
+//   PUT  /cas/<sha256 hex>   the body is the blob: 201 stored, 200 already present, 400 when
+//                            the bytes do not hash to the name, 413 beyond the largest blob
+// Errors carry a one-line text body naming what is wrong. Connections are kept alive, a
+// connection's requests are answered in order, and one idle past `idle_timeout` is closed.
+//
+// A few event loops own the sockets (non-blocking, epoll). A blob kept in the store's memory
+// tier is answered on its loop; everything that touches disk (a read that misses memory,
+// every PUT) runs on a worker pool, and the loop sends what it returns. Tokens work as for
+// gRPC: `Authorization: Bearer TOKEN`, role `read` for GET and HEAD, `compile` for PUT.
+// Plaintext only: kilnd refuses a non-loopback address for it unless --insecure.
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "absl/time/time.h"
+#include "cache/store.h"
+#include "server/observe/metrics.h"
+#include "server/rpc/auth.h"
+
+namespace kiln::server {
+
+struct BlobHttpOptions {
+  std::string address;  // "host:port"; port 0 picks one
+  int loops = 2;        // event-loop threads
+  int workers = 4;      // threads for disk work
+  int64_t max_blob_bytes = int64_t{256} << 20;
+  int max_connections = 4096;
+  // A connection that neither sends nor takes a byte for this long while nothing is being
+  // worked on for it is closed (idle keep-alive, a stalled head or body, an unread answer).
+  absl::Duration idle_timeout = absl::Seconds(60);
+  // Where kiln_blob_http_* metrics go (requests by method and code, latency, connections);
+  // null: none. Must outlive the server.
+  MetricsRegistry* metrics = nullptr;
+};
+
+class BlobHttpServer {
+ public:
+  // Binds and starts serving. `store` and `authorizer` must outlive the server.
+  static absl::StatusOr<std::unique_ptr<BlobHttpServer>> Start(cache::Store* store,
+                                                               const Authorizer* authorizer,
+                                                               const BlobHttpOptions& options);
+  ~BlobHttpServer();
+  BlobHttpServer(const BlobHttpServer&) = delete;
+  BlobHttpServer& operator=(const BlobHttpServer&) = delete;
+
+  int port() const { return port_; }
+  // Stops accepting, closes every connection and waits for disk work in flight. Idempotent.
+  void Stop();
+
+ private:
+  class Loop;
+  class Workers;
+  struct Metrics;
+  BlobHttpServer() = default;
+
+  int port_ = 0;
+  int listen_fd_ = -1;
+  std::unique_ptr<Metrics> metrics_;
+  std::unique_ptr<Workers> workers_;
+  std::vector<std::unique_ptr<Loop>> loops_;
+};
+
+}  // namespace kiln::server
