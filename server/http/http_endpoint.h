@@ -1,7 +1,8 @@
 #pragma once
 
-// kilnd's HTTP side: /metrics (Prometheus text format 0.0.4), /healthz, and whatever pages
-// other parts register. Runs its own threads; handlers must be thread-safe.
+// kilnd's monitoring HTTP endpoint: serves the GET pages registered with Handle (kilnd
+// registers /metrics, /healthz, /debug/traces and the status page at /). Runs its own
+// threads; handlers must be thread-safe.
 
 #include <functional>
 #include <memory>

@@ -13,10 +13,10 @@
 #include <memory>
 #include <string>
 #include <vector>
-#include "proto/base/sync.h"
 
 #include "absl/base/thread_annotations.h"
 #include "absl/strings/string_view.h"
+#include "proto/base/sync.h"
 
 namespace kiln::server {
 

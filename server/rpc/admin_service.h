@@ -3,8 +3,9 @@
 // AdminService implements kiln.v1.Admin. Explain derives the compile keys of two requests
 // (graph and options each) and names the first difference between them; keys the server
 // has derived are remembered (a bounded set, most recent kept) so that a later Explain
-// can name them by key. GetServerStats and Evict answer UNIMPLEMENTED until the cache
-// service is wired in. Thread-safe.
+// can name them by key. GetServerStats reports the cache's statistics and what the server
+// adds through its StatsFn; Evict drops one compile key's entry (NOT_FOUND when it is not
+// cached) or evicts until the cache holds at most a byte target. Thread-safe.
 
 #include <deque>
 #include <functional>
