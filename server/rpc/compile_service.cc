@@ -7,6 +7,7 @@
 #include "kiln/v1/errors.pb.h"
 #include "proto/base/digest.h"
 #include "proto/base/serialize.h"
+#include "proto/cache_outcome.h"
 #include "proto/error_detail.h"
 #include "proto/rpc/grpc_status.h"
 #include "server/observe/json_log.h"
@@ -29,19 +30,6 @@ std::optional<TraceParent> TraceParentOf(const grpc::ServerContext& context) {
   auto it = metadata.find("traceparent");
   if (it == metadata.end()) return std::nullopt;
   return ParseTraceParent(absl::string_view(it->second.data(), it->second.size()));
-}
-
-const char* OutcomeName(v1::CacheOutcome outcome) {
-  switch (outcome) {
-    case v1::CACHE_OUTCOME_HIT:
-      return "hit";
-    case v1::CACHE_OUTCOME_GUARD_MISS:
-      return "guard_miss";
-    case v1::CACHE_OUTCOME_MISS:
-      return "miss";
-    default:
-      return "unknown";
-  }
 }
 
 // Prints `text` with its symbols renamed; the text itself when it does not parse (import
@@ -129,9 +117,9 @@ grpc::Status CompileService::Compile(grpc::ServerContext* context,
   auto finish = [&]() -> grpc::Status {
     record.total = absl::Now() - started;
     record.outcome =
-        status.ok() ? OutcomeName(answer.outcome) : absl::StatusCodeToString(status.code());
+        status.ok() ? CacheOutcomeName(answer.outcome) : absl::StatusCodeToString(status.code());
     record.compile_key = keyed ? keyed->key : "";
-    requests_.With({status.ok() ? OutcomeName(answer.outcome) : "error"}).Increment();
+    requests_.With({status.ok() ? CacheOutcomeName(answer.outcome) : "error"}).Increment();
     trace->SetAttribute(trace->root_span_id(), "outcome", record.outcome);
     if (keyed) trace->SetAttribute(trace->root_span_id(), "compile_key", keyed->key);
     trace->Finish();
@@ -347,7 +335,7 @@ absl::StatusOr<CompileService::Answer> CompileService::Resolve(
 
   if (!keyed->may_compile) {
     return absl::PermissionDeniedError(
-        absl::StrCat("this graph is not cached (", OutcomeName(answer.outcome),
+        absl::StrCat("this graph is not cached (", CacheOutcomeName(answer.outcome),
                      ") and the caller's token has role read, which gets cache hits only"));
   }
   // Miss: one compile per key and guard set in the whole server.

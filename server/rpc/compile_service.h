@@ -38,7 +38,7 @@ struct CompileServiceOptions {
 // What the status page shows about one compile request.
 struct CompileRecord {
   std::string compile_key;
-  std::string outcome;  // "hit", "guard miss", "miss", or the error code
+  std::string outcome;  // CacheOutcomeName (proto/cache_outcome.h), or the error code
   std::string job;      // "job/rank" when part of a job
   absl::Time started;
   absl::Duration total;
