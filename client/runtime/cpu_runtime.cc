@@ -9,9 +9,9 @@
 #include "client/runtime/extern_ops.h"
 #include "client/runtime/int_expr.h"
 #include "client/runtime/module.h"
-#include "client/runtime/thread_pool.h"
-#include "proto/kernel_abi.h"
 #include "proto/base/sync.h"
+#include "proto/base/thread_pool.h"
+#include "proto/kernel_abi.h"
 
 namespace kiln::runtime {
 namespace {
@@ -821,7 +821,7 @@ absl::StatusOr<std::unique_ptr<CpuRuntime>> CpuRuntime::Load(const v1::CompiledG
   if (s.ok()) s = ParseSteps(g, *plan);
   if (s.ok()) s = ParseOutputs(g, *plan);
   if (!s.ok()) return s;
-  plan->pool = std::make_unique<ThreadPool>(options.threads);
+  plan->pool = std::make_unique<ThreadPool>(ThreadPoolOptions::ForLoops(options.threads));
   return std::unique_ptr<CpuRuntime>(new CpuRuntime(std::move(plan)));
 }
 

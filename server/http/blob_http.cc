@@ -15,7 +15,6 @@
 #include <atomic>
 #include <cerrno>
 #include <cstring>
-#include <deque>
 #include <functional>
 #include <optional>
 #include <thread>
@@ -24,6 +23,7 @@
 
 #include "absl/container/flat_hash_map.h"
 #include "absl/container/inlined_vector.h"
+#include "absl/functional/any_invocable.h"
 #include "absl/strings/ascii.h"
 #include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
@@ -35,6 +35,7 @@
 #include "proto/base/digest.h"
 #include "proto/base/host_port.h"
 #include "proto/base/sync.h"
+#include "proto/base/thread_pool.h"
 
 namespace kiln::server {
 namespace {
@@ -296,59 +297,11 @@ struct BlobHttpServer::Metrics {
   Gauge& connections;
 };
 
-// A fixed pool of threads for disk work, first come first served.
-class BlobHttpServer::Workers {
- public:
-  explicit Workers(int n) {
-    for (int i = 0; i < std::max(1, n); ++i) threads_.emplace_back([this] { Run(); });
-  }
-  ~Workers() { Stop(); }
-
-  void Submit(std::function<void()> task) {
-    MutexLock lock(&mu_);
-    queue_.push_back(std::move(task));
-    cv_.Signal();
-  }
-
-  // Runs what is queued, then joins.
-  void Stop() {
-    {
-      MutexLock lock(&mu_);
-      stopping_ = true;
-      cv_.SignalAll();
-    }
-    for (std::thread& t : threads_) {
-      if (t.joinable()) t.join();
-    }
-  }
-
- private:
-  void Run() {
-    while (true) {
-      std::function<void()> task;
-      {
-        MutexLock lock(&mu_);
-        while (queue_.empty() && !stopping_) cv_.Wait(&mu_);
-        if (queue_.empty()) return;
-        task = std::move(queue_.front());
-        queue_.pop_front();
-      }
-      task();
-    }
-  }
-
-  Mutex mu_;
-  CondVar cv_;
-  std::deque<std::function<void()>> queue_ ABSL_GUARDED_BY(mu_);
-  bool stopping_ ABSL_GUARDED_BY(mu_) = false;
-  std::vector<std::thread> threads_;
-};
-
 // One event loop: its connections, read, parsed and answered on its thread.
 class BlobHttpServer::Loop {
  public:
   Loop(cache::Store* store, const Authorizer* authorizer, const BlobHttpOptions& options,
-       Workers* workers, Metrics* metrics, int listen_fd)
+       ThreadPool* workers, Metrics* metrics, int listen_fd)
       : store_(store),
         authorizer_(authorizer),
         options_(options),
@@ -653,10 +606,16 @@ class BlobHttpServer::Loop {
   }
 
   // Runs `work` on a worker; the connection waits for its reply, which the loop then sends.
-  void Offload(Conn& conn, std::function<Reply()> work) {
+  void Offload(Conn& conn, absl::AnyInvocable<Reply() &&> work) {
+    absl::Status queued = workers_->Submit(
+        [this, id = conn.id, work = std::move(work)]() mutable { Post(id, std::move(work)()); });
+    if (!queued.ok()) {
+      // Only once the pool shuts down: with one task per connection the queue never fills.
+      Send(conn, Error(503, std::string(queued.message()), true));
+      return;
+    }
     conn.state = State::kBusy;
     Watch(conn, 0);
-    workers_->Submit([this, id = conn.id, work = std::move(work)] { Post(id, work()); });
   }
 
   // Whether the request's token holds `needed` (always, without a token file).
@@ -793,7 +752,7 @@ class BlobHttpServer::Loop {
   cache::Store* const store_;
   const Authorizer* const authorizer_;
   const BlobHttpOptions options_;
-  Workers* const workers_;
+  ThreadPool* const workers_;
   Metrics* const metrics_;
   const int listen_fd_;
   int epoll_fd_ = -1;
@@ -824,7 +783,12 @@ absl::StatusOr<std::unique_ptr<BlobHttpServer>> BlobHttpServer::Start(
   server->listen_fd_ = *fd;
   server->port_ = PortOf(*fd);
   if (options.metrics != nullptr) server->metrics_ = std::make_unique<Metrics>(*options.metrics);
-  server->workers_ = std::make_unique<Workers>(options.workers);
+  ThreadPoolOptions workers;
+  workers.workers = std::max(1, options.workers);
+  // Each connection has at most one task queued or running, so the bound is never reached;
+  // it makes the pool's size a stated limit rather than an accident of the loops.
+  workers.queue_capacity = options.max_connections;
+  server->workers_ = std::make_unique<ThreadPool>(workers);
   for (int i = 0; i < std::max(1, options.loops); ++i) {
     server->loops_.push_back(std::make_unique<Loop>(
         store, authorizer, options, server->workers_.get(), server->metrics_.get(), *fd));
@@ -838,7 +802,7 @@ BlobHttpServer::~BlobHttpServer() { Stop(); }
 void BlobHttpServer::Stop() {
   for (auto& loop : loops_) loop->Stop();
   // Disk work in flight finishes; its replies go to loops that no longer read their mail.
-  if (workers_ != nullptr) workers_->Stop();
+  if (workers_ != nullptr) workers_->Shutdown();
   if (listen_fd_ >= 0) {
     close(listen_fd_);
     listen_fd_ = -1;

@@ -24,6 +24,7 @@
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
 #include "cache/store.h"
+#include "proto/base/thread_pool.h"
 #include "server/observe/metrics.h"
 #include "server/rpc/auth.h"
 
@@ -59,14 +60,13 @@ class BlobHttpServer {
 
  private:
   class Loop;
-  class Workers;
   struct Metrics;
   BlobHttpServer() = default;
 
   int port_ = 0;
   int listen_fd_ = -1;
   std::unique_ptr<Metrics> metrics_;
-  std::unique_ptr<Workers> workers_;
+  std::unique_ptr<ThreadPool> workers_;  // disk work
   std::vector<std::unique_ptr<Loop>> loops_;
 };
 

@@ -32,6 +32,13 @@ std::optional<TraceParent> TraceParentOf(const grpc::ServerContext& context) {
   return ParseTraceParent(absl::string_view(it->second.data(), it->second.size()));
 }
 
+ThreadPoolOptions PoolOptions(const CompileServiceOptions& options) {
+  ThreadPoolOptions pool;
+  pool.workers = options.workers <= 0 ? HardwareThreads() : options.workers;
+  pool.queue_capacity = options.queue_capacity;
+  return pool;
+}
+
 // Prints `text` with its symbols renamed; the text itself when it does not parse (import
 // already parsed every guard, so that does not happen for an imported graph).
 std::string Renamed(const std::string& text,
@@ -50,7 +57,7 @@ CompileService::CompileService(const CompileServiceOptions& options, cache::Cach
       cache_(cache),
       traces_(traces),
       authorizer_(authorizer),
-      pool_(options.workers, options.queue_capacity),
+      pool_(PoolOptions(options)),
       limiter_(options.max_in_flight_per_client),
       rendezvous_(
           options.rendezvous, [](const std::shared_ptr<const Keyed>& k) { return k->key; },
@@ -342,9 +349,20 @@ absl::StatusOr<CompileService::Answer> CompileService::Resolve(
   auto [flight, leader] = flights_.Join(
       absl::StrCat(keyed->key, "/", keyed->guards_identity, keyed->force ? "/force" : ""));
   if (leader) {
-    absl::Status queued = pool_.Submit([this, flight = flight, keyed](absl::Duration waited) {
-      RunCompile(flight, keyed, waited);
+    absl::Status queued = pool_.Submit([this, flight = flight, keyed, enqueued = absl::Now()] {
+      RunCompile(flight, keyed, absl::Now() - enqueued);
     });
+    if (absl::IsResourceExhausted(queued)) {
+      v1::ErrorDetail detail;
+      // A queued compile takes seconds; suggest coming back after roughly one of them.
+      detail.set_retry_after_ms(1000);
+      queued = WithErrorDetail(absl::ResourceExhaustedError(absl::StrCat(
+                                   "the compile queue is full (", options_.queue_capacity,
+                                   " waiting); retry in about 1 s")),
+                               detail);
+    } else if (absl::IsUnavailable(queued)) {
+      queued = absl::UnavailableError("the server is shutting down");
+    }
     if (!queued.ok()) flight->Finish(queued);
   } else {
     ++deduplicated_;

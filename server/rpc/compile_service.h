@@ -18,7 +18,7 @@
 #include "compiler/sym/expr.h"
 #include "compiler/sym/guards.h"
 #include "kiln/v1/compile.grpc.pb.h"
-#include "server/compile/compile_pool.h"
+#include "proto/base/thread_pool.h"
 #include "server/compile/rendezvous.h"
 #include "server/compile/single_flight.h"
 #include "server/observe/metrics.h"
@@ -111,7 +111,7 @@ class CompileService final : public v1::Compiler::Service {
   cache::Cache* const cache_;
   TraceStore* const traces_;
   const Authorizer* const authorizer_;
-  CompilePool pool_;
+  ThreadPool pool_;  // runs the compiles
   Flights flights_;
   ClientLimiter limiter_;
   RankRendezvous rendezvous_;
