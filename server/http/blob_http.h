@@ -2,18 +2,10 @@
 
 // kilnd's HTTP/1.1 blob endpoint: the content-addressed store for any HTTP client (curl, a
 // trainer's loader, caches that speak the `/cas/` convention), at a fraction of a gRPC
-// call's cost per blob:
-//   GET  /cas/<sha256 hex>   200 and the blob; 404 when absent (or dropped as corrupt)
-//   HEAD /cas/<sha256 hex>   200 and its Content-Length; 404
-//   PUT  /cas/<sha256 hex>   the body is the blob: 201 stored, 200 already present, 400 when
-//                            the bytes do not hash to the name, 413 beyond the largest blob
+// call's cost per blob. What the requests mean is CasHandler's (cas_handler.h); a few
+// HttpEventLoops (event_loop.h) own the connections and a ThreadPool does the disk work.
 // Errors carry a one-line text body naming what is wrong. Connections are kept alive, a
 // connection's requests are answered in order, and one idle past `idle_timeout` is closed.
-//
-// A few event loops own the sockets (non-blocking, epoll). A blob kept in the store's memory
-// tier is answered on its loop; everything that touches disk (a read that misses memory,
-// every PUT) runs on a worker pool, and the loop sends what it returns. Tokens work as for
-// gRPC: `Authorization: Bearer TOKEN`, role `read` for GET and HEAD, `compile` for PUT.
 // Plaintext only: kilnd refuses a non-loopback address for it unless --insecure.
 
 #include <cstdint>
@@ -25,6 +17,8 @@
 #include "absl/time/time.h"
 #include "cache/store.h"
 #include "proto/base/thread_pool.h"
+#include "server/http/cas_handler.h"
+#include "server/http/event_loop.h"
 #include "server/observe/metrics.h"
 #include "server/rpc/auth.h"
 
@@ -59,15 +53,14 @@ class BlobHttpServer {
   void Stop();
 
  private:
-  class Loop;
-  struct Metrics;
   BlobHttpServer() = default;
 
   int port_ = 0;
   int listen_fd_ = -1;
-  std::unique_ptr<Metrics> metrics_;
+  std::unique_ptr<HttpMetrics> metrics_;
+  std::unique_ptr<CasHandler> handler_;
   std::unique_ptr<ThreadPool> workers_;  // disk work
-  std::vector<std::unique_ptr<Loop>> loops_;
+  std::vector<std::unique_ptr<HttpEventLoop>> loops_;
 };
 
 }  // namespace kiln::server
