@@ -3,7 +3,6 @@
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "compiler/canon/explain.h"
-#include "compiler/compile.h"
 #include "kiln/v1/errors.pb.h"
 #include "proto/base/digest.h"
 #include "proto/base/serialize.h"
@@ -50,10 +49,11 @@ std::string Renamed(const std::string& text,
 
 }  // namespace
 
-CompileService::CompileService(const CompileServiceOptions& options, cache::Cache* cache,
-                               MetricsRegistry* metrics, TraceStore* traces,
+CompileService::CompileService(const CompileServiceOptions& options, Compiler* compiler,
+                               cache::Cache* cache, MetricsRegistry* metrics, TraceStore* traces,
                                const Authorizer* authorizer)
     : options_(options),
+      compiler_(compiler),
       cache_(cache),
       traces_(traces),
       authorizer_(authorizer),
@@ -412,7 +412,7 @@ void CompileService::RunCompile(std::shared_ptr<Flights::Flight> flight,
   };
   const absl::Time t0 = absl::Now();
   absl::StatusOr<v1::CompiledGraph> compiled =
-      compiler::Compile(*keyed->graph.graph, keyed->graph.options, keyed->key, context);
+      compiler_->Compile(*keyed->graph.graph, keyed->graph.options, keyed->key, context);
   if (!compiled.ok()) {
     compiles_total_.With({absl::StatusCodeToString(compiled.status().code())}).Increment();
     flight->Finish(compiled.status());

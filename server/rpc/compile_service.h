@@ -19,6 +19,7 @@
 #include "compiler/sym/guards.h"
 #include "kiln/v1/compile.grpc.pb.h"
 #include "proto/base/thread_pool.h"
+#include "server/compile/compiler.h"
 #include "server/compile/rendezvous.h"
 #include "server/compile/single_flight.h"
 #include "server/observe/metrics.h"
@@ -47,8 +48,8 @@ struct CompileRecord {
 
 class CompileService final : public v1::Compiler::Service {
  public:
-  // `cache`, `metrics`, `traces` and `authorizer` must outlive the service.
-  CompileService(const CompileServiceOptions& options, cache::Cache* cache,
+  // `compiler`, `cache`, `metrics`, `traces` and `authorizer` must outlive the service.
+  CompileService(const CompileServiceOptions& options, Compiler* compiler, cache::Cache* cache,
                  MetricsRegistry* metrics, TraceStore* traces, const Authorizer* authorizer);
   ~CompileService() override;
 
@@ -108,6 +109,7 @@ class CompileService final : public v1::Compiler::Service {
   void Remember(CompileRecord record, bool divergence, const std::string& divergence_text);
 
   const CompileServiceOptions options_;
+  Compiler* const compiler_;
   cache::Cache* const cache_;
   TraceStore* const traces_;
   const Authorizer* const authorizer_;
