@@ -34,17 +34,4 @@ absl::StatusOr<v1::CompileResponse> CompileClient::Compile(const v1::CompileRequ
   return response;
 }
 
-const char* OutcomeName(v1::CacheOutcome outcome) {
-  switch (outcome) {
-    case v1::CACHE_OUTCOME_HIT:
-      return "hit";
-    case v1::CACHE_OUTCOME_GUARD_MISS:
-      return "guard miss";
-    case v1::CACHE_OUTCOME_MISS:
-      return "miss";
-    default:
-      return "unknown";
-  }
-}
-
 }  // namespace kiln::client

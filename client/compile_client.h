@@ -31,7 +31,4 @@ class CompileClient {
   std::unique_ptr<v1::Compiler::Stub> stub_;
 };
 
-// "hit", "guard miss", "miss".
-const char* OutcomeName(v1::CacheOutcome outcome);
-
 }  // namespace kiln::client

@@ -11,7 +11,7 @@ namespace kiln::server {
 
 struct ServerConfig {
   std::string listen = "127.0.0.1:50051";         // gRPC address; port 0 picks a free port
-  std::string metrics_listen = "127.0.0.1:9464";  // HTTP for /metrics; empty disables it
+  std::string metrics_listen = "127.0.0.1:9464";  // /metrics, status pages; empty: none
   std::string blob_listen;  // HTTP/1.1 blob endpoint (GET/HEAD/PUT /cas/<hash>); empty: none
   int blob_loops = 2;       // its event-loop threads
   std::string data_dir = "kiln-data";  // store and lock file

@@ -17,19 +17,20 @@
 #include "absl/time/clock.h"
 #include "compiler/canon/toolchain.h"
 #include "kiln/version.h"
-#include "server/admin_service.h"
-#include "server/auth.h"
-#include "server/blob_http.h"
-#include "server/cache_service.h"
-#include "server/compile_service.h"
+#include "server/compile/compiler.h"
 #include "server/data_dir.h"
-#include "server/health_service.h"
-#include "server/http_endpoint.h"
-#include "server/json_log.h"
-#include "server/metrics.h"
-#include "server/rpc_metrics.h"
-#include "server/status_page.h"
-#include "server/trace.h"
+#include "server/http/blob_http.h"
+#include "server/http/http_endpoint.h"
+#include "server/http/status_page.h"
+#include "server/observe/json_log.h"
+#include "server/observe/metrics.h"
+#include "server/observe/trace.h"
+#include "server/rpc/admin_service.h"
+#include "server/rpc/auth.h"
+#include "server/rpc/cache_service.h"
+#include "server/rpc/compile_service.h"
+#include "server/rpc/health_service.h"
+#include "server/rpc/rpc_metrics.h"
 
 namespace kiln::server {
 
@@ -40,6 +41,7 @@ struct KilnServer::State {
   std::unique_ptr<cache::Cache> cache;
   std::unique_ptr<CacheService> cache_service;
   std::unique_ptr<AdminService> admin;
+  InProcessCompiler compiler;
   std::unique_ptr<CompileService> compile_service;
   MetricsRegistry metrics;
   std::unique_ptr<RpcMetrics> rpc_metrics;
@@ -198,9 +200,9 @@ absl::StatusOr<std::unique_ptr<KilnServer>> KilnServer::Start(const ServerConfig
   compile_options.max_in_flight_per_client = config.max_in_flight_per_client;
   compile_options.rendezvous.timeout = absl::Seconds(config.rendezvous_timeout_seconds);
   compile_options.rendezvous.proceed_without_missing = config.rendezvous_policy == "proceed";
-  state->compile_service =
-      std::make_unique<CompileService>(compile_options, state->cache.get(), &state->metrics,
-                                       state->traces.get(), state->authorizer.get());
+  state->compile_service = std::make_unique<CompileService>(
+      compile_options, &state->compiler, state->cache.get(), &state->metrics, state->traces.get(),
+      state->authorizer.get());
   state->admin = std::make_unique<AdminService>(
       state->cache.get(), state->authorizer.get(), [s = state.get()](v1::ServerStats* stats) {
         stats->set_version(kKilnVersion);

@@ -1,7 +1,8 @@
 #pragma once
 
-// KilnServer is one running kilnd: it owns the data directory, the gRPC server (health,
-// reflection and Kiln's services) and the HTTP endpoint. Start returns once both listen.
+// KilnServer is one running kilnd: it owns the data directory and the cache in it, the gRPC
+// server (health, reflection and Kiln's services), the monitoring HTTP endpoint and, when
+// configured, the HTTP blob endpoint. Start returns once every endpoint listens.
 // Drain flips health to NOT_SERVING, lets in-flight calls finish until the grace period
 // ends, then shuts everything down; Wait blocks until then. Thread-safe.
 
@@ -20,7 +21,7 @@ class KilnServer {
   ~KilnServer();
 
   int grpc_port() const;
-  int http_port() const;  // 0 when the HTTP endpoint is disabled
+  int http_port() const;  // 0 when the monitoring HTTP endpoint is disabled
   int blob_port() const;  // 0 without --blob-listen
 
   // Stops taking new work and shuts down after at most `grace`.

@@ -9,8 +9,8 @@
 #include "absl/time/time.h"
 #include "kiln/version.h"
 #include "server/config.h"
-#include "server/json_log.h"
 #include "server/kilnd.h"
+#include "server/observe/json_log.h"
 
 namespace {
 

@@ -20,6 +20,7 @@
 #include "client/health.h"
 #include "kiln/v1/admin.grpc.pb.h"
 #include "proto/base/serialize.h"
+#include "proto/cache_outcome.h"
 #include "proto/fx/capture_import.h"
 #include "proto/graph_file.h"
 
@@ -218,7 +219,7 @@ int RunCompile(GlobalOptions& global, const CompileCommand& c) {
       (*client)->Compile(request, absl::Seconds(c.timeout_seconds));
   if (!response.ok()) return Fail("compile " + c.graph + ": " + response.status().ToString());
   std::printf("%s key=%s artifact=%s/%lld decision=%s in %.1f ms\n",
-              kiln::client::OutcomeName(response->outcome()), response->compile_key().c_str(),
+              kiln::CacheOutcomeName(response->outcome()), response->compile_key().c_str(),
               response->artifact_digest().hash().c_str(),
               static_cast<long long>(response->artifact_digest().size_bytes()),
               response->decision_digest().substr(0, 16).c_str(),

@@ -16,10 +16,10 @@
 #include "client/runtime/cpu_runtime.h"
 #include "client/runtime/dtype.h"
 #include "client/runtime/module.h"
-#include "client/runtime/thread_pool.h"
 #include "kiln/v1/artifact.pb.h"
 #include "proto/base/int_expr.h"
 #include "proto/base/sync.h"
+#include "proto/base/thread_pool.h"
 #include "proto/kernel_abi.h"
 
 namespace kiln::runtime {

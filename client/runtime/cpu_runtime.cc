@@ -12,9 +12,10 @@
 #include "absl/strings/str_join.h"
 #include "client/runtime/cpu_plan.h"
 #include "client/runtime/extern_ops.h"
-#include "client/runtime/thread_pool.h"
+#include "client/runtime/module.h"
 #include "proto/base/int_expr.h"
 #include "proto/base/sync.h"
+#include "proto/base/thread_pool.h"
 #include "proto/kernel_abi.h"
 
 namespace kiln::runtime {
@@ -514,7 +515,7 @@ absl::StatusOr<std::unique_ptr<CpuRuntime>> CpuRuntime::Load(const v1::CompiledG
                                                              const Options& options) {
   absl::StatusOr<std::unique_ptr<Plan>> plan = LoadPlan(g);
   if (!plan.ok()) return plan.status();
-  (*plan)->pool = std::make_unique<ThreadPool>(options.threads);
+  (*plan)->pool = std::make_unique<ThreadPool>(ThreadPoolOptions::ForLoops(options.threads));
   return std::unique_ptr<CpuRuntime>(new CpuRuntime(*std::move(plan)));
 }
 

@@ -44,8 +44,6 @@
 
 namespace kiln::runtime {
 
-class ThreadPool;
-
 class CpuRuntime {
  public:
   struct Options {

@@ -18,7 +18,7 @@
 #include "absl/strings/string_view.h"
 #include "absl/types/span.h"
 #include "client/runtime/call.h"
-#include "client/runtime/thread_pool.h"
+#include "proto/base/thread_pool.h"
 
 namespace kiln::runtime {
 

@@ -217,7 +217,7 @@ void GemmTyped(const GemmArgs& g, ThreadPool* pool, int max_threads) {
   const int useful = static_cast<int>(std::min<double>(1 << 20, flops / 4e6 + 1));
   int threads = max_threads <= 0 ? useful : std::min(max_threads, useful);
   if (pool == nullptr) threads = 1;
-  threads = std::min(threads, pool == nullptr ? 1 : pool->size());
+  threads = std::min(threads, pool == nullptr ? 1 : pool->loop_threads());
   // Tiles: kMC x kNC, with fewer rows per tile when that is what it takes to give every
   // thread a few. Tiling never changes results: each element sums its k blocks in order.
   const int64_t tiles_n = (g.n + kNC - 1) / kNC;

@@ -12,7 +12,7 @@
 #include <cstdint>
 
 #include "client/runtime/dtype.h"
-#include "client/runtime/thread_pool.h"
+#include "proto/base/thread_pool.h"
 
 namespace kiln::runtime {
 

@@ -22,11 +22,12 @@
 
 namespace {
 
+using kiln::ThreadPool;
+using kiln::ThreadPoolOptions;
 using kiln::runtime::CallValue;
 using kiln::runtime::ExternCall;
 using kiln::runtime::ExternContext;
 using kiln::runtime::Tensor;
-using kiln::runtime::ThreadPool;
 
 // Best seconds per call over a few timed batches of at least ~0.2 s each.
 template <typename F>
@@ -63,7 +64,7 @@ void NaiveMm(const float* a, const float* b, float* c, int64_t m, int64_t k, int
 int main(int argc, char** argv) {
   const int64_t max_size = argc > 1 ? std::atoll(argv[1]) : 1024;
   const int hw = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
-  ThreadPool pool(hw);
+  ThreadPool pool(ThreadPoolOptions::ForLoops(hw));
   std::printf("aten.mm f32, square m = k = n; AVX2+FMA kernels: %s; %d hardware threads\n",
               kiln::runtime::GemmUsesAvx2() ? "yes" : "no", hw);
 #ifdef KILN_HAVE_OPENBLAS

@@ -8,13 +8,8 @@
 
 namespace kiln::testing {
 
-absl::StatusOr<double> ScrapeMetric(int http_port, const std::string& series) {
-  httplib::Client client("127.0.0.1", http_port);
-  auto result = client.Get("/metrics");
-  if (!result || result->status != 200) {
-    return absl::UnavailableError(absl::StrCat("cannot scrape 127.0.0.1:", http_port));
-  }
-  for (absl::string_view line : absl::StrSplit(result->body, '\n')) {
+double MetricValue(absl::string_view exposition, const std::string& series) {
+  for (absl::string_view line : absl::StrSplit(exposition, '\n')) {
     if (line.size() > series.size() + 1 && line.substr(0, series.size()) == series &&
         line[series.size()] == ' ') {
       double v = 0;
@@ -22,6 +17,15 @@ absl::StatusOr<double> ScrapeMetric(int http_port, const std::string& series) {
     }
   }
   return 0.0;
+}
+
+absl::StatusOr<double> ScrapeMetric(int http_port, const std::string& series) {
+  httplib::Client client("127.0.0.1", http_port);
+  auto result = client.Get("/metrics");
+  if (!result || result->status != 200) {
+    return absl::UnavailableError(absl::StrCat("cannot scrape 127.0.0.1:", http_port));
+  }
+  return MetricValue(result->body, series);
 }
 
 }  // namespace kiln::testing

@@ -1,15 +1,20 @@
 #pragma once
 
-// Reads one series from a kilnd's /metrics page.
+// Reads one series from kilnd's metrics: from its /metrics page, or from text in the
+// Prometheus exposition format (MetricsRegistry::Render) that a test already holds.
 
 #include <string>
 
 #include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
 
 namespace kiln::testing {
 
 // The value of `series` (name with labels exactly as rendered, e.g.
-// `kiln_compiles_total{result="ok"}`); 0 when the page does not list it yet.
+// `kiln_compiles_total{result="ok"}`) in `exposition`; 0 when it does not list it yet.
+double MetricValue(absl::string_view exposition, const std::string& series);
+
+// The same, read from the /metrics page at `http_port`.
 absl::StatusOr<double> ScrapeMetric(int http_port, const std::string& series);
 
 }  // namespace kiln::testing

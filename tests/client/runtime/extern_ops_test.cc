@@ -91,7 +91,7 @@ class ExternOpsTest : public ::testing::Test {
     return outs;
   }
 
-  ThreadPool pool_{4};
+  ThreadPool pool_{ThreadPoolOptions::ForLoops(4)};
   std::mt19937_64 rng_{1234};
 };
 

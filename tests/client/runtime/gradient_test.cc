@@ -68,7 +68,7 @@ class GradientTest : public ::testing::Test {
     }
   }
 
-  ThreadPool pool_{2};
+  ThreadPool pool_{ThreadPoolOptions::ForLoops(2)};
   std::mt19937_64 rng_{99};
 };
 

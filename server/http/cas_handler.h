@@ -1,0 +1,41 @@
+#pragma once
+
+// The `/cas/` convention over kilnd's content-addressed store, as an HttpHandler:
+//   GET  /cas/<sha256 hex>   200 and the blob; 404 when absent (or dropped as corrupt)
+//   HEAD /cas/<sha256 hex>   200 and its Content-Length; 404
+//   PUT  /cas/<sha256 hex>   the body is the blob: 201 stored, 200 already present, 400 when
+//                            the bytes do not hash to the name, 411 without a Content-Length,
+//                            413 beyond the largest blob
+// Other methods get 405, other paths 404, a malformed hash 400. Tokens work as for gRPC:
+// `Authorization: Bearer TOKEN`, role `read` for GET and HEAD, `compile` for PUT (401, 403).
+// A blob the store keeps in memory is answered at once; a read that misses memory and every
+// PUT go to the pool, since they touch the disk. Thread-safe.
+
+#include <cstdint>
+#include <string>
+
+#include "cache/store.h"
+#include "server/http/event_loop.h"
+#include "server/http/http_parser.h"
+#include "server/rpc/auth.h"
+
+namespace kiln::server {
+
+class CasHandler final : public HttpHandler {
+ public:
+  // `store` and `authorizer` must outlive the handler.
+  CasHandler(cache::Store* store, const Authorizer* authorizer, int64_t max_blob_bytes);
+
+  HttpAction OnHead(const HttpRequestHead& head) override;
+  HttpAction OnBody(const HttpRequestHead& head, std::string body) override;
+
+ private:
+  // Whether the request's token holds `needed` (always, without a token file).
+  absl::Status Allowed(const HttpRequestHead& head, Role needed) const;
+
+  cache::Store* const store_;
+  const Authorizer* const authorizer_;
+  const int64_t max_blob_bytes_;
+};
+
+}  // namespace kiln::server

@@ -1,0 +1,127 @@
+#include "server/http/status_page.h"
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+
+namespace kiln::server {
+namespace {
+
+std::string Bytes(int64_t n) {
+  const char* units[] = {"B", "KiB", "MiB", "GiB", "TiB"};
+  double v = static_cast<double>(n);
+  int u = 0;
+  while (v >= 1024 && u < 4) {
+    v /= 1024;
+    ++u;
+  }
+  return u == 0 ? absl::StrFormat("%.0f %s", v, units[u]) : absl::StrFormat("%.1f %s", v, units[u]);
+}
+
+std::string Millis(absl::Duration d) {
+  return absl::StrFormat("%.1f ms", absl::ToDoubleMilliseconds(d));
+}
+
+void CompileTable(const std::vector<CompileRecord>& records, bool running, std::string* out) {
+  if (records.empty()) {
+    absl::StrAppend(out, "<p class=none>none</p>\n");
+    return;
+  }
+  absl::StrAppend(out, "<table><tr><th>started</th><th>key</th><th>job/rank</th>",
+                  running ? "" : "<th>outcome</th><th>total</th><th>phases</th>", "</tr>\n");
+  for (const CompileRecord& r : records) {
+    absl::StrAppend(out, "<tr><td>",
+                    HtmlEscape(absl::FormatTime("%H:%M:%E3S", r.started, absl::UTCTimeZone())),
+                    "</td><td><code>", HtmlEscape(r.compile_key.substr(0, 16)), "</code></td><td>",
+                    HtmlEscape(r.job), "</td>");
+    if (!running) {
+      std::string phases;
+      for (const auto& [name, took] : r.phases) {
+        absl::StrAppend(&phases, phases.empty() ? "" : ", ", name, " ", Millis(took));
+      }
+      absl::StrAppend(out, "<td>", HtmlEscape(r.outcome), "</td><td>", Millis(r.total), "</td><td>",
+                      HtmlEscape(phases), "</td>");
+    }
+    absl::StrAppend(out, "</tr>\n");
+  }
+  absl::StrAppend(out, "</table>\n");
+}
+
+}  // namespace
+
+std::string HtmlEscape(absl::string_view text) {
+  std::string out;
+  out.reserve(text.size());
+  for (char c : text) {
+    switch (c) {
+      case '&':
+        out += "&amp;";
+        break;
+      case '<':
+        out += "&lt;";
+        break;
+      case '>':
+        out += "&gt;";
+        break;
+      case '"':
+        out += "&quot;";
+        break;
+      default:
+        out += c;
+    }
+  }
+  return out;
+}
+
+std::string RenderStatusPage(const StatusPageInput& in) {
+  const cache::CacheStatistics& c = in.cache;
+  const int64_t lookups = c.hits + c.misses + c.guard_misses;
+  const std::string hit_rate =
+      lookups == 0
+          ? "n/a"
+          : absl::StrFormat("%.1f%% of %d",
+                            100.0 * static_cast<double>(c.hits) / static_cast<double>(lookups),
+                            lookups);
+  const std::string budget =
+      c.budget_bytes > 0
+          ? absl::StrFormat(
+                "%s of %s (%.1f%%)", Bytes(c.stored_bytes()), Bytes(c.budget_bytes),
+                100.0 * static_cast<double>(c.stored_bytes()) / static_cast<double>(c.budget_bytes))
+          : absl::StrCat(Bytes(c.stored_bytes()), " (no budget)");
+  std::string out = absl::StrCat(
+      "<!doctype html>\n<html><head><meta charset=utf-8><title>kilnd</title>\n",
+      "<style>body{font-family:sans-serif;margin:2em}table{border-collapse:collapse}"
+      "td,th{border:1px solid #ccc;padding:2px 8px;text-align:left}"
+      "code{font-size:90%}.none{color:#888}</style></head><body>\n",
+      "<h1>kilnd ", HtmlEscape(in.version), "</h1>\n<table>\n", "<tr><th>uptime</th><td>",
+      HtmlEscape(absl::FormatDuration(absl::Trunc(in.uptime, absl::Seconds(1)))), "</td></tr>\n",
+      "<tr><th>store</th><td>", budget, "; ", c.blobs, " blobs, ", c.actions, " keys, ", c.variants,
+      " variants</td></tr>\n", "<tr><th>hit rate</th><td>", hit_rate, " (", c.guard_misses,
+      " guard misses)</td></tr>\n", "<tr><th>compiles</th><td>", in.compiles.compiles, " run, ",
+      in.compiles.in_flight, " in flight, ", in.compiles.queue_depth, " queued, ",
+      in.compiles.deduplicated, " deduplicated waiters</td></tr>\n", "<tr><th>rendezvous</th><td>",
+      in.compiles.rendezvous.groups, " decisions, ", in.compiles.rendezvous.divergences,
+      " divergences, ", in.compiles.rendezvous.timeouts, " timeouts, ",
+      in.compiles.rendezvous.waiting, " ranks waiting</td></tr>\n", "<tr><th>integrity</th><td>",
+      c.integrity_failures, " blobs dropped, ", c.evictions, " evictions (", Bytes(c.evicted_bytes),
+      ")</td></tr>\n</table>\n");
+  absl::StrAppend(&out, "<h2>In flight</h2>\n");
+  CompileTable(in.compiles.running, /*running=*/true, &out);
+  absl::StrAppend(&out, "<h2>Recent compiles</h2>\n");
+  CompileTable(in.compiles.recent, /*running=*/false, &out);
+  absl::StrAppend(&out, "<h2>Recent divergences</h2>\n");
+  if (in.compiles.recent_divergences.empty()) {
+    absl::StrAppend(&out, "<p class=none>none</p>\n");
+  } else {
+    absl::StrAppend(&out, "<ul>\n");
+    for (const std::string& d : in.compiles.recent_divergences) {
+      absl::StrAppend(&out, "<li>", HtmlEscape(d), "</li>\n");
+    }
+    absl::StrAppend(&out, "</ul>\n");
+  }
+  absl::StrAppend(&out,
+                  "<p><a href=/metrics>metrics</a> · <a href=/debug/traces>traces</a></p>\n"
+                  "</body></html>\n");
+  return out;
+}
+
+}  // namespace kiln::server

@@ -1,0 +1,141 @@
+#pragma once
+
+// kiln.v1.Compiler: validate → compile key → action cache → guard check against the
+// request's symbol hints → hit: the stored artifact; miss: compile once (single-flight per
+// key and guard set, on the compile pool, never on gRPC's threads), store, answer. Jobs with
+// several ranks meet in a rendezvous first so that every rank gets one decision. Each
+// request gets a trace, a JSON log line and metrics. Thread-safe.
+
+#include <atomic>
+#include <deque>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "cache/cache.h"
+#include "compiler/canon/compile_key.h"
+#include "compiler/sym/expr.h"
+#include "compiler/sym/guards.h"
+#include "kiln/v1/compile.grpc.pb.h"
+#include "proto/base/thread_pool.h"
+#include "server/compile/compiler.h"
+#include "server/compile/rendezvous.h"
+#include "server/compile/single_flight.h"
+#include "server/observe/metrics.h"
+#include "server/observe/trace.h"
+#include "server/rpc/auth.h"
+#include "server/rpc/client_limiter.h"
+
+namespace kiln::server {
+
+struct CompileServiceOptions {
+  int workers = 0;                   // compile threads; <= 0: one per core
+  int queue_capacity = 64;           // compiles waiting for a worker before RESOURCE_EXHAUSTED
+  int max_in_flight_per_client = 0;  // <= 0: no limit
+  RendezvousPolicy rendezvous;
+};
+
+// What the status page shows about one compile request.
+struct CompileRecord {
+  std::string compile_key;
+  std::string outcome;  // CacheOutcomeName (proto/cache_outcome.h), or the error code
+  std::string job;      // "job/rank" when part of a job
+  absl::Time started;
+  absl::Duration total;
+  std::vector<std::pair<std::string, absl::Duration>> phases;
+};
+
+class CompileService final : public v1::Compiler::Service {
+ public:
+  // `compiler`, `cache`, `metrics`, `traces` and `authorizer` must outlive the service.
+  CompileService(const CompileServiceOptions& options, Compiler* compiler, cache::Cache* cache,
+                 MetricsRegistry* metrics, TraceStore* traces, const Authorizer* authorizer);
+  ~CompileService() override;
+
+  grpc::Status Compile(grpc::ServerContext* context, const v1::CompileRequest* request,
+                       v1::CompileResponse* response) override;
+
+  // New requests get UNAVAILABLE; those in flight continue.
+  void BeginDrain();
+
+  struct Snapshot {
+    int64_t compiles = 0;
+    int64_t in_flight = 0;
+    int64_t queue_depth = 0;
+    int64_t deduplicated = 0;
+    RendezvousStats rendezvous;
+    std::vector<CompileRecord> recent;            // newest first
+    std::vector<CompileRecord> running;           // requests now in flight
+    std::vector<std::string> recent_divergences;  // newest first
+  };
+  Snapshot TakeSnapshot() const;
+
+ private:
+  // A request's graph, imported, canonicalized and keyed, with its guards and hints in the
+  // canonical symbol names (so that ranks and trainers naming symbols differently agree).
+  struct Keyed {
+    canon::KeyedGraph graph;
+    std::string key;
+    v1::Guards guards;
+    std::string guards_identity;
+    sym::Bindings bindings;
+    std::string job;           // "job_id/rank" for logs, empty when not part of a job
+    bool may_compile = false;  // the caller's role allows starting a compile
+    bool force = false;        // compile even if cached, and check the result is the same
+  };
+  // One stored CompiledGraph: exactly the bytes every waiter gets.
+  struct Artifact {
+    std::string bytes;
+    v1::Digest digest;
+    std::string decision_digest;
+    std::vector<v1::PhaseTiming> phases;  // of the compile that made it (empty for a hit)
+  };
+  // The decision for one request (or one rendezvous).
+  struct Answer {
+    v1::CacheOutcome outcome = v1::CACHE_OUTCOME_UNSPECIFIED;
+    std::string failed_guard;
+    std::shared_ptr<const Artifact> artifact;
+    bool deduplicated = false;
+    absl::Duration lookup;  // time spent looking the key up
+  };
+  using Flights = SingleFlight<std::shared_ptr<const Artifact>>;
+  using RankRendezvous = Rendezvous<std::shared_ptr<const Keyed>, Answer>;
+
+  absl::StatusOr<Answer> Resolve(const std::shared_ptr<const Keyed>& keyed, absl::Time deadline,
+                                 const std::function<bool()>& abandoned, Trace* trace);
+  void RunCompile(std::shared_ptr<Flights::Flight> flight, std::shared_ptr<const Keyed> keyed,
+                  absl::Duration queued);
+  void Remember(CompileRecord record, bool divergence, const std::string& divergence_text);
+
+  const CompileServiceOptions options_;
+  Compiler* const compiler_;
+  cache::Cache* const cache_;
+  TraceStore* const traces_;
+  const Authorizer* const authorizer_;
+  ThreadPool pool_;  // runs the compiles
+  Flights flights_;
+  ClientLimiter limiter_;
+  RankRendezvous rendezvous_;
+  std::atomic<bool> draining_{false};
+  std::atomic<int64_t> compiles_{0};
+  std::atomic<int64_t> in_flight_{0};
+  std::atomic<int64_t> deduplicated_{0};
+  std::atomic<uint64_t> next_request_{0};
+
+  // Metrics.
+  Family<Counter>& requests_;         // by outcome
+  Family<Counter>& compiles_total_;   // by result
+  Family<Histogram>& phase_seconds_;  // by phase
+  Counter& deduplicated_waiters_;
+  Counter& rendezvous_waits_;
+  Counter& rendezvous_divergences_;
+  Counter& rendezvous_timeouts_;
+
+  mutable Mutex records_mu_;
+  std::deque<CompileRecord> recent_ ABSL_GUARDED_BY(records_mu_);
+  std::map<uint64_t, CompileRecord> running_ ABSL_GUARDED_BY(records_mu_);
+  std::deque<std::string> divergences_ ABSL_GUARDED_BY(records_mu_);
+};
+
+}  // namespace kiln::server
