@@ -8,6 +8,7 @@
 #include <cstring>
 
 #include "kiln/v1/graph.pb.h"
+#include "proto/dtype.h"
 
 namespace kiln::runtime {
 
@@ -20,23 +21,10 @@ const char* DTypeName(DType dtype);
 // Floating types the runtime computes with: float32, float64, float16, bfloat16.
 bool IsFloating(DType dtype);
 
-inline float Bf16ToFloat(uint16_t bits) {
-  const uint32_t wide = static_cast<uint32_t>(bits) << 16;
-  float f;
-  std::memcpy(&f, &wide, sizeof f);
-  return f;
-}
-
-inline uint16_t FloatToBf16(float f) {
-  uint32_t bits;
-  std::memcpy(&bits, &f, sizeof bits);
-  if ((bits & 0x7fffffffu) > 0x7f800000u) return static_cast<uint16_t>((bits >> 16) | 0x40u);
-  bits += 0x7fffu + ((bits >> 16) & 1u);
-  return static_cast<uint16_t>(bits >> 16);
-}
-
-float Fp16ToFloat(uint16_t bits);
-uint16_t FloatToFp16(float f);
+using ::kiln::Bf16ToFloat;
+using ::kiln::FloatToBf16;
+using ::kiln::FloatToFp16;
+using ::kiln::Fp16ToFloat;
 
 // One element at `p` (of `dtype`) as a double, and a double stored into one element
 // (integers truncate toward zero, bool stores value != 0). Unknown dtypes read as 0 and

@@ -16,38 +16,6 @@ T Load(const std::string& bytes) {
   return v;
 }
 
-// IEEE binary16 and bfloat16 widen exactly to float.
-float HalfToFloat(uint16_t h) {
-  const uint32_t sign = (h & 0x8000u) << 16;
-  const uint32_t exp = (h >> 10) & 0x1f;
-  uint32_t mant = h & 0x3ffu;
-  uint32_t bits;
-  if (exp == 0x1f) {
-    bits = sign | 0x7f800000u | (mant << 13);
-  } else if (exp != 0) {
-    bits = sign | ((exp + 112) << 23) | (mant << 13);
-  } else if (mant == 0) {
-    bits = sign;
-  } else {
-    int e = -1;
-    do {
-      ++e;
-      mant <<= 1;
-    } while ((mant & 0x400u) == 0);
-    bits = sign | (static_cast<uint32_t>(112 - e) << 23) | ((mant & 0x3ffu) << 13);
-  }
-  float f;
-  std::memcpy(&f, &bits, sizeof f);
-  return f;
-}
-
-float BFloat16ToFloat(uint16_t b) {
-  const uint32_t bits = static_cast<uint32_t>(b) << 16;
-  float f;
-  std::memcpy(&f, &bits, sizeof f);
-  return f;
-}
-
 // The scalar argument holding a 0-d constant's value.
 absl::Status ScalarOf(v1::DType dtype, const std::string& bytes, v1::Argument* out) {
   switch (dtype) {
@@ -58,10 +26,10 @@ absl::Status ScalarOf(v1::DType dtype, const std::string& bytes, v1::Argument* o
       out->set_float_value(Load<double>(bytes));
       return absl::OkStatus();
     case v1::DTYPE_FLOAT16:
-      out->set_float_value(HalfToFloat(Load<uint16_t>(bytes)));
+      out->set_float_value(Fp16ToFloat(Load<uint16_t>(bytes)));
       return absl::OkStatus();
     case v1::DTYPE_BFLOAT16:
-      out->set_float_value(BFloat16ToFloat(Load<uint16_t>(bytes)));
+      out->set_float_value(Bf16ToFloat(Load<uint16_t>(bytes)));
       return absl::OkStatus();
     case v1::DTYPE_INT64:
       out->set_int_value(Load<int64_t>(bytes));
