@@ -67,7 +67,7 @@ bool IsCollectiveTarget(absl::string_view target) {
 
 bool IsOrdered(const Node& n) {
   if (n.kind != NodeKind::kCall) return false;
-  return n.schema == nullptr || n.schema->ordered;
+  return n.op == nullptr || n.op->ordered;
 }
 
 template <typename F>

@@ -11,6 +11,7 @@
 #include "absl/status/status.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "proto/ops/registry.h"
 
 namespace kiln::decompose {
 namespace {
@@ -2627,16 +2628,16 @@ bool HasLowering(absl::string_view target) {
 }
 
 std::vector<std::string> LoweredOps() {
-  std::vector<std::string> ops = {"aten.reshape.default", "operator.getitem"};
-  ops.insert(ops.end(), ExternOps().begin(), ExternOps().end());
-  ops.insert(ops.end(), ViewOps().begin(), ViewOps().end());
-  for (const auto& [target, rule] : Decomposer::Rules()) ops.push_back(target);
-  for (const graph::OpSchema* schema : graph::AllOpSchemas()) {
-    if (absl::StartsWith(schema->target, "_c10d_functional.")) ops.push_back(schema->target);
+  std::vector<std::string> lowered = {"aten.reshape.default", "operator.getitem"};
+  lowered.insert(lowered.end(), ExternOps().begin(), ExternOps().end());
+  lowered.insert(lowered.end(), ViewOps().begin(), ViewOps().end());
+  for (const auto& [target, rule] : Decomposer::Rules()) lowered.push_back(target);
+  for (const ops::Op* op : ops::AllOps()) {
+    if (op->collective.has_value()) lowered.push_back(op->target());
   }
-  std::sort(ops.begin(), ops.end());
-  ops.erase(std::unique(ops.begin(), ops.end()), ops.end());
-  return ops;
+  std::sort(lowered.begin(), lowered.end());
+  lowered.erase(std::unique(lowered.begin(), lowered.end()), lowered.end());
+  return lowered;
 }
 
 }  // namespace kiln::decompose

@@ -15,6 +15,12 @@
 
 namespace kiln::graph {
 
+using ops::ArgType;
+using ops::DefaultValue;
+using ops::OpSchema;
+using ops::ParamSchema;
+using ops::ReturnKind;
+
 namespace {
 constexpr absl::string_view kDeviceTypeNames[] = {"cpu", "cuda", "meta", "mps", "xpu", "hip"};
 constexpr absl::string_view kDTypeNames[] = {
@@ -402,7 +408,8 @@ class GraphBuilder {
     n.stack_trace = Intern(pn.debug().stack_trace());
     if (pn.target().empty()) return InvalidField(name, "target", "a node needs an op target");
     n.target = Intern(pn.target());
-    n.schema = FindOpSchema(pn.target());
+    n.op = ops::FindOp(pn.target());
+    n.schema = n.op != nullptr ? &n.op->schema : nullptr;
     n.multi_output = pn.multi_output();
 
     // Outputs first: arguments are checked against what this node's operands produce,
@@ -462,7 +469,7 @@ class GraphBuilder {
     g_.nodes_.push_back(n);
     if (n.schema != nullptr) {
       if (n.schema->returns == ReturnKind::kTuple) return CheckGetItem(pn, g_.nodes_.back());
-      if (n.schema->is_view) return CheckViewInBase(pn, g_.nodes_.back());
+      if (n.op->view_within_base) return CheckViewInBase(pn, g_.nodes_.back());
     }
     return absl::OkStatus();
   }
@@ -847,7 +854,7 @@ class GraphBuilder {
           return InvalidField(
               name, absl::StrCat("args[", p, "]"),
               absl::StrCat(schema.target, " needs argument \"", param.name, "\" (",
-                           ArgTypeName(param.type), param.optional ? "?" : "", ")"));
+                           ops::ArgTypeName(param.type), param.optional ? "?" : "", ")"));
         }
         continue;
       }
@@ -1019,7 +1026,7 @@ class GraphBuilder {
     if (ok) return absl::OkStatus();
     return InvalidField(
         node, field,
-        absl::StrCat("parameter \"", param.name, "\" expects ", ArgTypeName(param.type),
+        absl::StrCat("parameter \"", param.name, "\" expects ", ops::ArgTypeName(param.type),
                      param.optional ? "?" : "", ", got ", Describe(a)));
   }
 

@@ -19,7 +19,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "compiler/canon/explain.h"
-#include "compiler/graph/op_schema.h"
+#include "proto/ops/registry.h"
 #include "tests/compiler/graph_testing.h"
 
 namespace kiln::canon {
@@ -94,11 +94,6 @@ v1::Graph Rename(v1::Graph g, std::mt19937& rng) {
   return g;
 }
 
-bool IsOrderedTarget(const std::string& target) {
-  const graph::OpSchema* s = graph::FindOpSchema(target);
-  return s == nullptr || s->ordered;
-}
-
 // A random topological order of the nodes: data dependencies and the order among ordered
 // ops are kept, everything else is shuffled.
 v1::Graph Permute(const v1::Graph& g, std::mt19937& rng) {
@@ -116,7 +111,7 @@ v1::Graph Permute(const v1::Graph& g, std::mt19937& rng) {
     };
     for (const v1::Argument& a : g.nodes(i).args()) walk(a);
     for (const v1::NamedArgument& a : g.nodes(i).kwargs()) walk(a.value());
-    if (IsOrderedTarget(g.nodes(i).target())) {
+    if (ops::IsOrdered(g.nodes(i).target())) {
       if (last_ordered >= 0) deps.insert(last_ordered);
       last_ordered = i;
     }
@@ -434,7 +429,7 @@ std::vector<Mutation> Mutations(const v1::Graph& g) {
                      m.mutable_nodes(i)->set_target(m.nodes(i).target() + "_mutated");
                      return attempt == 0;
                    }});
-    const graph::OpSchema* schema = graph::FindOpSchema(n.target());
+    const ops::Op* op = ops::FindOp(n.target());
     for (int a = 0; a < n.args_size(); ++a) {
       out.push_back({absl::StrCat("args[", a, "]"), false, i, absl::StrCat("args[", a, "]"),
                      [i, a](v1::Graph& m, int attempt) {
@@ -443,8 +438,8 @@ std::vector<Mutation> Mutations(const v1::Graph& g) {
     }
     for (int k = 0; k < n.kwargs_size(); ++k) {
       const std::string& kw = n.kwargs(k).name();
-      const std::string field = schema != nullptr
-                                    ? absl::StrCat("args[", schema->ParamIndex(kw), "]")
+      const std::string field = op != nullptr
+                                    ? absl::StrCat("args[", op->schema.ParamIndex(kw), "]")
                                     : absl::StrCat("kwargs.", kw);
       out.push_back(
           {absl::StrCat("kwargs.", kw), false, i, field, [i, k](v1::Graph& m, int attempt) {
