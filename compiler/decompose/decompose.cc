@@ -25,19 +25,6 @@ using loop::Opcode;
 using loop::ReduceKind;
 using loop::ScalarType;
 
-// The ops that draw random numbers, numbered in node order (see compiler/interp/philox.h).
-const absl::flat_hash_set<std::string>& RngOps() {
-  static const auto* ops = new absl::flat_hash_set<std::string>{
-      "aten.native_dropout.default",
-      "aten.rand_like.default",
-      "aten.rand.default",
-      "aten.bernoulli.p",
-      "aten._scaled_dot_product_efficient_attention.default",
-      "aten._scaled_dot_product_cudnn_attention.default",
-  };
-  return *ops;
-}
-
 // Ops the runtime runs with a library.
 const absl::flat_hash_set<std::string>& ExternOps() {
   static const auto* ops = new absl::flat_hash_set<std::string>{
@@ -2516,7 +2503,8 @@ absl::StatusOr<PrimGraph> Decomposer::Run() {
   value_tensor_.assign(g_.values().size(), -1);
   rng_stream_.assign(g_.num_nodes(), -1);
   for (uint32_t i = 0; i < g_.num_nodes(); ++i) {
-    if (RngOps().contains(g_.target(g_.node(i)))) rng_stream_[i] = out_.rng_ops++;
+    // Random ops take Philox streams in node order (see compiler/interp/philox.h).
+    if (ops::DrawsRandom(g_.target(g_.node(i)))) rng_stream_[i] = out_.rng_ops++;
   }
   for (uint32_t i = 0; i < g_.num_inputs(); ++i) {
     const graph::Node& gn = N(i);

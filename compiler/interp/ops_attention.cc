@@ -282,9 +282,9 @@ std::vector<Value> CudnnBackward(const OpCall& c) {
 }  // namespace
 
 void RegisterAttentionOps(OpRegistry& r) {
-  r.AddRng("aten._scaled_dot_product_efficient_attention.default", EfficientForward);
+  r.Add("aten._scaled_dot_product_efficient_attention.default", EfficientForward);
   r.Add("aten._scaled_dot_product_efficient_attention_backward.default", EfficientBackward);
-  r.AddRng("aten._scaled_dot_product_cudnn_attention.default", CudnnForward);
+  r.Add("aten._scaled_dot_product_cudnn_attention.default", CudnnForward);
   r.Add("aten._scaled_dot_product_cudnn_attention_backward.default", CudnnBackward);
 }
 

@@ -52,9 +52,9 @@ constexpr const char* kFlashBackward[] = {
 }  // namespace
 
 void AddAttentionOps(OpTable& t) {
-  t.Add(Traits{.extern_call = true, .attention = true}, kForward);
+  t.Add(Traits{.extern_call = true, .attention = true, .random = true}, kForward);
   t.Add(Traits{.extern_call = true, .attention = true}, kBackward);
-  t.Add(Traits{.attention = true}, kFlashForward);
+  t.Add(Traits{.attention = true, .random = true}, kFlashForward);
   t.Add(Traits{.attention = true}, kFlashBackward);
 }
 

@@ -19,6 +19,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "compiler/canon/explain.h"
+#include "compiler/decompose/decompose.h"
 #include "proto/ops/registry.h"
 #include "tests/compiler/graph_testing.h"
 
@@ -305,6 +306,102 @@ TEST(CompileKeyTest, ProcessGroupNamesAreNormalizedToTheirPosition) {
   KeyedGraph b = MustKey(swapped);
   EXPECT_NE(a.record.compile_key(), b.record.compile_key());
   EXPECT_EQ(Explain(a, b).component(), "graph");
+}
+
+// q [1, 2, 4, 8] and two independent random ops on it, in the order given: each of `ops` is
+// "attention" (efficient attention with dropout) or a dropout probability ("0.5").
+v1::Graph RandomOpsGraph(const std::vector<std::string>& ops) {
+  auto meta = [](std::vector<int64_t> sizes, v1::DType dtype) {
+    v1::ValueMeta m;
+    v1::TensorMeta* t = m.mutable_tensor();
+    int64_t stride = 1;
+    for (size_t d = sizes.size(); d-- > 0;) {
+      t->add_sizes()->set_value(sizes[d]);
+      t->add_strides()->set_value(stride);
+      stride *= sizes[d];
+    }
+    std::reverse(t->mutable_sizes()->begin(), t->mutable_sizes()->end());
+    std::reverse(t->mutable_strides()->begin(), t->mutable_strides()->end());
+    t->set_dtype(dtype);
+    t->mutable_device()->set_type("cuda");
+    return m;
+  };
+  const std::vector<int64_t> qkv = {1, 2, 4, 8};
+  v1::Graph g;
+  v1::GraphInput* q = g.add_inputs();
+  q->set_name("q");
+  *q->mutable_meta() = meta(qkv, v1::DTYPE_FLOAT32);
+  for (size_t i = 0; i < ops.size(); ++i) {
+    v1::Node* n = g.add_nodes();
+    n->set_name(absl::StrCat("r", i));
+    n->set_multi_output(true);
+    if (ops[i] == "attention") {
+      n->set_target("aten._scaled_dot_product_efficient_attention.default");
+      for (int k = 0; k < 3; ++k) n->add_args()->mutable_ref()->set_node("q");
+      n->add_args()->mutable_none();
+      n->add_args()->set_bool_value(false);  // compute_log_sumexp
+      n->add_args()->set_float_value(0.1);   // dropout_p
+      n->add_args()->set_bool_value(false);  // is_causal
+      *n->add_outputs() = meta(qkv, v1::DTYPE_FLOAT32);
+      *n->add_outputs() = meta({1, 2, 0}, v1::DTYPE_FLOAT32);
+      *n->add_outputs() = meta({}, v1::DTYPE_INT64);
+      *n->add_outputs() = meta({}, v1::DTYPE_INT64);
+    } else {
+      n->set_target("aten.native_dropout.default");
+      n->add_args()->mutable_ref()->set_node("q");
+      n->add_args()->set_float_value(std::stod(ops[i]));
+      n->add_args()->set_bool_value(true);
+      *n->add_outputs() = meta(qkv, v1::DTYPE_FLOAT32);
+      *n->add_outputs() = meta(qkv, v1::DTYPE_BOOL);
+    }
+    v1::ValueRef* out = g.mutable_output()->mutable_list()->add_items()->mutable_ref();
+    out->set_node(n->name());
+    out->set_output(0);
+  }
+  return g;
+}
+
+// The canonical digests of a graph's nodes, in canonical order, in hex.
+std::vector<std::string> CanonicalForm(const KeyedGraph& k) {
+  std::vector<std::string> form;
+  for (uint32_t node : k.canonical->order()) {
+    const Sha256Bytes& d = k.canonical->digest(node);
+    form.push_back(ToHex(absl::string_view(reinterpret_cast<const char*>(d.data()), d.size())));
+  }
+  return form;
+}
+
+// Random ops take Philox streams in their order, so their order is part of the program:
+// swapping two of them must change the key, whichever ops draw. (Attention with dropout
+// once traded places freely with a dropout, and one key compiled to two plans.)
+TEST(CompileKeyTest, RandomOpsKeepTheirOrderAttentionIncluded) {
+  for (const std::vector<std::string>& pair :
+       std::vector<std::vector<std::string>>{{"0.5", "0.3"}, {"attention", "0.5"}}) {
+    SCOPED_TRACE(absl::StrJoin(pair, " then "));
+    const v1::Graph g = RandomOpsGraph(pair);
+    v1::Graph swapped = g;
+    swapped.mutable_nodes()->SwapElements(0, 1);
+    KeyedGraph a = MustKey(g);
+    KeyedGraph b = MustKey(swapped);
+    EXPECT_NE(CanonicalForm(a), CanonicalForm(b));
+    EXPECT_NE(a.record.compile_key(), b.record.compile_key());
+    EXPECT_EQ(Explain(a, b).component(), "graph");
+  }
+  // What the key protects: the attention's stream is its position among the random ops.
+  for (const auto& [order, stream] : std::vector<std::pair<std::vector<std::string>, int64_t>>{
+           {{"attention", "0.5"}, 0}, {{"0.5", "attention"}, 1}}) {
+    KeyedGraph k = MustKey(RandomOpsGraph(order));
+    absl::StatusOr<decompose::PrimGraph> p = decompose::Decompose(*k.graph, *k.canonical);
+    ASSERT_TRUE(p.ok()) << p.status();
+    EXPECT_EQ(p->rng_ops, 2);
+    int attention = 0;
+    for (const decompose::Node& n : p->nodes) {
+      if (n.op != "aten._scaled_dot_product_efficient_attention.default") continue;
+      ++attention;
+      EXPECT_EQ(n.rng_stream, stream) << absl::StrJoin(order, " then ");
+    }
+    EXPECT_EQ(attention, 1);
+  }
 }
 
 // ---- one-field mutations ----
