@@ -25,36 +25,6 @@ using loop::Opcode;
 using loop::ReduceKind;
 using loop::ScalarType;
 
-// Ops the runtime runs with a library.
-const absl::flat_hash_set<std::string>& ExternOps() {
-  static const auto* ops = new absl::flat_hash_set<std::string>{
-      "aten.mm.default",
-      "aten.bmm.default",
-      "aten.convolution.default",
-      "aten.convolution_backward.default",
-      "aten._scaled_dot_product_efficient_attention.default",
-      "aten._scaled_dot_product_efficient_attention_backward.default",
-      "aten._scaled_dot_product_cudnn_attention.default",
-      "aten._scaled_dot_product_cudnn_attention_backward.default",
-  };
-  return *ops;
-}
-
-// Ops whose result is a view of their first argument with the metadata's layout.
-const absl::flat_hash_set<std::string>& ViewOps() {
-  static const auto* ops = new absl::flat_hash_set<std::string>{
-      "aten.view.default",       "aten._unsafe_view.default", "aten.t.default",
-      "aten.transpose.int",      "aten.permute.default",      "aten.expand.default",
-      "aten.slice.Tensor",       "aten.select.int",           "aten.narrow.default",
-      "aten.squeeze.default",    "aten.squeeze.dim",          "aten.squeeze.dims",
-      "aten.unsqueeze.default",  "aten.split.Tensor",         "aten.split_with_sizes.default",
-      "aten.unbind.int",         "aten.chunk.default",        "aten.alias.default",
-      "aten.detach.default",     "aten.diagonal.default",     "aten.unfold.default",
-      "aten.as_strided.default",
-  };
-  return *ops;
-}
-
 double kSqrt1_2 = 0.70710678118654752440;
 double kSqrt2OverPi = 0.79788456080286535588;
 
@@ -649,7 +619,7 @@ absl::Status Decomposer::Extern(uint32_t node, const std::string& op, bool fallb
   n.op = op;
   n.fallback = fallback;
   n.reason = reason;
-  n.collective = absl::StartsWith(op, "_c10d_functional.");
+  n.collective = ops::IsCollective(op);
   n.rng_stream = rng_stream_[node];
   const auto args = g_.args(gn);
   for (size_t i = 0; i < args.size(); ++i) {
@@ -2475,11 +2445,11 @@ absl::Status Decomposer::Visit(uint32_t node) {
     }
     return absl::OkStatus();
   }
-  if (!has_tensor && !absl::StartsWith(target, "_c10d_functional.")) return absl::OkStatus();
+  if (!has_tensor && !ops::IsCollective(target)) return absl::OkStatus();
   if (gn.schema == nullptr) return Fallback(node, absl::StrCat("Kiln does not know ", target));
-  if (absl::StartsWith(target, "_c10d_functional.")) return Extern(node, target, false, "");
-  if (ExternOps().contains(target)) return Extern(node, target, false, "");
-  if (ViewOps().contains(target) || target == "aten.reshape.default") return View(node);
+  // Library calls (collectives among them) and views, as the op registry says.
+  if (ops::IsExtern(target)) return Extern(node, target, false, "");
+  if (ops::IsView(target) || target == "aten.reshape.default") return View(node);
   auto it = Rules().find(target);
   if (it == Rules().end()) return Fallback(node, absl::StrCat("no lowering for ", target));
   absl::Status s = it->second(*this, node);
@@ -2610,19 +2580,15 @@ absl::StatusOr<PrimGraph> Decompose(const graph::Graph& graph,
 
 bool HasLowering(absl::string_view target) {
   const std::string t(target);
-  return ExternOps().contains(t) || ViewOps().contains(t) || t == "aten.reshape.default" ||
-         absl::StartsWith(t, "_c10d_functional.") || t == "operator.getitem" ||
-         Decomposer::Rules().contains(t);
+  return ops::IsExtern(t) || ops::IsView(t) || t == "aten.reshape.default" ||
+         ops::IsCollective(t) || t == "operator.getitem" || Decomposer::Rules().contains(t);
 }
 
 std::vector<std::string> LoweredOps() {
-  std::vector<std::string> lowered = {"aten.reshape.default", "operator.getitem"};
-  lowered.insert(lowered.end(), ExternOps().begin(), ExternOps().end());
-  lowered.insert(lowered.end(), ViewOps().begin(), ViewOps().end());
+  std::vector<std::string> lowered =
+      ops::TargetsWhere([](const ops::Op& op) { return op.extern_call || op.is_view(); });
+  lowered.insert(lowered.end(), {"aten.reshape.default", "operator.getitem"});
   for (const auto& [target, rule] : Decomposer::Rules()) lowered.push_back(target);
-  for (const ops::Op* op : ops::AllOps()) {
-    if (op->collective.has_value()) lowered.push_back(op->target());
-  }
   std::sort(lowered.begin(), lowered.end());
   lowered.erase(std::unique(lowered.begin(), lowered.end()), lowered.end());
   return lowered;

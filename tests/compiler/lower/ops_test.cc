@@ -532,6 +532,7 @@ std::vector<OpCase> Cases() {
   cases.push_back({"all_gather_coalesced",
                    "_c10d_functional.all_gather_into_tensor_coalesced.default",
                    {TensorList{T({4, 3}), T({5})}, I(1), S("0")}});
+  cases.push_back({"broadcast", "_c10d_functional.broadcast.default", {T({4, 3}), I(0), S("0")}});
   cases.push_back({"reduce_scatter_coalesced",
                    "_c10d_functional.reduce_scatter_tensor_coalesced.default",
                    {TensorList{T({4, 3}), T({2}, bf16)}, S("sum"), I(1), S("0")}});
