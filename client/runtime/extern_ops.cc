@@ -16,10 +16,8 @@ namespace kiln::runtime {
 // Defined in conv.cc and attention.cc.
 absl::Status RunConvolution(const ExternCall& call);
 absl::Status RunConvolutionBackward(const ExternCall& call);
-absl::Status RunEfficientAttention(const ExternCall& call);
-absl::Status RunEfficientAttentionBackward(const ExternCall& call);
-absl::Status RunCudnnAttention(const ExternCall& call);
-absl::Status RunCudnnAttentionBackward(const ExternCall& call);
+// Any scaled-dot-product attention op, forward or backward, as its registry layout says.
+absl::Status RunAttention(const ExternCall& call);
 
 namespace {
 
@@ -180,11 +178,10 @@ const std::map<std::string, OpFn, std::less<>>& Ops() {
     add("aten.bmm.default", [](const ExternCall& c) { return Matmul(c, true); });
     add("aten.convolution.default", RunConvolution);
     add("aten.convolution_backward.default", RunConvolutionBackward);
-    add("aten._scaled_dot_product_efficient_attention.default", RunEfficientAttention);
-    add("aten._scaled_dot_product_efficient_attention_backward.default",
-        RunEfficientAttentionBackward);
-    add("aten._scaled_dot_product_cudnn_attention.default", RunCudnnAttention);
-    add("aten._scaled_dot_product_cudnn_attention_backward.default", RunCudnnAttentionBackward);
+    add("aten._scaled_dot_product_efficient_attention.default", RunAttention);
+    add("aten._scaled_dot_product_efficient_attention_backward.default", RunAttention);
+    add("aten._scaled_dot_product_cudnn_attention.default", RunAttention);
+    add("aten._scaled_dot_product_cudnn_attention_backward.default", RunAttention);
     for (const ops::Op* op : ops::AllOps()) {
       if (!op->collective.has_value()) continue;
       add(op->target(), [op](const ExternCall& c) { return Collective(c, *op); });
