@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "client/runtime/extern_args.h"
+#include "proto/ops/registry.h"
 
 namespace kiln::runtime {
 namespace {
@@ -249,14 +250,14 @@ void WriteBiasGrad(const std::vector<T>& full, const Attention<T>& a, const Tens
 }
 
 template <typename T>
-absl::Status ForwardOp(ArgReader& r, const ExternCall& call, bool cudnn) {
-  const Tensor q = r.GetTensor(0, "query");
-  const Tensor k = r.GetTensor(1, "key");
-  const Tensor v = r.GetTensor(2, "value");
-  const Tensor bias = r.GetOptTensor(3, "attn_bias");
-  const bool compute_lse = r.GetBool(4, "compute_log_sumexp", false);
-  const double dropout_p = r.GetDouble(5, "dropout_p", 0.0);
-  const bool causal = r.GetBool(6, "is_causal", false);
+absl::Status ForwardOp(ArgReader& r, const ExternCall& call, const ops::AttentionLayout& at) {
+  const Tensor q = r.GetTensor(at.query, "query");
+  const Tensor k = r.GetTensor(at.key, "key");
+  const Tensor v = r.GetTensor(at.value, "value");
+  const Tensor bias = r.GetOptTensor(at.attn_bias, "attn_bias");
+  const bool compute_lse = r.GetBool(at.compute_log_sumexp, "compute_log_sumexp", false);
+  const double dropout_p = r.GetDouble(at.dropout_p, "dropout_p", 0.0);
+  const bool causal = r.GetBool(at.is_causal, "is_causal", false);
   if (!r.ok()) return r.status();
   Attention<T> a;
   if (!Load(r, q, k, v, bias, causal, dropout_p, a)) return r.status();
@@ -265,34 +266,31 @@ absl::Status ForwardOp(ArgReader& r, const ExternCall& call, bool cudnn) {
   std::vector<T> out, lse;
   Forward(a, *call.context, out, lse);
   FromDense<T>(out.data(), r.Output(0));
-  if (compute_lse) WriteLse(lse, a, r.Output(1));
-  const size_t seed_index = cudnn ? 6 : 2;
-  WriteInt(r.Output(seed_index), static_cast<int64_t>(call.context->rng_seed));
-  WriteInt(r.Output(seed_index + 1), static_cast<int64_t>(call.context->rng_offset));
-  if (cudnn) {
-    WriteInt(r.Output(4), a.l);
-    WriteInt(r.Output(5), a.s);
-  }
+  if (compute_lse) WriteLse(lse, a, r.Output(at.result_logsumexp));
+  WriteInt(r.Output(at.result_philox_seed), static_cast<int64_t>(call.context->rng_seed));
+  WriteInt(r.Output(at.result_philox_offset), static_cast<int64_t>(call.context->rng_offset));
+  if (at.result_max_q >= 0) WriteInt(r.Output(at.result_max_q), a.l);
+  if (at.result_max_k >= 0) WriteInt(r.Output(at.result_max_k), a.s);
   return absl::OkStatus();
 }
 
 template <typename T>
-absl::Status BackwardOp(ArgReader& r, const ExternCall& call, bool cudnn) {
-  // Schema positions differ between the two ops.
-  const int bias_pos = cudnn ? 8 : 4, out_pos = cudnn ? 4 : 5, lse_pos = cudnn ? 5 : 6;
-  const int dropout_pos = cudnn ? 13 : 9, causal_pos = cudnn ? 14 : 11;
-  const Tensor dout = r.GetTensor(0, cudnn ? "grad_out" : "grad_out_");
-  const Tensor q = r.GetTensor(1, "query");
-  const Tensor k = r.GetTensor(2, "key");
-  const Tensor v = r.GetTensor(3, "value");
-  const Tensor bias = r.GetOptTensor(bias_pos, "attn_bias");
-  const Tensor out = r.GetTensor(out_pos, "out");
-  const Tensor lse_t = r.GetTensor(lse_pos, "logsumexp");
-  const double dropout_p = r.GetDouble(dropout_pos, "dropout_p", 0.0);
-  const bool causal = r.GetBool(causal_pos, "is_causal", false);
-  const std::vector<bool> mask = cudnn
-                                     ? std::vector<bool>{true, true, true, false}
-                                     : r.GetBools(10, "grad_input_mask", {true, true, true, false});
+absl::Status BackwardOp(ArgReader& r, const ExternCall& call, const ops::Op& op) {
+  const ops::AttentionLayout& at = *op.attention;
+  const Tensor dout = r.GetTensor(at.grad_out, op.schema.params[at.grad_out].name);
+  const Tensor q = r.GetTensor(at.query, "query");
+  const Tensor k = r.GetTensor(at.key, "key");
+  const Tensor v = r.GetTensor(at.value, "value");
+  const Tensor bias = r.GetOptTensor(at.attn_bias, "attn_bias");
+  const Tensor out = r.GetTensor(at.out, "out");
+  const Tensor lse_t = r.GetTensor(at.logsumexp, "logsumexp");
+  const double dropout_p = r.GetDouble(at.dropout_p, "dropout_p", 0.0);
+  const bool causal = r.GetBool(at.is_causal, "is_causal", false);
+  // Without a grad_input_mask (the cuDNN form) there is no bias gradient to compute.
+  const bool has_mask = at.grad_input_mask >= 0;
+  const std::vector<bool> mask =
+      has_mask ? r.GetBools(at.grad_input_mask, "grad_input_mask", {true, true, true, false})
+               : std::vector<bool>{true, true, true, false};
   if (!r.ok()) return r.status();
   if (!r.Check(mask.size() == 4, "grad_input_mask must have 4 entries")) return r.status();
   Attention<T> a;
@@ -306,7 +304,7 @@ absl::Status BackwardOp(ArgReader& r, const ExternCall& call, bool cudnn) {
   r.CheckOutput(1, k.sizes(), k.dtype());
   r.CheckOutput(2, v.sizes(), v.dtype());
   if (!r.ok()) return r.status();
-  const bool want_bias = !cudnn && mask[3] && bias.defined() && r.Output(3).defined();
+  const bool want_bias = has_mask && mask[3] && bias.defined() && r.Output(3).defined();
   Grads<T> g;
   Backward(a, ToDense<T>(dout_full), ToDense<T>(out), lse, want_bias, *call.context, g);
   FromDense<T>(g.dq.data(), r.Output(0));
@@ -316,29 +314,24 @@ absl::Status BackwardOp(ArgReader& r, const ExternCall& call, bool cudnn) {
   return r.status();
 }
 
-template <bool kBackward>
-absl::Status Dispatch(const ExternCall& call, bool cudnn) {
+}  // namespace
+
+absl::Status RunAttention(const ExternCall& call) {
+  const ops::Op* op = ops::FindOp(call.op);
+  if (op == nullptr || !op->attention.has_value()) {
+    return absl::InvalidArgumentError(absl::StrCat(call.op, " is no attention op"));
+  }
   ArgReader r(call);
-  const Tensor q = r.GetTensor(1 - (kBackward ? 0 : 1), "query");
+  const Tensor q = r.GetTensor(op->attention->query, "query");
   if (!r.ok()) return r.status();
   if (!IsFloating(q.dtype())) {
     return absl::UnimplementedError(absl::StrCat(call.op, ": dtype ", DTypeName(q.dtype())));
   }
+  const bool backward = op->attention->backward;
   if (q.dtype() == v1::DTYPE_FLOAT64) {
-    return kBackward ? BackwardOp<double>(r, call, cudnn) : ForwardOp<double>(r, call, cudnn);
+    return backward ? BackwardOp<double>(r, call, *op) : ForwardOp<double>(r, call, *op->attention);
   }
-  return kBackward ? BackwardOp<float>(r, call, cudnn) : ForwardOp<float>(r, call, cudnn);
-}
-
-}  // namespace
-
-absl::Status RunEfficientAttention(const ExternCall& call) { return Dispatch<false>(call, false); }
-absl::Status RunEfficientAttentionBackward(const ExternCall& call) {
-  return Dispatch<true>(call, false);
-}
-absl::Status RunCudnnAttention(const ExternCall& call) { return Dispatch<false>(call, true); }
-absl::Status RunCudnnAttentionBackward(const ExternCall& call) {
-  return Dispatch<true>(call, true);
+  return backward ? BackwardOp<float>(r, call, *op) : ForwardOp<float>(r, call, *op->attention);
 }
 
 }  // namespace kiln::runtime

@@ -54,9 +54,9 @@ struct FallbackCall {
 using FallbackHook = std::function<absl::Status(const FallbackCall&)>;
 
 // A collective across the ranks of a job, performed synchronously by the trainer's process
-// group: `op` is "all_reduce", "all_gather_into_tensor", "reduce_scatter_tensor" or
-// "all_to_all_single" (coalesced forms arrive as one call per tensor, in order); `output`
-// receives the result (it may be `input` itself for an in-place all_reduce).
+// group: `op` is "all_reduce", "all_gather_into_tensor", "reduce_scatter_tensor",
+// "all_to_all_single" or "broadcast" (coalesced forms arrive as one call per tensor, in
+// order); `output` receives the result (it may be `input` itself for an in-place all_reduce).
 struct CollectiveCall {
   absl::string_view op;
   absl::string_view reduce_op;  // "sum", "avg", "max", ... (empty for all_gather)
@@ -64,6 +64,7 @@ struct CollectiveCall {
   // the trainer's N-th process group of that graph.
   absl::string_view group_name;
   int64_t group_size = 1;
+  int64_t src = 0;  // broadcast: the rank whose input every rank receives
   // all_to_all_single: rows of dim 0 sent to / received from each rank (empty: equal).
   std::vector<int64_t> input_split_sizes, output_split_sizes;
   Tensor input;

@@ -16,6 +16,7 @@
 
 #include "client/runtime/extern_args.h"
 #include "client/runtime/gemm.h"
+#include "proto/ops/conv_shape.h"
 
 namespace kiln::runtime {
 namespace {
@@ -34,58 +35,20 @@ bool MakeGeometry(ArgReader& r, const std::vector<int64_t>& input,
                   const std::vector<int64_t>& weight, std::vector<int64_t> stride,
                   std::vector<int64_t> padding, std::vector<int64_t> dilation, bool transposed,
                   std::vector<int64_t> output_padding, int64_t groups, ConvGeometry& g) {
-  if (!r.Check(input.size() >= 3 && weight.size() == input.size(), "input of rank ", input.size(),
-               " and weight of rank ", weight.size(), " do not form a batched convolution")) {
-    return false;
-  }
-  const size_t dims = input.size() - 2;
-  auto expand = [&](std::vector<int64_t>& v, absl::string_view name, int64_t fallback) {
-    if (v.empty()) v.assign(dims, fallback);
-    if (v.size() == 1) v.assign(dims, v[0]);
-    return r.Check(v.size() == dims, name, " must have ", dims, " entries");
-  };
-  if (!expand(stride, "stride", 1) || !expand(padding, "padding", 0) ||
-      !expand(dilation, "dilation", 1) || !expand(output_padding, "output_padding", 0)) {
-    return false;
-  }
-  g.n = input[0];
-  g.cin = input[1];
-  g.groups = groups;
+  absl::StatusOr<ops::ConvShape> shape =
+      ops::ConvolutionShape(input, weight, std::move(stride), std::move(padding),
+                            std::move(dilation), transposed, std::move(output_padding), groups);
+  if (!r.Check(shape.ok(), shape.status().message())) return false;
+  const size_t dims = shape->in.size();
+  g.n = shape->n;
+  g.cin = shape->cin;
+  g.cout = shape->cout;
+  g.groups = shape->groups;
   g.transposed = transposed;
-  if (!r.Check(groups > 0 && g.cin % groups == 0, "groups ", groups,
-               " must divide the input channels ", g.cin)) {
-    return false;
-  }
-  if (transposed) {
-    if (!r.Check(weight[0] == g.cin, "transposed weight must have ", g.cin, " input channels")) {
-      return false;
-    }
-    g.cout = weight[1] * groups;
-  } else {
-    if (!r.Check(weight[1] * groups == g.cin && weight[0] % groups == 0, "weight of ", weight[0],
-                 "x", weight[1], " channels does not fit ", g.cin, " input channels in ", groups,
-                 " groups")) {
-      return false;
-    }
-    g.cout = weight[0];
-  }
-  for (size_t d = 0; d < dims; ++d) {
-    if (!r.Check(stride[d] > 0 && dilation[d] > 0 && padding[d] >= 0,
-                 "bad stride, dilation or padding")) {
-      return false;
-    }
-    const int64_t in = input[d + 2];
-    const int64_t k = weight[d + 2];
-    const int64_t out =
-        transposed
-            ? (in - 1) * stride[d] - 2 * padding[d] + dilation[d] * (k - 1) + output_padding[d] + 1
-            : (in + 2 * padding[d] - dilation[d] * (k - 1) - 1) / stride[d] + 1;
-    if (!r.Check(out >= 0, "the output would have negative size")) return false;
-    g.in_sp.push_back(in);
-    g.out_sp.push_back(out);
-    g.k_sp.push_back(k);
-    g.k *= k;
-  }
+  g.in_sp = shape->in;
+  g.out_sp = shape->out;
+  g.k_sp = shape->kernel;
+  for (size_t d = 0; d < dims; ++d) g.k *= g.k_sp[d];
   g.small_sp = transposed ? g.in_sp : g.out_sp;
   g.big_sp = transposed ? g.out_sp : g.in_sp;
   g.ca = transposed ? g.cin : g.cout;
@@ -104,7 +67,7 @@ bool MakeGeometry(ArgReader& r, const std::vector<int64_t>& input,
         srem /= g.small_sp[d];
         const int64_t kc = krem % g.k_sp[d];
         krem /= g.k_sp[d];
-        const int64_t b = sc * stride[d] - padding[d] + kc * dilation[d];
+        const int64_t b = sc * shape->stride[d] - shape->padding[d] + kc * shape->dilation[d];
         if (b < 0 || b >= g.big_sp[d]) inside = false;
         pos += b * scale;
         scale *= g.big_sp[d];

@@ -1,24 +1,23 @@
 #include "client/runtime/extern_ops.h"
 
 #include <algorithm>
-#include <cstring>
+#include <cstdio>
+#include <cstdlib>
 #include <functional>
 #include <map>
 
-#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "client/runtime/extern_args.h"
 #include "client/runtime/gemm.h"
+#include "proto/ops/registry.h"
 
 namespace kiln::runtime {
 
 // Defined in conv.cc and attention.cc.
 absl::Status RunConvolution(const ExternCall& call);
 absl::Status RunConvolutionBackward(const ExternCall& call);
-absl::Status RunEfficientAttention(const ExternCall& call);
-absl::Status RunEfficientAttentionBackward(const ExternCall& call);
-absl::Status RunCudnnAttention(const ExternCall& call);
-absl::Status RunCudnnAttentionBackward(const ExternCall& call);
+// Any scaled-dot-product attention op, forward or backward, as its registry layout says.
+absl::Status RunAttention(const ExternCall& call);
 
 namespace {
 
@@ -41,14 +40,10 @@ bool CheckFloating(ArgReader& r, const Tensor& a, const Tensor& b) {
                  " and ", DTypeName(b.dtype()));
 }
 
-absl::Status Matmul(const ExternCall& call, bool batched, bool with_addend) {
+absl::Status Matmul(const ExternCall& call, bool batched) {
   ArgReader r(call);
-  const int first = with_addend ? 1 : 0;
-  const Tensor self = with_addend ? r.GetTensor(0, "self") : Tensor();
-  const Tensor a = r.GetTensor(first, with_addend ? "mat1" : "self");
-  const Tensor b = r.GetTensor(first + 1, with_addend ? "mat2" : "mat2");
-  const double beta = with_addend ? r.GetDouble(-1, "beta", 1.0) : 0.0;
-  const double alpha = with_addend ? r.GetDouble(-1, "alpha", 1.0) : 1.0;
+  const Tensor a = r.GetTensor(0, "self");
+  const Tensor b = r.GetTensor(1, "mat2");
   if (!r.ok() || !CheckFloating(r, a, b)) return r.status();
   const int64_t rank = batched ? 3 : 2;
   const int64_t off = batched ? 1 : 0;
@@ -70,32 +65,6 @@ absl::Status Matmul(const ExternCall& call, bool batched, bool with_addend) {
   g.a = MatOf(a, off, off + 1, batched ? 0 : -1);
   g.b = MatOf(b, off, off + 1, batched ? 0 : -1);
   g.c = MatOf(out, off, off + 1, batched ? 0 : -1);
-  g.alpha = alpha;
-  g.beta = beta;
-  MatRef addend;
-  if (with_addend) {
-    // self broadcasts to [m, n]: pad to two dims and read size-1 dims with stride 0.
-    if (!r.Check(self.dim() <= 2, "self ", self.DebugString(), " does not broadcast")) {
-      return r.status();
-    }
-    const int64_t lead = 2 - self.dim();
-    int64_t strides[2] = {0, 0};
-    const int64_t want[2] = {g.m, g.n};
-    for (int64_t d = 0; d < self.dim(); ++d) {
-      if (self.size(d) == want[d + lead]) {
-        strides[d + lead] = self.stride(d);
-      } else if (!r.Check(self.size(d) == 1, "self ", self.DebugString(),
-                          " does not broadcast to [", g.m, ", ", g.n, "]")) {
-        return r.status();
-      }
-    }
-    if (!r.Check(IsFloating(self.dtype()), "self must be floating")) return r.status();
-    addend.data = self.data();
-    addend.dtype = self.dtype();
-    addend.rs = strides[0];
-    addend.cs = strides[1];
-    g.addend = &addend;
-  }
   Gemm(g, call.context->pool, call.context->max_threads);
   return absl::OkStatus();
 }
@@ -117,6 +86,7 @@ struct CollectiveArgs {
   std::string reduce_op;
   std::string group_name;
   int64_t group_size = 1;
+  int64_t src = 0;                                             // broadcast
   std::vector<int64_t> input_split_sizes, output_split_sizes;  // all_to_all_single
 };
 
@@ -143,6 +113,7 @@ absl::Status RunCollective(const ExternCall& call, const CollectiveArgs& a, cons
   c.reduce_op = a.reduce_op;
   c.group_name = a.group_name;
   c.group_size = a.group_size;
+  c.src = a.src;
   c.input_split_sizes = a.input_split_sizes;
   c.output_split_sizes = a.output_split_sizes;
   c.input = input;
@@ -150,33 +121,36 @@ absl::Status RunCollective(const ExternCall& call, const CollectiveArgs& a, cons
   return (*call.context->collective)(c);
 }
 
-// `_c10d_functional.<name>`: the argument layout of each collective's schema.
-absl::Status Collective(const ExternCall& call, absl::string_view name) {
+// A functional collective, its arguments where the op registry's layout of its schema puts
+// them. Without a group_size argument the collective spans the world.
+absl::Status Collective(const ExternCall& call, const ops::Op& op) {
+  const ops::CollectiveLayout& layout = *op.collective;
+  auto name = [&](int param) { return absl::string_view(op.schema.params[param].name); };
   ArgReader r(call);
   CollectiveArgs a;
-  a.op = std::string(name);
+  a.op = layout.kind;
   a.group_size = call.context->world_size;
-  const bool coalesced = absl::EndsWith(name, "_coalesced");
-  if (coalesced) a.op = std::string(name.substr(0, name.size() - strlen("_coalesced")));
-  if (a.op == "all_reduce") {
-    a.reduce_op = r.GetString(1, "reduce_op", "sum");
-    a.group_name = r.GetString(2, "group_name", "");
-  } else if (a.op == "all_gather_into_tensor") {
-    a.group_size = r.GetInt(1, "group_size", 1);
-    a.group_name = r.GetString(2, "group_name", "");
-  } else if (a.op == "reduce_scatter_tensor") {
-    a.reduce_op = r.GetString(1, "reduce_op", "sum");
-    a.group_size = r.GetInt(2, "group_size", 1);
-    a.group_name = r.GetString(3, "group_name", "");
-  } else if (a.op == "all_to_all_single") {
-    a.output_split_sizes = r.GetInts(1, "output_split_sizes", {});
-    a.input_split_sizes = r.GetInts(2, "input_split_sizes", {});
-    a.group_name = r.GetString(3, "group_name", "");
+  if (layout.reduce_op >= 0) {
+    a.reduce_op = r.GetString(layout.reduce_op, name(layout.reduce_op), "sum");
+  }
+  if (layout.group_size >= 0) {
+    a.group_size = r.GetInt(layout.group_size, name(layout.group_size), 1);
+  }
+  if (layout.group_name >= 0) {
+    a.group_name = r.GetString(layout.group_name, name(layout.group_name), "");
+  }
+  if (layout.src >= 0) a.src = r.GetInt(layout.src, name(layout.src), 0);
+  if (layout.output_split_sizes >= 0) {
+    a.output_split_sizes =
+        r.GetInts(layout.output_split_sizes, name(layout.output_split_sizes), {});
+  }
+  if (layout.input_split_sizes >= 0) {
+    a.input_split_sizes = r.GetInts(layout.input_split_sizes, name(layout.input_split_sizes), {});
   }
   // Coalesced forms run their tensors one after the other, in order.
   const std::vector<Tensor> inputs =
-      coalesced ? r.GetTensors(0, "inputs")
-                : std::vector<Tensor>{r.GetTensor(0, name == "wait_tensor" ? "tensor" : "input")};
+      layout.coalesced ? r.GetTensors(layout.input, name(layout.input))
+                       : std::vector<Tensor>{r.GetTensor(layout.input, name(layout.input))};
   if (!r.ok()) return r.status();
   for (size_t i = 0; i < inputs.size(); ++i) {
     if (absl::Status s = RunCollective(call, a, inputs[i], r.Output(i)); !s.ok()) return s;
@@ -186,30 +160,35 @@ absl::Status Collective(const ExternCall& call, absl::string_view name) {
 
 using OpFn = std::function<absl::Status(const ExternCall&)>;
 
+// The implementations, each registered against the op registry's entry: an op the registry
+// does not list as an extern call is a programming error, caught by the first test that runs
+// an extern op. Every registry collective is implemented from its layout.
 const std::map<std::string, OpFn, std::less<>>& Ops() {
-  static const auto* ops = [] {
-    auto* m = new std::map<std::string, OpFn, std::less<>>{
-        {"aten.mm.default", [](const ExternCall& c) { return Matmul(c, false, false); }},
-        {"aten.addmm.default", [](const ExternCall& c) { return Matmul(c, false, true); }},
-        {"aten.bmm.default", [](const ExternCall& c) { return Matmul(c, true, false); }},
-        {"aten.convolution.default", RunConvolution},
-        {"aten.convolution_backward.default", RunConvolutionBackward},
-        {"aten._scaled_dot_product_efficient_attention.default", RunEfficientAttention},
-        {"aten._scaled_dot_product_efficient_attention_backward.default",
-         RunEfficientAttentionBackward},
-        {"aten._scaled_dot_product_cudnn_attention.default", RunCudnnAttention},
-        {"aten._scaled_dot_product_cudnn_attention_backward.default", RunCudnnAttentionBackward},
+  static const auto* table = [] {
+    auto* m = new std::map<std::string, OpFn, std::less<>>;
+    auto add = [m](absl::string_view target, OpFn fn) {
+      if (!ops::IsExtern(target)) {
+        std::fprintf(stderr, "kiln: the runtime implements %.*s, which is no extern op\n",
+                     static_cast<int>(target.size()), target.data());
+        std::abort();
+      }
+      m->emplace(std::string(target), std::move(fn));
     };
-    for (const char* name :
-         {"all_reduce", "wait_tensor", "all_gather_into_tensor", "reduce_scatter_tensor",
-          "all_to_all_single", "all_reduce_coalesced", "all_gather_into_tensor_coalesced",
-          "reduce_scatter_tensor_coalesced"}) {
-      m->emplace(absl::StrCat("_c10d_functional.", name, ".default"),
-                 [name](const ExternCall& c) { return Collective(c, name); });
+    add("aten.mm.default", [](const ExternCall& c) { return Matmul(c, false); });
+    add("aten.bmm.default", [](const ExternCall& c) { return Matmul(c, true); });
+    add("aten.convolution.default", RunConvolution);
+    add("aten.convolution_backward.default", RunConvolutionBackward);
+    add("aten._scaled_dot_product_efficient_attention.default", RunAttention);
+    add("aten._scaled_dot_product_efficient_attention_backward.default", RunAttention);
+    add("aten._scaled_dot_product_cudnn_attention.default", RunAttention);
+    add("aten._scaled_dot_product_cudnn_attention_backward.default", RunAttention);
+    for (const ops::Op* op : ops::AllOps()) {
+      if (!op->collective.has_value()) continue;
+      add(op->target(), [op](const ExternCall& c) { return Collective(c, *op); });
     }
     return m;
   }();
-  return *ops;
+  return *table;
 }
 
 }  // namespace

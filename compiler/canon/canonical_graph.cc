@@ -8,10 +8,10 @@
 #include <queue>
 
 #include "absl/strings/ascii.h"
-#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "proto/fx/capture_import.h"
+#include "proto/ops/registry.h"
 
 namespace kiln::canon {
 namespace {
@@ -64,14 +64,9 @@ absl::string_view SymbolPrefix(absl::string_view name) {
   return name.substr(0, i);
 }
 
-// Ops with a `group_name` argument name a process group; only its position matters.
-bool IsCollectiveTarget(absl::string_view target) {
-  return absl::StartsWith(target, "_c10d_functional.");
-}
-
 bool IsOrdered(const Node& n) {
   if (n.kind != NodeKind::kCall) return false;
-  return n.schema == nullptr || n.schema->ordered;
+  return n.op == nullptr || n.op->ordered;
 }
 
 template <typename F>
@@ -167,9 +162,11 @@ std::string CanonicalGraph::ProcessGroupName(uint32_t node, uint32_t arg_index) 
   return absl::StrCat("pg", it->second);
 }
 
+// A collective's `group_name` argument names a process group; only its position matters.
 bool CanonicalGraph::IsGroupName(const Node& n, uint32_t arg_index) const {
-  if (!IsCollectiveTarget(graph_.target(n))) return false;
-  if (n.schema != nullptr) return n.schema->params[arg_index].name == "group_name";
+  if (!ops::IsCollective(graph_.target(n))) return false;
+  if (n.op != nullptr) return n.op->collective->group_name == static_cast<int>(arg_index);
+  // An unknown collective: its keyword arguments carry their names.
   return graph_.str(graph_.args(n)[arg_index].name) == "group_name";
 }
 

@@ -35,7 +35,9 @@ namespace kiln::canon {
 
 // The encoding's version: bump it whenever encodings change, so old keys stop matching.
 // 2: list defaults an FX node omits are bound in place (1 shifted the node's arguments).
-inline constexpr uint32_t kCanonicalFormat = 2;
+// 3: the attention ops that draw dropout masks are ordered (2 let them trade places with
+//    other random ops, whose Philox streams then differed under one key).
+inline constexpr uint32_t kCanonicalFormat = 3;
 
 // One field of a node, for explanations: where it is, what to compare, what to print.
 struct NodeField {

@@ -1,4 +1,5 @@
 #include "compiler/decompose/builder.h"
+#include "proto/ops/registry.h"
 
 #include <algorithm>
 
@@ -465,7 +466,7 @@ absl::Status Builder::Extern(uint32_t node, const std::string& op, bool fallback
   n.op = op;
   n.fallback = fallback;
   n.reason = reason;
-  n.collective = absl::StartsWith(op, "_c10d_functional.");
+  n.collective = ops::IsCollective(op);
   n.rng_stream = rng_stream(node);
   const auto args = g_.args(gn);
   for (size_t i = 0; i < args.size(); ++i) {

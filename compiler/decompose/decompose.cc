@@ -14,6 +14,7 @@
 #include "absl/strings/str_cat.h"
 #include "compiler/decompose/builder.h"
 #include "compiler/decompose/rule_registry.h"
+#include "proto/ops/registry.h"
 
 namespace kiln::decompose {
 namespace {
@@ -21,49 +22,6 @@ namespace {
 using graph::Arg;
 using graph::ArgKind;
 using loop::IndexExpr;
-
-// The ops that draw random numbers, numbered in node order (see compiler/interp/philox.h).
-const absl::flat_hash_set<std::string>& RngOps() {
-  static const auto* ops = new absl::flat_hash_set<std::string>{
-      "aten.native_dropout.default",
-      "aten.rand_like.default",
-      "aten.rand.default",
-      "aten.bernoulli.p",
-      "aten._scaled_dot_product_efficient_attention.default",
-      "aten._scaled_dot_product_cudnn_attention.default",
-  };
-  return *ops;
-}
-
-// Ops the runtime runs with a library.
-const absl::flat_hash_set<std::string>& ExternOps() {
-  static const auto* ops = new absl::flat_hash_set<std::string>{
-      "aten.mm.default",
-      "aten.bmm.default",
-      "aten.convolution.default",
-      "aten.convolution_backward.default",
-      "aten._scaled_dot_product_efficient_attention.default",
-      "aten._scaled_dot_product_efficient_attention_backward.default",
-      "aten._scaled_dot_product_cudnn_attention.default",
-      "aten._scaled_dot_product_cudnn_attention_backward.default",
-  };
-  return *ops;
-}
-
-// Ops whose result is a view of their first argument with the metadata's layout.
-const absl::flat_hash_set<std::string>& ViewOps() {
-  static const auto* ops = new absl::flat_hash_set<std::string>{
-      "aten.view.default",       "aten._unsafe_view.default", "aten.t.default",
-      "aten.transpose.int",      "aten.permute.default",      "aten.expand.default",
-      "aten.slice.Tensor",       "aten.select.int",           "aten.narrow.default",
-      "aten.squeeze.default",    "aten.squeeze.dim",          "aten.squeeze.dims",
-      "aten.unsqueeze.default",  "aten.split.Tensor",         "aten.split_with_sizes.default",
-      "aten.unbind.int",         "aten.chunk.default",        "aten.alias.default",
-      "aten.detach.default",     "aten.diagonal.default",     "aten.unfold.default",
-      "aten.as_strided.default",
-  };
-  return *ops;
-}
 
 // Dispatches `node` to what decomposes it; returns UNIMPLEMENTED where it must fall back.
 absl::Status Visit(Builder& d, uint32_t node) {
@@ -89,11 +47,11 @@ absl::Status Visit(Builder& d, uint32_t node) {
     }
     return absl::OkStatus();
   }
-  if (!has_tensor && !absl::StartsWith(target, "_c10d_functional.")) return absl::OkStatus();
+  if (!has_tensor && !ops::IsCollective(target)) return absl::OkStatus();
   if (gn.schema == nullptr) return d.Fallback(node, absl::StrCat("Kiln does not know ", target));
-  if (absl::StartsWith(target, "_c10d_functional.")) return d.Extern(node, target, false, "");
-  if (ExternOps().contains(target)) return d.Extern(node, target, false, "");
-  if (ViewOps().contains(target) || target == "aten.reshape.default") return d.View(node);
+  // Library calls (collectives among them) and views, as the op registry says.
+  if (ops::IsExtern(target)) return d.Extern(node, target, false, "");
+  if (ops::IsView(target) || target == "aten.reshape.default") return d.View(node);
   const Rule* rule = DefaultRuleRegistry().Find(target);
   if (rule == nullptr) return d.Fallback(node, absl::StrCat("no lowering for ", target));
   absl::Status s = (*rule)(d, node);
@@ -173,7 +131,8 @@ absl::StatusOr<PrimGraph> Decompose(const graph::Graph& graph,
   std::vector<int64_t> rng_streams(graph.num_nodes(), -1);
   int64_t rng_ops = 0;
   for (uint32_t i = 0; i < graph.num_nodes(); ++i) {
-    if (RngOps().contains(graph.target(graph.node(i)))) rng_streams[i] = rng_ops++;
+    // Random ops take Philox streams in node order (see compiler/interp/philox.h).
+    if (ops::DrawsRandom(graph.target(graph.node(i)))) rng_streams[i] = rng_ops++;
   }
   Builder d(graph, canonical, std::move(rng_streams));
   std::vector<loop::InputDesc> inputs;
@@ -206,22 +165,19 @@ absl::StatusOr<PrimGraph> Decompose(const graph::Graph& graph,
 
 bool HasLowering(absl::string_view target) {
   const std::string t(target);
-  return ExternOps().contains(t) || ViewOps().contains(t) || t == "aten.reshape.default" ||
-         absl::StartsWith(t, "_c10d_functional.") || t == "operator.getitem" ||
+  return ops::IsExtern(t) || ops::IsView(t) || t == "aten.reshape.default" ||
+         ops::IsCollective(t) || t == "operator.getitem" ||
          DefaultRuleRegistry().Find(t) != nullptr;
 }
 
 std::vector<std::string> LoweredOps() {
-  std::vector<std::string> ops = {"aten.reshape.default", "operator.getitem"};
-  ops.insert(ops.end(), ExternOps().begin(), ExternOps().end());
-  ops.insert(ops.end(), ViewOps().begin(), ViewOps().end());
-  for (const std::string& target : DefaultRuleRegistry().Targets()) ops.push_back(target);
-  for (const graph::OpSchema* schema : graph::AllOpSchemas()) {
-    if (absl::StartsWith(schema->target, "_c10d_functional.")) ops.push_back(schema->target);
-  }
-  std::sort(ops.begin(), ops.end());
-  ops.erase(std::unique(ops.begin(), ops.end()), ops.end());
-  return ops;
+  std::vector<std::string> lowered =
+      ops::TargetsWhere([](const ops::Op& op) { return op.extern_call || op.is_view(); });
+  lowered.insert(lowered.end(), {"aten.reshape.default", "operator.getitem"});
+  for (const std::string& target : DefaultRuleRegistry().Targets()) lowered.push_back(target);
+  std::sort(lowered.begin(), lowered.end());
+  lowered.erase(std::unique(lowered.begin(), lowered.end()), lowered.end());
+  return lowered;
 }
 
 }  // namespace kiln::decompose

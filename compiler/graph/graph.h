@@ -17,8 +17,8 @@
 #include <vector>
 
 #include "absl/types/span.h"
-#include "compiler/graph/op_schema.h"
 #include "compiler/sym/expr.h"
+#include "proto/ops/registry.h"
 
 namespace kiln::graph {
 
@@ -176,10 +176,13 @@ struct Node {
   NodeKind kind = NodeKind::kCall;
   bool multi_output = false;                 // the call returns a tuple (even of one element)
   InputRole role = InputRole::kUnspecified;  // inputs only
-  const OpSchema* schema = nullptr;          // nullptr for inputs and unknown ops (fallbacks)
-  uint32_t target = 0;                       // string id of the OpOverload target; 0 for inputs
-  uint32_t name = 0;                         // string id of the original name (debug only)
-  uint32_t stack_trace = 0;                  // string id, 0 when absent (debug only)
+  // The op's registry entry (schema and traits); nullptr for inputs and unknown ops, which
+  // run as fallbacks. `schema` is &op->schema, for the phases that read only parameters.
+  const ops::Op* op = nullptr;
+  const ops::OpSchema* schema = nullptr;
+  uint32_t target = 0;       // string id of the OpOverload target; 0 for inputs
+  uint32_t name = 0;         // string id of the original name (debug only)
+  uint32_t stack_trace = 0;  // string id, 0 when absent (debug only)
   // Arguments at args[args_begin, args_begin + num_args). For known ops: one per schema
   // parameter in schema order, keyword arguments bound and defaults filled in. For
   // unknown ops: the positional arguments, then the keyword arguments (Arg::name set).

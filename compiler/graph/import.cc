@@ -11,9 +11,14 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "compiler/graph/extent.h"
+#include "compiler/graph/schema_binding.h"
 #include "proto/error_detail.h"
 
 namespace kiln::graph {
+
+using ops::OpSchema;
+using ops::ReturnKind;
 
 namespace {
 constexpr absl::string_view kDeviceTypeNames[] = {"cpu", "cuda", "meta", "mps", "xpu", "hip"};
@@ -306,68 +311,7 @@ class GraphBuilder {
       if (!s.ok()) return s.status();
       v->storage_offset = *s;
     }
-    return CheckExtent(node, field, *v);
-  }
-
-  // The elements a tensor reaches, [first, last], when its metadata is concrete; empty
-  // tensors and symbolic metadata give nothing to check.
-  struct Extent {
-    bool known = false;
-    bool empty = false;
-    int64_t first = 0;
-    int64_t last = 0;
-  };
-
-  Extent ExtentOf(const Value& v) const {
-    Extent e;
-    if (v.storage_offset.is_symbolic()) return e;
-    auto sizes = g_.sizes(v);
-    auto strides = g_.strides(v);
-    int64_t last = v.storage_offset.value();
-    for (uint32_t i = 0; i < v.rank; ++i) {
-      if (sizes[i].is_symbolic() || strides[i].is_symbolic()) return e;
-      if (sizes[i].value() == 0) e.empty = true;
-    }
-    e.known = true;
-    if (e.empty) return e;
-    for (uint32_t i = 0; i < v.rank; ++i) {
-      int64_t step = 0;
-      // CheckExtent has ruled out overflow.
-      __builtin_mul_overflow(sizes[i].value() - 1, strides[i].value(), &step);
-      __builtin_add_overflow(last, step, &last);
-    }
-    e.first = v.storage_offset.value();
-    e.last = last;
-    return e;
-  }
-
-  // Sizes, strides and offset must address elements within int64, and the element count
-  // must fit too: later phases compute indices and byte sizes in 64 bits.
-  absl::Status CheckExtent(absl::string_view node, const std::string& field, const Value& v) {
-    auto sizes = g_.sizes(v);
-    auto strides = g_.strides(v);
-    int64_t numel = 1;
-    bool empty = false;
-    for (uint32_t i = 0; i < v.rank; ++i) {
-      if (sizes[i].is_symbolic()) return absl::OkStatus();
-      if (sizes[i].value() == 0) empty = true;
-      if (__builtin_mul_overflow(numel, sizes[i].value(), &numel)) {
-        return InvalidField(node, absl::StrCat(field, ".sizes[", i, "]"),
-                            "the element count overflows int64");
-      }
-    }
-    if (empty || v.storage_offset.is_symbolic()) return absl::OkStatus();
-    int64_t last = v.storage_offset.value();
-    for (uint32_t i = 0; i < v.rank; ++i) {
-      if (strides[i].is_symbolic()) return absl::OkStatus();
-      int64_t step = 0;
-      if (__builtin_mul_overflow(sizes[i].value() - 1, strides[i].value(), &step) ||
-          __builtin_add_overflow(last, step, &last)) {
-        return InvalidField(node, absl::StrCat(field, ".strides[", i, "]"),
-                            "the tensor reaches elements beyond the int64 index range");
-      }
-    }
-    return absl::OkStatus();
+    return CheckIndexRange(node, field, g_.sizes(*v), g_.strides(*v), v->storage_offset);
   }
 
   // ---- inputs ----
@@ -406,7 +350,8 @@ class GraphBuilder {
     n.stack_trace = Intern(pn.debug().stack_trace());
     if (pn.target().empty()) return InvalidField(name, "target", "a node needs an op target");
     n.target = Intern(pn.target());
-    n.schema = FindOpSchema(pn.target());
+    n.op = ops::FindOp(pn.target());
+    n.schema = n.op != nullptr ? &n.op->schema : nullptr;
     n.multi_output = pn.multi_output();
 
     // Outputs first: arguments are checked against what this node's operands produce,
@@ -436,6 +381,7 @@ class GraphBuilder {
       positional[i] = *a;
     }
     std::vector<Arg> keyword(pn.kwargs_size());
+    std::vector<std::string> keyword_names(pn.kwargs_size());
     for (int i = 0; i < pn.kwargs_size(); ++i) {
       const v1::NamedArgument& kw = pn.kwargs(i);
       const std::string field = absl::StrCat("kwargs.", kw.name());
@@ -451,6 +397,7 @@ class GraphBuilder {
       if (!a.ok()) return a.status();
       keyword[i] = *a;
       keyword[i].name = Intern(kw.name());
+      keyword_names[i] = kw.name();
     }
 
     n.args_begin = static_cast<uint32_t>(g_.args_.size());
@@ -459,14 +406,17 @@ class GraphBuilder {
       g_.args_.insert(g_.args_.end(), keyword.begin(), keyword.end());
       n.num_args = static_cast<uint32_t>(positional.size() + keyword.size());
     } else {
-      absl::Status s = BindToSchema(pn, *n.schema, positional, keyword);
+      const CallArgs call{positional, keyword, keyword_names};
+      absl::Status s = BindToSchema(
+          g_, name, *n.schema, call, [this](const std::string& text) { return Intern(text); },
+          g_.args_);
       if (!s.ok()) return s;
       n.num_args = static_cast<uint32_t>(n.schema->params.size());
     }
     g_.nodes_.push_back(n);
     if (n.schema != nullptr) {
       if (n.schema->returns == ReturnKind::kTuple) return CheckGetItem(pn, g_.nodes_.back());
-      if (n.schema->is_view) return CheckViewInBase(pn, g_.nodes_.back());
+      if (n.op->view_within_base) return CheckViewInBase(g_, g_.nodes_.back());
     }
     return absl::OkStatus();
   }
@@ -576,31 +526,6 @@ class GraphBuilder {
       return InvalidField(pn.name(), "outputs[0]",
                           absl::StrCat("disagrees with element ", index.int_value, " of \"",
                                        g_.name(producer), "\" (kind, dtype or rank)"));
-    }
-    return absl::OkStatus();
-  }
-
-  // A view by a known view op addresses a subset of its base's elements; metadata that
-  // reaches outside the base's range of elements is inconsistent with the storage.
-  absl::Status CheckViewInBase(const v1::Node& pn, const Node& n) {
-    const Arg& self = g_.args(n)[0];
-    if (self.kind != ArgKind::kRef) return absl::OkStatus();
-    const Value* base = g_.Resolve(self.ref);
-    if (base == nullptr || base->kind != ValueKind::kTensor) return absl::OkStatus();
-    const Extent b = ExtentOf(*base);
-    if (!b.known || b.empty) return absl::OkStatus();
-    auto outs = g_.outputs(n);
-    for (uint32_t i = 0; i < outs.size(); ++i) {
-      if (outs[i].kind != ValueKind::kTensor) continue;
-      const Extent e = ExtentOf(outs[i]);
-      if (!e.known || e.empty) continue;
-      if (e.first < b.first || e.last > b.last) {
-        return InvalidField(
-            pn.name(), absl::StrCat("outputs[", i, "]"),
-            absl::StrCat("the view reaches elements [", e.first, ", ", e.last,
-                         "] of the storage, outside [", b.first, ", ", b.last, "] that its base \"",
-                         g_.name(g_.node(self.ref.node)), "\" reaches"));
-      }
     }
     return absl::OkStatus();
   }
@@ -797,269 +722,6 @@ class GraphBuilder {
         break;
     }
     return InvalidField(node, field, "an argument with no value");
-  }
-
-  // Binds positional and keyword arguments to the schema's parameters, checks their
-  // types and fills in defaults, appending one Arg per parameter (the items of list
-  // defaults follow those).
-  absl::Status BindToSchema(const v1::Node& pn, const OpSchema& schema,
-                            const std::vector<Arg>& positional, const std::vector<Arg>& keyword) {
-    const std::string& name = pn.name();
-    const size_t num_params = schema.params.size();
-    size_t max_positional = 0;
-    while (max_positional < num_params && !schema.params[max_positional].keyword_only) {
-      ++max_positional;
-    }
-    if (positional.size() > max_positional) {
-      return InvalidField(name, absl::StrCat("args[", max_positional, "]"),
-                          absl::StrCat(schema.target, " takes at most ", max_positional,
-                                       " positional arguments, got ", positional.size()));
-    }
-    std::vector<const Arg*> bound(num_params, nullptr);
-    std::vector<std::string> fields(num_params);
-    for (size_t i = 0; i < positional.size(); ++i) {
-      bound[i] = &positional[i];
-      fields[i] = absl::StrCat("args[", i, "]");
-    }
-    for (int i = 0; i < pn.kwargs_size(); ++i) {
-      const std::string& kw = pn.kwargs(i).name();
-      const int p = schema.ParamIndex(kw);
-      const std::string field = absl::StrCat("kwargs.", kw);
-      if (p < 0) {
-        std::vector<absl::string_view> names;
-        for (const ParamSchema& param : schema.params) names.push_back(param.name);
-        return InvalidField(name, field,
-                            absl::StrCat(schema.target, " has no parameter \"", kw,
-                                         "\" (parameters: ", absl::StrJoin(names, ", "), ")"));
-      }
-      if (bound[p] != nullptr) {
-        return InvalidField(name, field,
-                            absl::StrCat("parameter \"", kw, "\" is also given positionally"));
-      }
-      bound[p] = &keyword[i];
-      fields[p] = field;
-    }
-    // Check every parameter before appending any: list items are already in the pool and
-    // the node's own slots must be contiguous.
-    for (size_t p = 0; p < num_params; ++p) {
-      const ParamSchema& param = schema.params[p];
-      if (bound[p] == nullptr) {
-        if (!param.has_default) {
-          return InvalidField(
-              name, absl::StrCat("args[", p, "]"),
-              absl::StrCat(schema.target, " needs argument \"", param.name, "\" (",
-                           ArgTypeName(param.type), param.optional ? "?" : "", ")"));
-        }
-        continue;
-      }
-      if (absl::Status s = CheckType(name, fields[p], param, *bound[p]); !s.ok()) return s;
-    }
-    // The slots first, then the items of list defaults after them (DefaultArg appends them
-    // to the pool), so the slots start where the node's arguments begin.
-    const size_t base = g_.args_.size();
-    g_.args_.resize(base + num_params);
-    for (size_t p = 0; p < num_params; ++p) {
-      Arg slot;
-      if (bound[p] != nullptr) {
-        slot = *bound[p];
-        slot.name = 0;
-      } else {
-        slot = DefaultArg(schema.params[p]);
-      }
-      g_.args_[base + p] = slot;
-    }
-    return absl::OkStatus();
-  }
-
-  // The default of `param` as an argument; list defaults put their items in the pool.
-  Arg DefaultArg(const ParamSchema& param) {
-    const DefaultValue& d = param.default_value;
-    Arg a;
-    using Kind = DefaultValue::Kind;
-    switch (d.kind) {
-      case Kind::kNone:
-        a.kind = ArgKind::kNone;
-        break;
-      case Kind::kInt:
-        // A Scalar or float parameter with an integral default still takes the int: that
-        // is what a caller writing the default out would pass.
-        a.kind = ArgKind::kInt;
-        a.int_value = d.int_value;
-        break;
-      case Kind::kFloat:
-        a.kind = ArgKind::kFloat;
-        a.float_value = d.float_value;
-        break;
-      case Kind::kBool:
-        a.kind = ArgKind::kBool;
-        a.int_value = d.int_value;
-        break;
-      case Kind::kString:
-        a.kind = ArgKind::kString;
-        a.string_id = Intern(d.text);
-        break;
-      case Kind::kEnum:
-        a.kind = param.type == ArgType::kMemoryFormat ? ArgKind::kMemoryFormat : ArgKind::kInt;
-        a.int_value = d.int_value;
-        break;
-      case Kind::kIntList:
-      case Kind::kBoolList: {
-        a.kind = ArgKind::kList;
-        a.list.begin = static_cast<uint32_t>(g_.args_.size());
-        a.list.size = static_cast<uint32_t>(d.list.size());
-        for (int64_t v : d.list) {
-          Arg item;
-          item.kind = d.kind == Kind::kBoolList ? ArgKind::kBool : ArgKind::kInt;
-          item.int_value = v;
-          g_.args_.push_back(item);
-        }
-        break;
-      }
-    }
-    return a;
-  }
-
-  // What a value-producing argument is, for type checks.
-  ValueKind KindOf(const Arg& a) const {
-    if (a.kind == ArgKind::kSymbolic) return a.sym_kind;
-    if (a.kind == ArgKind::kRef) {
-      const Value* v = g_.Resolve(a.ref);
-      return v == nullptr ? ValueKind::kNone : v->kind;
-    }
-    return ValueKind::kNone;
-  }
-
-  bool IsTensor(const Arg& a) const {
-    return a.kind == ArgKind::kRef && KindOf(a) == ValueKind::kTensor;
-  }
-  bool IsIntLike(const Arg& a) const {
-    return a.kind == ArgKind::kInt || ((a.kind == ArgKind::kSymbolic || a.kind == ArgKind::kRef) &&
-                                       KindOf(a) == ValueKind::kSymInt);
-  }
-  bool IsFloatLike(const Arg& a) const {
-    if (a.kind == ArgKind::kFloat || IsIntLike(a)) return true;
-    return (a.kind == ArgKind::kSymbolic || a.kind == ArgKind::kRef) &&
-           KindOf(a) == ValueKind::kSymFloat;
-  }
-  bool IsBoolLike(const Arg& a) const {
-    return a.kind == ArgKind::kBool || ((a.kind == ArgKind::kSymbolic || a.kind == ArgKind::kRef) &&
-                                        KindOf(a) == ValueKind::kSymBool);
-  }
-
-  template <typename Pred>
-  bool AllItems(const Arg& a, Pred pred) const {
-    if (a.kind != ArgKind::kList) return false;
-    for (const Arg& item : g_.items(a)) {
-      if (!pred(item)) return false;
-    }
-    return true;
-  }
-
-  absl::Status CheckType(absl::string_view node, const std::string& field, const ParamSchema& param,
-                         const Arg& a) const {
-    if (a.kind == ArgKind::kNone && (param.optional || param.type == ArgType::kAny)) {
-      return absl::OkStatus();
-    }
-    bool ok = false;
-    switch (param.type) {
-      case ArgType::kTensor:
-        ok = IsTensor(a);
-        break;
-      case ArgType::kTensorList:
-        ok = AllItems(a, [&](const Arg& i) { return IsTensor(i); });
-        break;
-      case ArgType::kOptTensorList:
-        ok = AllItems(a, [&](const Arg& i) { return i.kind == ArgKind::kNone || IsTensor(i); });
-        break;
-      case ArgType::kInt:
-      case ArgType::kSymInt:
-        ok = IsIntLike(a);
-        break;
-      case ArgType::kIntList:
-      case ArgType::kSymIntList:
-        // `int[1] dim` also takes a bare int, as in Python.
-        ok = IsIntLike(a) || AllItems(a, [&](const Arg& i) { return IsIntLike(i); });
-        break;
-      case ArgType::kFloat:
-        ok = IsFloatLike(a);
-        break;
-      case ArgType::kFloatList:
-        ok = AllItems(a, [&](const Arg& i) { return IsFloatLike(i); });
-        break;
-      case ArgType::kScalar:
-        ok = IsFloatLike(a) || IsBoolLike(a);
-        break;
-      case ArgType::kBool:
-        ok = IsBoolLike(a);
-        break;
-      case ArgType::kBoolList:
-        ok = AllItems(a, [&](const Arg& i) { return i.kind == ArgKind::kBool; });
-        break;
-      case ArgType::kString:
-        ok = a.kind == ArgKind::kString;
-        break;
-      case ArgType::kScalarType:
-        ok = a.kind == ArgKind::kDType;
-        break;
-      case ArgType::kDevice:
-        ok = a.kind == ArgKind::kDevice;
-        break;
-      case ArgType::kLayout:
-        ok = a.kind == ArgKind::kLayout;
-        break;
-      case ArgType::kMemoryFormat:
-        ok = a.kind == ArgKind::kMemoryFormat;
-        break;
-      case ArgType::kGenerator:
-        ok = false;  // only None, handled above
-        break;
-      case ArgType::kAny:
-        ok = true;
-        break;
-    }
-    if (ok) return absl::OkStatus();
-    return InvalidField(
-        node, field,
-        absl::StrCat("parameter \"", param.name, "\" expects ", ArgTypeName(param.type),
-                     param.optional ? "?" : "", ", got ", Describe(a)));
-  }
-
-  std::string Describe(const Arg& a) const {
-    switch (a.kind) {
-      case ArgKind::kAbsent:
-        return "nothing";
-      case ArgKind::kNone:
-        return "None";
-      case ArgKind::kRef: {
-        const Value* v = g_.Resolve(a.ref);
-        const std::string& producer = g_.name(g_.node(a.ref.node));
-        if (v == nullptr) return absl::StrCat("the tuple \"", producer, "\"");
-        static constexpr absl::string_view kKinds[] = {"a tensor", "a SymInt", "a SymFloat",
-                                                       "a SymBool", "a value without metadata"};
-        return absl::StrCat(kKinds[static_cast<int>(v->kind)], " (\"", producer, "\")");
-      }
-      case ArgKind::kInt:
-        return absl::StrCat("int ", a.int_value);
-      case ArgKind::kFloat:
-        return absl::StrCat("float ", a.float_value);
-      case ArgKind::kBool:
-        return a.int_value ? "True" : "False";
-      case ArgKind::kString:
-        return absl::StrCat("str \"", g_.str(a.string_id), "\"");
-      case ArgKind::kDType:
-        return "a dtype";
-      case ArgKind::kDevice:
-        return "a device";
-      case ArgKind::kLayout:
-        return "a layout";
-      case ArgKind::kMemoryFormat:
-        return "a memory format";
-      case ArgKind::kList:
-        return absl::StrCat("a list of ", a.list.size);
-      case ArgKind::kSymbolic:
-        return absl::StrCat("symbolic \"", g_.expr_text(a.sym.expr()), "\"");
-    }
-    return "?";
   }
 
   // ---- output and guards ----

@@ -5,7 +5,7 @@
 // strides and storage offsets (no negatives, no element index beyond int64, views of known
 // view ops inside their base), symbolic expressions (they must parse and mention only
 // declared symbols), guards, and every call of an op Kiln knows against its schema
-// (argument count, names and types; see op_schema.h). Calls of unknown ops are accepted
+// (argument count, names and types; see proto/ops/registry.h). Calls of unknown ops are accepted
 // when every output carries metadata; they become fallback steps.
 //
 // Errors are INVALID_ARGUMENT carrying a kiln.v1.FieldViolation (see proto/error_detail.h)

@@ -11,6 +11,7 @@
 #include "absl/strings/str_join.h"
 #include "compiler/interp/op_registry.h"
 #include "proto/base/int_expr.h"
+#include "proto/ops/registry.h"
 
 namespace kiln::interp {
 namespace {
@@ -95,7 +96,7 @@ class GraphRun {
       }
       RunContext ctx;
       ctx.options = &options_;
-      if (op->uses_rng) ctx.rng_stream = options_.rng_offset + rng_ops++;
+      if (ops::DrawsRandom(node.target())) ctx.rng_stream = options_.rng_offset + rng_ops++;
       absl::Status s = RunNode(node, *op, ctx);
       if (!s.ok()) return s;
     }
@@ -386,10 +387,7 @@ std::vector<std::string> SupportedOps() { return DefaultOpRegistry().Names(); }
 
 int64_t RngOpCount(const v1::Graph& graph) {
   int64_t n = 0;
-  for (const v1::Node& node : graph.nodes()) {
-    const OpInfo* op = DefaultOpRegistry().Find(node.target());
-    if (op != nullptr && op->uses_rng) ++n;
-  }
+  for (const v1::Node& node : graph.nodes()) n += ops::DrawsRandom(node.target());
   return n;
 }
 

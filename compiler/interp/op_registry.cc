@@ -254,10 +254,6 @@ void OpRegistry::AddView(const std::string& name, OpFn fn) {
   ops_[name] = OpInfo{std::move(fn), /*returns_views=*/true};
 }
 
-void OpRegistry::AddRng(const std::string& name, OpFn fn) {
-  ops_[name] = OpInfo{std::move(fn), /*returns_views=*/false, /*uses_rng=*/true};
-}
-
 const OpInfo* OpRegistry::Find(absl::string_view name) const {
   auto it = ops_.find(name);
   return it == ops_.end() ? nullptr : &it->second;

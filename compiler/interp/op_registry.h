@@ -106,15 +106,12 @@ struct OpInfo {
   // Results are views of the inputs (they keep their computed layout rather than taking
   // the metadata's).
   bool returns_views = false;
-  // The op takes a Philox stream (see philox.h).
-  bool uses_rng = false;
 };
 
 class OpRegistry {
  public:
   void Add(const std::string& name, OpFn fn);
   void AddView(const std::string& name, OpFn fn);
-  void AddRng(const std::string& name, OpFn fn);
   const OpInfo* Find(absl::string_view name) const;
   std::vector<std::string> Names() const;
 

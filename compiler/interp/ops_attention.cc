@@ -11,6 +11,7 @@
 
 #include "compiler/interp/op_registry.h"
 #include "compiler/interp/philox.h"
+#include "proto/ops/registry.h"
 
 namespace kiln::interp {
 namespace {
@@ -199,14 +200,38 @@ std::vector<double> ReadLse(const Tensor& lse, const Attention& a) {
   return out;
 }
 
-std::vector<Value> EfficientForward(const OpCall& c) {
-  const Tensor q = c.GetTensor(0, "query");
-  const Tensor bias = c.GetOptTensor(3, "attn_bias");
-  const bool compute_lse = c.GetBool(4, "compute_log_sumexp", false);
-  Attention a = Load(c, q, c.GetTensor(1, "key"), c.GetTensor(2, "value"), bias,
-                     c.GetBool(6, "is_causal", false), c.GetDouble(5, "dropout_p", 0.0));
+// Where the op keeps its arguments and results (the registry reads them from its schema).
+const ops::AttentionLayout& LayoutOf(const OpCall& c) {
+  return *ops::FindOp(c.target())->attention;
+}
+
+// A forward op's inputs, drawing from the op's own Philox stream.
+Attention LoadForward(const OpCall& c, const ops::AttentionLayout& at) {
+  Attention a = Load(c, c.GetTensor(at.query, "query"), c.GetTensor(at.key, "key"),
+                     c.GetTensor(at.value, "value"), c.GetOptTensor(at.attn_bias, "attn_bias"),
+                     c.GetBool(at.is_causal, "is_causal", false),
+                     c.GetDouble(at.dropout_p, "dropout_p", 0.0));
   a.seed = c.options().rng_seed;
   a.stream = c.context().rng_stream;
+  return a;
+}
+
+// A backward op's inputs, replaying the forward's stream from philox_seed/philox_offset.
+Attention LoadBackward(const OpCall& c, const ops::AttentionLayout& at) {
+  Attention a = Load(c, c.GetTensor(at.query, "query"), c.GetTensor(at.key, "key"),
+                     c.GetTensor(at.value, "value"), c.GetOptTensor(at.attn_bias, "attn_bias"),
+                     c.GetBool(at.is_causal, "is_causal", false),
+                     c.GetDouble(at.dropout_p, "dropout_p", 0.0));
+  a.seed = static_cast<uint64_t>(c.GetTensor(at.philox_seed, "philox_seed").ItemInt());
+  a.stream = static_cast<uint64_t>(c.GetTensor(at.philox_offset, "philox_offset").ItemInt());
+  return a;
+}
+
+std::vector<Value> EfficientForward(const OpCall& c) {
+  const ops::AttentionLayout& at = LayoutOf(c);
+  const Tensor q = c.GetTensor(at.query, "query");
+  const bool compute_lse = c.GetBool(at.compute_log_sumexp, "compute_log_sumexp", false);
+  Attention a = LoadForward(c, at);
   const Forward f = RunForward(a);
   // The kernel pads logsumexp rows to a multiple of 32.
   const int64_t padded = compute_lse ? (a.l + 31) / 32 * 32 : 0;
@@ -216,20 +241,19 @@ std::vector<Value> EfficientForward(const OpCall& c) {
 }
 
 std::vector<Value> EfficientBackward(const OpCall& c) {
-  const Tensor q = c.GetTensor(1, "query");
-  const Tensor k = c.GetTensor(2, "key");
-  const Tensor v = c.GetTensor(3, "value");
-  const Tensor bias = c.GetOptTensor(4, "attn_bias");
-  Attention a =
-      Load(c, q, k, v, bias, c.GetBool(11, "is_causal", false), c.GetDouble(9, "dropout_p", 0.0));
-  a.seed = static_cast<uint64_t>(c.GetTensor(7, "philox_seed").ItemInt());
-  a.stream = static_cast<uint64_t>(c.GetTensor(8, "philox_offset").ItemInt());
-  const std::vector<bool> mask = c.GetBools(10, "grad_input_mask", {true, true, true, false});
+  const ops::AttentionLayout& at = LayoutOf(c);
+  const Tensor q = c.GetTensor(at.query, "query");
+  const Tensor k = c.GetTensor(at.key, "key");
+  const Tensor v = c.GetTensor(at.value, "value");
+  const Tensor bias = c.GetOptTensor(at.attn_bias, "attn_bias");
+  Attention a = LoadBackward(c, at);
+  const std::vector<bool> mask =
+      c.GetBools(at.grad_input_mask, "grad_input_mask", {true, true, true, false});
   Check(mask.size() == 4, "grad_input_mask must have 4 entries");
-  const Tensor dout = c.GetTensor(0, "grad_out_");
-  const Tensor out = c.GetTensor(5, "out");
+  const Tensor dout = c.GetTensor(at.grad_out, "grad_out_");
+  const Tensor out = c.GetTensor(at.out, "out");
   const Backward r = RunBackward(a, ExpandTo(dout, out.sizes()).ToDoubles(), out.ToDoubles(),
-                                 ReadLse(c.GetTensor(6, "logsumexp"), a));
+                                 ReadLse(c.GetTensor(at.logsumexp, "logsumexp"), a));
   std::vector<Value> result = {MakeTensor(q.sizes(), q.dtype(), r.dq),
                                MakeTensor(k.sizes(), k.dtype(), r.dk),
                                MakeTensor(v.sizes(), v.dtype(), r.dv)};
@@ -242,13 +266,10 @@ std::vector<Value> EfficientBackward(const OpCall& c) {
 }
 
 std::vector<Value> CudnnForward(const OpCall& c) {
-  const Tensor q = c.GetTensor(0, "query");
-  const Tensor bias = c.GetOptTensor(3, "attn_bias");
-  const bool compute_lse = c.GetBool(4, "compute_log_sumexp", false);
-  Attention a = Load(c, q, c.GetTensor(1, "key"), c.GetTensor(2, "value"), bias,
-                     c.GetBool(6, "is_causal", false), c.GetDouble(5, "dropout_p", 0.0));
-  a.seed = c.options().rng_seed;
-  a.stream = c.context().rng_stream;
+  const ops::AttentionLayout& at = LayoutOf(c);
+  const Tensor q = c.GetTensor(at.query, "query");
+  const bool compute_lse = c.GetBool(at.compute_log_sumexp, "compute_log_sumexp", false);
+  Attention a = LoadForward(c, at);
   const Forward f = RunForward(a);
   Value lse = None{};
   if (compute_lse) lse = LseTensor(f.lse, a, {a.b, a.h, a.l, 1}, a.l);
@@ -264,17 +285,15 @@ std::vector<Value> CudnnForward(const OpCall& c) {
 }
 
 std::vector<Value> CudnnBackward(const OpCall& c) {
-  const Tensor q = c.GetTensor(1, "query");
-  const Tensor k = c.GetTensor(2, "key");
-  const Tensor v = c.GetTensor(3, "value");
-  Attention a = Load(c, q, k, v, c.GetOptTensor(8, "attn_bias"), c.GetBool(14, "is_causal", false),
-                     c.GetDouble(13, "dropout_p", 0.0));
-  a.seed = static_cast<uint64_t>(c.GetTensor(6, "philox_seed").ItemInt());
-  a.stream = static_cast<uint64_t>(c.GetTensor(7, "philox_offset").ItemInt());
-  const Tensor dout = c.GetTensor(0, "grad_out");
-  const Tensor out = c.GetTensor(4, "out");
+  const ops::AttentionLayout& at = LayoutOf(c);
+  const Tensor q = c.GetTensor(at.query, "query");
+  const Tensor k = c.GetTensor(at.key, "key");
+  const Tensor v = c.GetTensor(at.value, "value");
+  Attention a = LoadBackward(c, at);
+  const Tensor dout = c.GetTensor(at.grad_out, "grad_out");
+  const Tensor out = c.GetTensor(at.out, "out");
   const Backward r = RunBackward(a, ExpandTo(dout, out.sizes()).ToDoubles(), out.ToDoubles(),
-                                 ReadLse(c.GetTensor(5, "logsumexp"), a));
+                                 ReadLse(c.GetTensor(at.logsumexp, "logsumexp"), a));
   return {MakeTensor(q.sizes(), q.dtype(), r.dq), MakeTensor(k.sizes(), k.dtype(), r.dk),
           MakeTensor(v.sizes(), v.dtype(), r.dv)};
 }
@@ -282,9 +301,9 @@ std::vector<Value> CudnnBackward(const OpCall& c) {
 }  // namespace
 
 void RegisterAttentionOps(OpRegistry& r) {
-  r.AddRng("aten._scaled_dot_product_efficient_attention.default", EfficientForward);
+  r.Add("aten._scaled_dot_product_efficient_attention.default", EfficientForward);
   r.Add("aten._scaled_dot_product_efficient_attention_backward.default", EfficientBackward);
-  r.AddRng("aten._scaled_dot_product_cudnn_attention.default", CudnnForward);
+  r.Add("aten._scaled_dot_product_cudnn_attention.default", CudnnForward);
   r.Add("aten._scaled_dot_product_cudnn_attention_backward.default", CudnnBackward);
 }
 

@@ -7,6 +7,7 @@
 
 #include "absl/strings/str_join.h"
 #include "compiler/interp/op_registry.h"
+#include "proto/ops/conv_shape.h"
 
 namespace kiln::interp {
 namespace {
@@ -34,50 +35,28 @@ ConvGeometry MakeGeometry(const std::vector<int64_t>& input, const std::vector<i
                           std::vector<int64_t> stride, std::vector<int64_t> padding,
                           std::vector<int64_t> dilation, bool transposed,
                           std::vector<int64_t> output_padding, int64_t groups) {
-  Check(input.size() >= 3 && weight.size() == input.size(), "convolution: input of rank ",
-        input.size(), " and weight of rank ", weight.size(), " do not form a batched convolution");
-  const size_t dims = input.size() - 2;
+  absl::StatusOr<ops::ConvShape> shape =
+      ops::ConvolutionShape(input, weight, std::move(stride), std::move(padding),
+                            std::move(dilation), transposed, std::move(output_padding), groups);
+  if (!shape.ok()) Fail("convolution: ", shape.status().message());
   ConvGeometry g;
-  g.n = input[0];
-  g.cin = input[1];
-  g.groups = groups;
-  g.transposed = transposed;
-  Check(groups > 0 && g.cin % groups == 0, "convolution: groups ", groups,
-        " must divide the input channels ", g.cin);
-  g.stride = Expand(std::move(stride), dims, "stride");
-  g.padding = Expand(std::move(padding), dims, "padding");
-  g.dilation = Expand(std::move(dilation), dims, "dilation");
-  output_padding = output_padding.empty()
-                       ? std::vector<int64_t>(dims, 0)
-                       : Expand(std::move(output_padding), dims, "output_padding");
-  if (transposed) {
-    Check(weight[0] == g.cin, "convolution: transposed weight must have ", g.cin,
-          " input channels");
-    g.cout = weight[1] * groups;
-  } else {
-    Check(weight[1] * groups == g.cin, "convolution: weight expects ", weight[1] * groups,
-          " input channels, the input has ", g.cin);
-    Check(weight[0] % groups == 0, "convolution: groups must divide the output channels");
-    g.cout = weight[0];
+  g.n = shape->n;
+  g.cin = shape->cin;
+  g.cout = shape->cout;
+  g.groups = shape->groups;
+  g.transposed = shape->transposed;
+  g.in_sp = shape->in;
+  g.out_sp = shape->out;
+  g.k_sp = shape->kernel;
+  g.stride = shape->stride;
+  g.padding = shape->padding;
+  g.dilation = shape->dilation;
+  for (size_t d = 0; d < g.in_sp.size(); ++d) {
+    g.in_size *= g.in_sp[d];
+    g.out_size *= g.out_sp[d];
+    g.k_size *= g.k_sp[d];
   }
-  for (size_t d = 0; d < dims; ++d) {
-    const int64_t in = input[d + 2];
-    const int64_t k = weight[d + 2];
-    int64_t out;
-    if (transposed) {
-      out = (in - 1) * g.stride[d] - 2 * g.padding[d] + g.dilation[d] * (k - 1) +
-            output_padding[d] + 1;
-    } else {
-      out = (in + 2 * g.padding[d] - g.dilation[d] * (k - 1) - 1) / g.stride[d] + 1;
-    }
-    Check(out >= 0 || in == 0, "convolution: the output would have negative size");
-    g.in_sp.push_back(in);
-    g.out_sp.push_back(std::max<int64_t>(out, 0));
-    g.k_sp.push_back(k);
-    g.in_size *= in;
-    g.out_size *= std::max<int64_t>(out, 0);
-    g.k_size *= k;
-  }
+  const size_t dims = g.in_sp.size();
   const std::vector<int64_t>& small = transposed ? g.in_sp : g.out_sp;
   const std::vector<int64_t>& big = transposed ? g.out_sp : g.in_sp;
   const int64_t small_size = transposed ? g.in_size : g.out_size;

@@ -1,5 +1,6 @@
-// Random ops, all drawing from the op's Philox stream (see philox.h): native_dropout and
-// its backward, rand_like/rand and bernoulli.p.
+// Random ops, all drawing from the op's Philox stream (see philox.h; which ops draw is the
+// op registry's `random` trait): native_dropout and its backward, rand_like/rand and
+// bernoulli.p.
 
 #include "compiler/interp/op_registry.h"
 #include "compiler/interp/philox.h"
@@ -40,7 +41,7 @@ Tensor Uniform(const OpCall& c, const std::vector<int64_t>& sizes, DType dtype) 
 }  // namespace
 
 void RegisterRngOps(OpRegistry& r) {
-  r.AddRng("aten.native_dropout.default", NativeDropout);
+  r.Add("aten.native_dropout.default", NativeDropout);
   r.Add("aten.native_dropout_backward.default", [](OpCall& c) {
     const Tensor grad = c.GetTensor(0, "grad_output");
     const Tensor mask = c.GetTensor(1, "mask");
@@ -49,16 +50,16 @@ void RegisterRngOps(OpRegistry& r) {
                           [&](const double* v) { return v[1] != 0 ? v[0] * scale : 0.0; }));
   });
   // u in [0, 1) per element, as philox.h defines it.
-  r.AddRng("aten.rand_like.default", [](OpCall& c) {
+  r.Add("aten.rand_like.default", [](OpCall& c) {
     const Tensor self = c.GetTensor(0, "self");
     return One(Uniform(c, self.sizes(), c.GetOptDType(-1, "dtype").value_or(self.dtype())));
   });
-  r.AddRng("aten.rand.default", [](OpCall& c) {
+  r.Add("aten.rand.default", [](OpCall& c) {
     return One(
         Uniform(c, c.GetInts(0, "size"), c.GetOptDType(-1, "dtype").value_or(kDefaultFloat)));
   });
   // 1 with probability p: u < p.
-  r.AddRng("aten.bernoulli.p", [](OpCall& c) {
+  r.Add("aten.bernoulli.p", [](OpCall& c) {
     const Tensor self = c.GetTensor(0, "self");
     const double p = c.GetDouble(1, "p", 0.5);
     const Tensor u = Uniform(c, self.sizes(), v1::DTYPE_FLOAT64);

@@ -6,9 +6,10 @@
 // exactly; the interpreter is the definition's reference implementation.
 //
 // Stream of an op. A run gets a 64-bit `seed` and a 64-bit `offset`. The graph's RNG ops
-// (native_dropout, the attention ops, rand_like, ...) are numbered k = 0, 1, ... in node
-// order; every such node takes a number whether or not it ends up drawing (p == 0,
-// train == False), so the numbering depends on the graph alone. Op k draws from stream
+// (native_dropout, the attention ops, rand_like, ...: the ops proto/ops/registry.h marks as
+// drawing random numbers) are numbered k = 0, 1, ... in node order; every such node takes a number
+// whether or not it ends up drawing (p == 0, train == False), so the numbering depends on the graph
+// alone. Op k draws from stream
 //     stream = offset + k            (mod 2^64)
 // and a graph advances the run offset by its number of RNG ops per run, so a CUDA graph
 // replays with a fresh offset and nothing else changed.

@@ -7,6 +7,7 @@
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "kiln/v1/graph.pb.h"
+#include "proto/ops/registry.h"
 
 namespace kiln::plan {
 namespace {
@@ -417,9 +418,16 @@ absl::StatusOr<v1::CompiledGraph> Plan(const loop::Program& p,
       reason(v1::CAPTURE_BLOCKER_FALLBACK_OP, s.call.node,
              absl::StrCat(s.call.op, " runs eagerly: ", s.call.reason), s.call.stack_trace);
     }
-    if (s.kind == loop::Step::Kind::kExtern && s.call.collective) {
-      reason(v1::CAPTURE_BLOCKER_COLLECTIVE, s.call.node,
-             absl::StrCat(s.call.op, " needs a capture-safe process group"), s.call.stack_trace);
+    // The op registry says which ops a CUDA graph cannot capture: collectives, which need a
+    // capture-safe process group.
+    if (s.kind == loop::Step::Kind::kExtern && !ops::IsCaptureSafe(s.call.op)) {
+      if (ops::IsCollective(s.call.op)) {
+        reason(v1::CAPTURE_BLOCKER_COLLECTIVE, s.call.node,
+               absl::StrCat(s.call.op, " needs a capture-safe process group"), s.call.stack_trace);
+      } else {
+        reason(v1::CAPTURE_BLOCKER_HOST_SYNC, s.call.node,
+               absl::StrCat(s.call.op, " cannot be captured"), s.call.stack_trace);
+      }
       only_fallbacks = false;
     }
     if (s.kind == loop::Step::Kind::kWriteBack) {

@@ -1,6 +1,8 @@
 // Each extern op of the CPU runtime against the reference interpreter on random inputs:
 // odd sizes, sizes that cross the blocking boundaries, non-contiguous operands and
-// outputs, every floating dtype; and the same bytes for any number of threads.
+// outputs, every floating dtype; the same bytes for any number of threads; and the
+// contract with the compiler: the runtime implements exactly the op registry's extern ops,
+// which are the ops decompose turns into extern steps.
 
 #include "client/runtime/extern_ops.h"
 
@@ -9,6 +11,11 @@
 #include <cmath>
 #include <random>
 
+#include "absl/strings/str_join.h"
+#include "compiler/canon/canonical_graph.h"
+#include "compiler/decompose/decompose.h"
+#include "compiler/graph/import.h"
+#include "proto/ops/registry.h"
 #include "tests/client/runtime/interp_bridge.h"
 
 namespace kiln::runtime {
@@ -111,29 +118,6 @@ TEST_F(ExternOpsTest, MmAgainstInterpreter) {
       }
     }
   }
-}
-
-TEST_F(ExternOpsTest, AddmmBroadcastsSelfAndScales) {
-  const int64_t m = 37, k = 45, n = 29;
-  for (DType dtype : {kF32, kF64, kBF16}) {
-    const Tensor a = RandomTensor({m, k}, dtype, Layout::kContiguous, rng_);
-    const Tensor b = RandomTensor({k, n}, dtype, Layout::kTransposed, rng_);
-    for (const std::vector<int64_t>& bias_sizes :
-         std::vector<std::vector<int64_t>>{{n}, {1, n}, {m, 1}, {m, n}, {}}) {
-      const Tensor bias = RandomTensor(bias_sizes, dtype, Layout::kStrided, rng_);
-      Check("aten.addmm.default", {V(bias), V(a), V(b)}, {});
-      Check("aten.addmm.default", {V(bias), V(a), V(b)}, {{"beta", V(0.5)}, {"alpha", V(-2.0)}});
-    }
-  }
-  // With beta = 0 the bias is not read: NaNs in it do not propagate.
-  Tensor nan_bias = Tensor::Empty({n}, kF32);
-  nan_bias.FromDoubles(std::vector<double>(n, std::nan("")));
-  const Tensor a = RandomTensor({m, k}, kF32, Layout::kContiguous, rng_);
-  const Tensor b = RandomTensor({k, n}, kF32, Layout::kContiguous, rng_);
-  std::vector<Tensor> out =
-      Check("aten.addmm.default", {V(nan_bias), V(a), V(b)}, {{"beta", V(0.0)}});
-  ASSERT_EQ(out.size(), 1u);
-  for (double v : out[0].ToDoubles()) ASSERT_FALSE(std::isnan(v));
 }
 
 TEST_F(ExternOpsTest, BmmAgainstInterpreter) {
@@ -310,6 +294,8 @@ TEST_F(ExternOpsTest, CollectivesForOneRankAreTheIdentity) {
   Check("_c10d_functional.wait_tensor.default", {V(x)}, {});
   Check("_c10d_functional.all_to_all_single.default",
         {V(x), Ints({4}), Ints({4}), CallValue{std::string("0")}}, {});
+  Check("_c10d_functional.broadcast.default", {V(x), V(int64_t{0}), CallValue{std::string("0")}},
+        {});
   const Tensor y = RandomTensor({3}, kF32, Layout::kContiguous, rng_);
   const CallValue both{CallValue::List{V(x), V(y)}};
   Check("_c10d_functional.all_reduce_coalesced.default",
@@ -373,6 +359,29 @@ TEST_F(ExternOpsTest, CollectiveHookReceivesGroupAndRanks) {
   EXPECT_EQ(out.ToDoubles(), v);
 }
 
+TEST_F(ExternOpsTest, BroadcastReachesTheHookWithItsSource) {
+  const Tensor x = RandomTensor({3, 2}, kF32, Layout::kContiguous, rng_);
+  std::vector<Tensor> outs = {Tensor::Empty({3, 2}, kF32)};
+  ExternContext ctx;
+  ctx.pool = &pool_;
+  ctx.world_size = 4;
+  int calls = 0;
+  CollectiveHook hook = [&](const CollectiveCall& c) {
+    ++calls;
+    EXPECT_EQ(c.op, "broadcast");
+    EXPECT_EQ(c.src, 3);
+    EXPECT_EQ(c.group_name, "pg0");
+    EXPECT_EQ(c.group_size, 4);
+    return CopyTensor(c.input, c.output);
+  };
+  ctx.collective = &hook;
+  ASSERT_TRUE(RunDirect("_c10d_functional.broadcast.default",
+                        {V(x), V(int64_t{3}), CallValue{std::string("pg0")}}, outs, ctx)
+                  .ok());
+  EXPECT_EQ(calls, 1);
+  EXPECT_EQ(outs[0].ToDoubles(), x.ToDoubles());
+}
+
 // Results are bit-identical whatever the number of threads.
 TEST_F(ExternOpsTest, SameBytesForAnyThreadCount) {
   const Tensor a = RandomTensor({200, 300}, kF32, Layout::kTransposed, rng_);
@@ -415,6 +424,118 @@ TEST_F(ExternOpsTest, SameBytesForAnyThreadCount) {
       EXPECT_TRUE(testing::SameBytes(runs[0][i], runs[r][i])) << "result " << i << " run " << r;
     }
   }
+}
+
+// ---- the contract with the op registry and the compiler ----
+
+TEST(ExternContractTest, RuntimeImplementsExactlyTheRegistryExterns) {
+  const std::vector<std::string> registry =
+      ops::TargetsWhere([](const ops::Op& op) { return op.extern_call; });
+  ASSERT_FALSE(registry.empty());
+  EXPECT_EQ(SupportedExternOps(), registry)
+      << "runtime: " << absl::StrJoin(SupportedExternOps(), ", ")
+      << "\nregistry: " << absl::StrJoin(registry, ", ");
+  for (const std::string& op : registry) EXPECT_TRUE(IsExternOpSupported(op)) << op;
+  // addmm is no extern op: the compiler splits it into an extern mm and a fused epilogue.
+  EXPECT_FALSE(IsExternOpSupported("aten.addmm.default"));
+}
+
+// A one-node graph calling `op` with arguments of the types its schema asks for (values
+// that decompose does not look at) and tensor metadata for every result.
+absl::StatusOr<v1::Graph> OneCallGraph(const ops::Op& op) {
+  v1::ValueMeta meta;
+  v1::TensorMeta* t = meta.mutable_tensor();
+  for (int d = 0; d < 2; ++d) {
+    t->add_sizes()->set_value(2);
+    t->add_strides()->set_value(d == 0 ? 2 : 1);
+  }
+  t->set_dtype(v1::DTYPE_FLOAT32);
+  t->mutable_device()->set_type("cpu");
+  v1::Graph g;
+  v1::GraphInput* x = g.add_inputs();
+  x->set_name("x");
+  *x->mutable_meta() = meta;
+  v1::Node* n = g.add_nodes();
+  n->set_name("call");
+  n->set_target(op.target());
+  for (const ops::ParamSchema& p : op.schema.params) {
+    if (p.has_default || p.keyword_only) break;
+    v1::Argument* a = n->add_args();
+    if (p.optional) {
+      a->mutable_none();
+      continue;
+    }
+    switch (p.type) {
+      case ops::ArgType::kTensor:
+        a->mutable_ref()->set_node("x");
+        break;
+      case ops::ArgType::kTensorList:
+      case ops::ArgType::kOptTensorList:
+        a->mutable_list()->add_items()->mutable_ref()->set_node("x");
+        break;
+      case ops::ArgType::kInt:
+      case ops::ArgType::kSymInt:
+        a->set_int_value(1);
+        break;
+      case ops::ArgType::kIntList:
+      case ops::ArgType::kSymIntList:
+        a->mutable_list()->add_items()->set_int_value(1);
+        break;
+      case ops::ArgType::kFloat:
+        a->set_float_value(0.0);
+        break;
+      case ops::ArgType::kBool:
+        a->set_bool_value(false);
+        break;
+      case ops::ArgType::kBoolList:
+        for (int i = 0; i < 4; ++i) a->mutable_list()->add_items()->set_bool_value(true);
+        break;
+      case ops::ArgType::kString:
+        a->set_string_value("0");
+        break;
+      default:
+        return absl::UnimplementedError(
+            absl::StrCat(op.target(), ": no test value for ", ops::ArgTypeName(p.type)));
+    }
+  }
+  const bool tuple =
+      op.schema.returns == ops::ReturnKind::kTensorList || op.schema.num_returns != 1;
+  n->set_multi_output(tuple);
+  const int results = op.schema.returns == ops::ReturnKind::kTensorList ? 1 : op.schema.num_returns;
+  for (int i = 0; i < results; ++i) *n->add_outputs() = meta;
+  v1::ValueRef* out = g.mutable_output()->mutable_list()->add_items()->mutable_ref();
+  out->set_node("call");
+  if (tuple) out->set_output(0);
+  return g;
+}
+
+// Decompose turns every call of a registry extern op into an extern step (not a fallback),
+// so every extern step of a compiled plan is one the runtime implements.
+TEST(ExternContractTest, DecomposeEmitsAnExternStepForEveryRegistryExtern) {
+  int checked = 0;
+  for (const ops::Op* op : ops::AllOps()) {
+    if (!op->extern_call) continue;
+    SCOPED_TRACE(op->target());
+    absl::StatusOr<v1::Graph> proto = OneCallGraph(*op);
+    ASSERT_TRUE(proto.ok()) << proto.status();
+    absl::StatusOr<graph::Graph> g = graph::Import(*proto);
+    ASSERT_TRUE(g.ok()) << g.status();
+    const canon::CanonicalGraph canonical(*g);
+    absl::StatusOr<decompose::PrimGraph> p = decompose::Decompose(*g, canonical);
+    ASSERT_TRUE(p.ok()) << p.status();
+    int externs = 0;
+    for (const decompose::Node& n : p->nodes) {
+      if (n.kind != decompose::Node::Kind::kExtern) continue;
+      ++externs;
+      EXPECT_EQ(n.op, op->target());
+      EXPECT_FALSE(n.fallback) << n.reason;
+      EXPECT_EQ(n.collective, op->collective.has_value());
+      EXPECT_TRUE(IsExternOpSupported(n.op));
+    }
+    EXPECT_EQ(externs, 1);
+    ++checked;
+  }
+  EXPECT_EQ(checked, static_cast<int>(SupportedExternOps().size()));
 }
 
 }  // namespace

@@ -24,9 +24,10 @@
 #include "compiler/canon/compiler_fingerprint.h"
 #include "compiler/canon/explain.h"
 #include "compiler/codegen/target.h"
-#include "compiler/graph/op_schema.h"
+#include "compiler/decompose/decompose.h"
 #include "kiln/version.h"
 #include "proto/kernel_abi.h"
+#include "proto/ops/registry.h"
 #include "tests/compiler/graph_testing.h"
 
 namespace kiln::canon {
@@ -101,11 +102,6 @@ v1::Graph Rename(v1::Graph g, std::mt19937& rng) {
   return g;
 }
 
-bool IsOrderedTarget(const std::string& target) {
-  const graph::OpSchema* s = graph::FindOpSchema(target);
-  return s == nullptr || s->ordered;
-}
-
 // A random topological order of the nodes: data dependencies and the order among ordered
 // ops are kept, everything else is shuffled.
 v1::Graph Permute(const v1::Graph& g, std::mt19937& rng) {
@@ -123,7 +119,7 @@ v1::Graph Permute(const v1::Graph& g, std::mt19937& rng) {
     };
     for (const v1::Argument& a : g.nodes(i).args()) walk(a);
     for (const v1::NamedArgument& a : g.nodes(i).kwargs()) walk(a.value());
-    if (IsOrderedTarget(g.nodes(i).target())) {
+    if (ops::IsOrdered(g.nodes(i).target())) {
       if (last_ordered >= 0) deps.insert(last_ordered);
       last_ordered = i;
     }
@@ -400,6 +396,102 @@ TEST(CompileKeyTest, ProcessGroupNamesAreNormalizedToTheirPosition) {
   EXPECT_EQ(Explain(a, b).component(), "graph");
 }
 
+// q [1, 2, 4, 8] and two independent random ops on it, in the order given: each of `ops` is
+// "attention" (efficient attention with dropout) or a dropout probability ("0.5").
+v1::Graph RandomOpsGraph(const std::vector<std::string>& ops) {
+  auto meta = [](std::vector<int64_t> sizes, v1::DType dtype) {
+    v1::ValueMeta m;
+    v1::TensorMeta* t = m.mutable_tensor();
+    int64_t stride = 1;
+    for (size_t d = sizes.size(); d-- > 0;) {
+      t->add_sizes()->set_value(sizes[d]);
+      t->add_strides()->set_value(stride);
+      stride *= sizes[d];
+    }
+    std::reverse(t->mutable_sizes()->begin(), t->mutable_sizes()->end());
+    std::reverse(t->mutable_strides()->begin(), t->mutable_strides()->end());
+    t->set_dtype(dtype);
+    t->mutable_device()->set_type("cuda");
+    return m;
+  };
+  const std::vector<int64_t> qkv = {1, 2, 4, 8};
+  v1::Graph g;
+  v1::GraphInput* q = g.add_inputs();
+  q->set_name("q");
+  *q->mutable_meta() = meta(qkv, v1::DTYPE_FLOAT32);
+  for (size_t i = 0; i < ops.size(); ++i) {
+    v1::Node* n = g.add_nodes();
+    n->set_name(absl::StrCat("r", i));
+    n->set_multi_output(true);
+    if (ops[i] == "attention") {
+      n->set_target("aten._scaled_dot_product_efficient_attention.default");
+      for (int k = 0; k < 3; ++k) n->add_args()->mutable_ref()->set_node("q");
+      n->add_args()->mutable_none();
+      n->add_args()->set_bool_value(false);  // compute_log_sumexp
+      n->add_args()->set_float_value(0.1);   // dropout_p
+      n->add_args()->set_bool_value(false);  // is_causal
+      *n->add_outputs() = meta(qkv, v1::DTYPE_FLOAT32);
+      *n->add_outputs() = meta({1, 2, 0}, v1::DTYPE_FLOAT32);
+      *n->add_outputs() = meta({}, v1::DTYPE_INT64);
+      *n->add_outputs() = meta({}, v1::DTYPE_INT64);
+    } else {
+      n->set_target("aten.native_dropout.default");
+      n->add_args()->mutable_ref()->set_node("q");
+      n->add_args()->set_float_value(std::stod(ops[i]));
+      n->add_args()->set_bool_value(true);
+      *n->add_outputs() = meta(qkv, v1::DTYPE_FLOAT32);
+      *n->add_outputs() = meta(qkv, v1::DTYPE_BOOL);
+    }
+    v1::ValueRef* out = g.mutable_output()->mutable_list()->add_items()->mutable_ref();
+    out->set_node(n->name());
+    out->set_output(0);
+  }
+  return g;
+}
+
+// The canonical digests of a graph's nodes, in canonical order, in hex.
+std::vector<std::string> CanonicalForm(const KeyedGraph& k) {
+  std::vector<std::string> form;
+  for (uint32_t node : k.canonical->order()) {
+    const Sha256Bytes& d = k.canonical->digest(node);
+    form.push_back(ToHex(absl::string_view(reinterpret_cast<const char*>(d.data()), d.size())));
+  }
+  return form;
+}
+
+// Random ops take Philox streams in their order, so their order is part of the program:
+// swapping two of them must change the key, whichever ops draw. (Attention with dropout
+// once traded places freely with a dropout, and one key compiled to two plans.)
+TEST(CompileKeyTest, RandomOpsKeepTheirOrderAttentionIncluded) {
+  for (const std::vector<std::string>& pair :
+       std::vector<std::vector<std::string>>{{"0.5", "0.3"}, {"attention", "0.5"}}) {
+    SCOPED_TRACE(absl::StrJoin(pair, " then "));
+    const v1::Graph g = RandomOpsGraph(pair);
+    v1::Graph swapped = g;
+    swapped.mutable_nodes()->SwapElements(0, 1);
+    KeyedGraph a = MustKey(g);
+    KeyedGraph b = MustKey(swapped);
+    EXPECT_NE(CanonicalForm(a), CanonicalForm(b));
+    EXPECT_NE(a.record.compile_key(), b.record.compile_key());
+    EXPECT_EQ(Explain(a, b).component(), "graph");
+  }
+  // What the key protects: the attention's stream is its position among the random ops.
+  for (const auto& [order, stream] : std::vector<std::pair<std::vector<std::string>, int64_t>>{
+           {{"attention", "0.5"}, 0}, {{"0.5", "attention"}, 1}}) {
+    KeyedGraph k = MustKey(RandomOpsGraph(order));
+    absl::StatusOr<decompose::PrimGraph> p = decompose::Decompose(*k.graph, *k.canonical);
+    ASSERT_TRUE(p.ok()) << p.status();
+    EXPECT_EQ(p->rng_ops, 2);
+    int attention = 0;
+    for (const decompose::Node& n : p->nodes) {
+      if (n.op != "aten._scaled_dot_product_efficient_attention.default") continue;
+      ++attention;
+      EXPECT_EQ(n.rng_stream, stream) << absl::StrJoin(order, " then ");
+    }
+    EXPECT_EQ(attention, 1);
+  }
+}
+
 // ---- one-field mutations ----
 
 struct Mutation {
@@ -522,7 +614,7 @@ std::vector<Mutation> Mutations(const v1::Graph& g) {
                      m.mutable_nodes(i)->set_target(m.nodes(i).target() + "_mutated");
                      return attempt == 0;
                    }});
-    const graph::OpSchema* schema = graph::FindOpSchema(n.target());
+    const ops::Op* op = ops::FindOp(n.target());
     for (int a = 0; a < n.args_size(); ++a) {
       out.push_back({absl::StrCat("args[", a, "]"), false, i, absl::StrCat("args[", a, "]"),
                      [i, a](v1::Graph& m, int attempt) {
@@ -531,8 +623,8 @@ std::vector<Mutation> Mutations(const v1::Graph& g) {
     }
     for (int k = 0; k < n.kwargs_size(); ++k) {
       const std::string& kw = n.kwargs(k).name();
-      const std::string field = schema != nullptr
-                                    ? absl::StrCat("args[", schema->ParamIndex(kw), "]")
+      const std::string field = op != nullptr
+                                    ? absl::StrCat("args[", op->schema.ParamIndex(kw), "]")
                                     : absl::StrCat("kwargs.", kw);
       out.push_back(
           {absl::StrCat("kwargs.", kw), false, i, field, [i, k](v1::Graph& m, int attempt) {

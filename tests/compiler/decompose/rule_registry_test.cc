@@ -8,8 +8,8 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
-#include "compiler/graph/op_schema.h"
 #include "gtest/gtest.h"
+#include "proto/ops/registry.h"
 
 namespace kiln::decompose {
 namespace {
@@ -19,7 +19,7 @@ namespace {
 TEST(RuleRegistryTest, EveryRuleIsForAnOpWithASchema) {
   std::vector<std::string> missing;
   for (const std::string& target : DefaultRuleRegistry().Targets()) {
-    if (graph::FindOpSchema(target) == nullptr) missing.push_back(target);
+    if (ops::FindOp(target) == nullptr) missing.push_back(target);
   }
   EXPECT_TRUE(missing.empty()) << "rules for ops without a schema: "
                                << absl::StrJoin(missing, ", ");

@@ -11,10 +11,8 @@
 #include <functional>
 #include <limits>
 
-#include "compiler/graph/op_schema.h"
 #include "proto/error_detail.h"
 #include "tests/compiler/graph_testing.h"
-#include "tests/compiler/training_ops.h"
 
 namespace kiln::graph {
 namespace {
@@ -157,26 +155,6 @@ TEST(ImportTest, SmallGraphImports) {
   ASSERT_TRUE(g.ok()) << g.status();
   EXPECT_EQ(g->num_nodes(), 4u);
   EXPECT_EQ(g->output().kind, ArgKind::kList);
-}
-
-TEST(OpSchemaTest, CoversTheOpsOfRealTrainingGraphs) {
-  for (const char* op : testing::kTrainingOps) EXPECT_NE(FindOpSchema(op), nullptr) << op;
-  EXPECT_EQ(FindOpSchema("aten.no_such_op.default"), nullptr);
-  const OpSchema* ln = FindOpSchema("aten.native_layer_norm.default");
-  ASSERT_NE(ln, nullptr);
-  EXPECT_EQ(ln->num_returns, 3);
-  EXPECT_EQ(ln->params.size(), 5u);
-  EXPECT_EQ(ln->params[2].name, "weight");
-  EXPECT_TRUE(ln->params[2].optional);
-  EXPECT_TRUE(FindOpSchema("_c10d_functional.all_reduce.default")->ordered);
-  EXPECT_TRUE(FindOpSchema("aten.native_dropout.default")->ordered);
-  EXPECT_FALSE(FindOpSchema("aten.mm.default")->ordered);
-  EXPECT_TRUE(FindOpSchema("aten.view.default")->is_view);
-  const OpSchema* gelu = FindOpSchema("aten.gelu.default");
-  EXPECT_TRUE(gelu->params[1].keyword_only);
-  EXPECT_EQ(gelu->params[1].default_value.text, "none");
-  const OpSchema* pool = FindOpSchema("aten.max_pool2d_with_indices.default");
-  EXPECT_EQ(pool->params[3].default_value.list, (std::vector<int64_t>{0, 0}));
 }
 
 // ---- validation ----

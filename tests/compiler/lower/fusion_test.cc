@@ -96,10 +96,7 @@ TEST(FusionTest, ViewsProduceNoCopies) {
     const canon::CanonicalGraph canonical(c.graph);
     for (uint32_t i = c.graph.num_inputs(); i < c.graph.num_nodes(); ++i) {
       const graph::Node& n = c.graph.node(i);
-      if (n.schema == nullptr ||
-          !(n.schema->is_view || c.graph.target(n) == "aten._unsafe_view.default")) {
-        continue;
-      }
+      if (n.op == nullptr || !n.op->is_view()) continue;
       ++views;
       const std::string name = "%" + std::to_string(canonical.position(i));
       EXPECT_EQ(KernelsWith(c.unfused, name), 0) << ng.name << ": view " << name << " copies";

@@ -1,20 +1,20 @@
 #pragma once
 
-// The op schemas Kiln knows: for each OpOverload target ("aten.addmm.default"), its
-// parameters (name, type, optional, default, keyword-only) and what it returns. Import
-// checks every call of a known op against its schema and binds keyword arguments to
-// parameter slots; later phases look up ops here instead of comparing strings.
+// The schema of one op: for an OpOverload target ("aten.addmm.default"), its parameters
+// (name, type, optional, default, keyword-only, alias annotations) and what it returns, as
+// the aten schema language writes them. ParseOpSchema reads that language; the registry
+// (registry.h) holds the schemas Kiln knows.
 //
-// The table is built once, on first use, from aten-style schema strings and is immutable
-// afterwards: lookups are thread-safe and return pointers that live for the process.
+// Pure data: no state, thread-safe.
 
 #include <cstdint>
 #include <string>
 #include <vector>
 
+#include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 
-namespace kiln::graph {
+namespace kiln::ops {
 
 // The type of one parameter, as the aten schema language spells it.
 enum class ArgType : uint8_t {
@@ -57,7 +57,10 @@ struct ParamSchema {
   ArgType type = ArgType::kAny;
   bool optional = false;      // `T?`: None is accepted
   bool keyword_only = false;  // after `*`
-  bool mutated = false;       // `Tensor(a!)`: the op writes this argument
+  // The alias set of `Tensor(a)`, `Tensor(a!)` or `Tensor(a -> *)`: "a"; empty when the
+  // parameter carries no annotation. A result in the same set shares its storage.
+  std::string alias_set;
+  bool mutated = false;  // `Tensor(a!)`: the op writes this argument
   bool has_default = false;
   DefaultValue default_value;  // when has_default
 };
@@ -75,20 +78,25 @@ struct OpSchema {
   std::vector<ParamSchema> params;
   ReturnKind returns = ReturnKind::kTensors;
   int num_returns = 1;  // kTensors only
-  // The op has effects beyond its outputs (collectives, random numbers, mutation): its
-  // position relative to other such ops is part of its meaning.
-  bool ordered = false;
-  // The output views the storage of the first tensor argument (view, t, slice, ...).
-  bool is_view = false;
+  // The names of the results where the schema gives them ("output", "logsumexp", ...), one
+  // entry per result of a kTensors schema (empty strings where unnamed).
+  std::vector<std::string> return_names;
+  // The alias set of the (first) result, `Tensor(a)` or `Tensor(a)[]`: "a"; empty when the
+  // results are fresh tensors.
+  std::string return_alias_set;
 
   // The index of the parameter named `name`, or -1.
   int ParamIndex(absl::string_view name) const;
+  // The index of the result named `name`, or -1.
+  int ReturnIndex(absl::string_view name) const;
+  // The parameter whose alias set the result shares (the tensor a view or an in-place op
+  // returns), or -1 when the result is a fresh tensor.
+  int ReturnAliasParam() const;
 };
 
-// The schema of `target`, or nullptr when Kiln does not know the op.
-const OpSchema* FindOpSchema(absl::string_view target);
+// Parses one schema in the aten schema language with the full target as its name:
+// "aten.add.Tensor(Tensor self, Tensor other, *, Scalar alpha=1) -> Tensor".
+// INVALID_ARGUMENT naming what is malformed.
+absl::StatusOr<OpSchema> ParseOpSchema(absl::string_view text);
 
-// Every known schema, sorted by target.
-const std::vector<const OpSchema*>& AllOpSchemas();
-
-}  // namespace kiln::graph
+}  // namespace kiln::ops
