@@ -93,7 +93,7 @@ class RankDivergence(KilnError, RuntimeError):
         return [ranks for _, ranks in self.groups]
 
     def _describe(self, server_message: str) -> str:
-        groups = "; ".join(f"ranks {_ranks(r)} compiled key {k[:12]}" for k, r in self.groups)
+        groups = "; ".join(f"ranks {_ranks(r)} sent key {k[:12]}" for k, r in self.groups)
         lines = [f"ranks of job '{self.job_id}' traced different graphs for compile sequence "
                  f"{self.sequence}: {groups}"]
         lines += [f"  {d}" for d in self.differences]
