@@ -14,7 +14,7 @@ import pytest
 
 ROOT = pathlib.Path(__file__).resolve().parents[3]
 GRAPHS = pathlib.Path(os.environ.get("KILN_GRAPHS_DIR", ROOT / "tests/data/graphs"))
-BINARY_DIR = pathlib.Path(os.environ.get("KILN_BINARY_DIR", ROOT / "build/release"))
+BINARY_DIR = pathlib.Path(os.environ.get("KILN_BINARY_DIR", ROOT / "build/release")).resolve()
 
 
 def read_capture(name: str) -> dict:
