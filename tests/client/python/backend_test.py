@@ -114,3 +114,15 @@ def test_import_kiln_registers_the_backend_once() -> None:
     code = ("import kiln, torch._dynamo as d, kiln.backend as b\n"
             "print(d.lookup_backend('kiln') is b.kiln_backend, b.register_backend())")
     assert run_python(code, HERE / "fake_torch") == "True False"
+
+
+def test_import_kiln_registers_without_the_generated_modules() -> None:
+    # tests/gpu/capture_corpus.py runs with client/python alone on the path.
+    env = {"PATH": os.environ.get("PATH", ""),
+           "PYTHONPATH": os.pathsep.join([str(HERE.parents[2] / "client" / "python"),
+                                          str(HERE / "fake_torch")])}
+    run = subprocess.run([sys.executable, "-c", "import kiln.capture, torch._dynamo as d, sys; "
+                          "print(sorted(d.registered), 'kiln.v1' in sys.modules)"],
+                         env=env, capture_output=True, text=True)
+    assert run.returncode == 0, run.stderr
+    assert run.stdout.strip() == "['kiln'] False"
