@@ -1,0 +1,205 @@
+"""The `kiln` backend of torch.compile.
+
+    torch.compile(model, backend="kiln")
+    torch.compile(model, backend="kiln", options={"server": "kiln:50051", "fallback": "error"})
+
+The backend is found through the `torch_dynamo_backends` entry point of the installed
+package, or registered by `import kiln` (register_backend). Settings come from `options`
+and the environment (kiln.settings).
+
+What it does today: AOTAutograd hands it each forward, backward and inference graph; each
+becomes a kiln.v1.Graph (kiln.capture, then kiln.graph_proto) and goes to kilnd in a
+compile request carrying the job id, this process's rank and world size (from
+torch.distributed when it is initialized) and the rank's compile sequence number. A rank
+divergence that kilnd reports is raised as kiln.errors.RankDivergence before the graph
+ever runs. Any other failure warns once and the graph runs per `fallback`.
+
+What it does not do yet: load and run the kernels kilnd returns. The runtime that would
+(client/runtime, a native library) is not part of this package, so even a graph kilnd
+compiled runs per `fallback` (eagerly under fallback=error), and the backend says so once.
+Until then it exercises everything up to loading: settings, capture, requests, rendezvous,
+artifact verification, divergence errors and the fallback paths.
+
+Importing this module needs no PyTorch, and GraphCompiler, which holds the decisions,
+needs none either; PyTorch is imported when the backend is called or registered.
+"""
+
+from __future__ import annotations
+
+import itertools
+import logging
+import threading
+from typing import Any, Callable, Optional, Sequence
+
+from kiln.errors import CaptureFailed, KilnError
+from kiln.fallback import EAGER, INDUCTOR, Decision, FallbackPolicy
+from kiln.settings import Settings
+
+NAME = "kiln"
+
+log = logging.getLogger("kiln")
+
+
+class GraphCompiler:
+    """Sends graphs to kilnd and decides how each runs. `client` is a kiln.client
+    CompileClient (or anything with its compile method), `builder` a RequestBuilder; the
+    process's one builder keeps each rank's sequence numbers across compiled models."""
+
+    def __init__(self, client: Any, builder: Any, policy: FallbackPolicy) -> None:
+        self.client = client
+        self.builder = builder
+        self.policy = policy
+
+    def compile(self, graph: Any, name: str, target: str, rank: int = 0,
+                world_size: int = 1) -> Decision:
+        """How the kiln.v1.Graph `graph` runs. Raises RankDivergence, a SettingsError for a
+        job that cannot be named, and kilnd's error under fallback=error."""
+        request = self.builder.build(graph, target, rank, world_size)
+        try:
+            result = self.client.compile(request)
+        except KilnError as e:
+            return self.policy.after_failure(e, name)
+        log.info("graph %s: %s, key %s, trace %s", name, result.outcome, result.compile_key,
+                 result.trace_id)
+        return self.policy.after_success(result.compile_key, result.outcome, name)
+
+    def capture_failed(self, error: Exception, name: str) -> Decision:
+        """How a graph that could not be made into a request runs."""
+        return self.policy.after_failure(CaptureFailed("CAPTURE", str(error)), name)
+
+
+class _Process:
+    """What one process shares across compiled models: a channel per server, one sequence
+    of compile numbers per rank, one warn-once policy per fallback setting."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._clients: dict[tuple, Any] = {}
+        self._policies: dict[str, FallbackPolicy] = {}
+        self._sequences: Any = None
+        self._frames = itertools.count()
+
+    def graph_compiler(self, settings: Settings) -> GraphCompiler:
+        from kiln.client import CompileClient, RequestBuilder, SequenceNumbers  # noqa: PLC0415
+
+        with self._lock:
+            if self._sequences is None:
+                self._sequences = SequenceNumbers()
+            client = self._clients.get(settings.connection())
+            if client is None:
+                client = self._clients[settings.connection()] = CompileClient(settings)
+            policy = self._policies.setdefault(settings.fallback,
+                                               FallbackPolicy(settings.fallback))
+        # The client's deadline and token are per settings; the channel is shared.
+        return GraphCompiler(_WithSettings(client, settings),
+                             RequestBuilder(settings, self._sequences), policy)
+
+    def next_frame(self) -> int:
+        return next(self._frames)
+
+
+class _WithSettings:
+    """A shared CompileClient, called with one torch.compile's deadline."""
+
+    def __init__(self, client: Any, settings: Settings) -> None:
+        self.client = client
+        self.settings = settings
+
+    def compile(self, request: Any) -> Any:
+        return self.client.compile(request, timeout=self.settings.deadline)
+
+
+_process = _Process()
+
+
+def kiln_backend(gm: Any, example_inputs: Sequence[Any], *,
+                 options: Optional[dict] = None, mode: Optional[str] = None) -> Callable:
+    """The torch.compile backend: Dynamo's graph goes through AOTAutograd, whose graphs go
+    to kilnd one by one (see the module's docstring). `mode` is accepted and unused."""
+    settings = Settings.from_options(options)
+    compiler = _process.graph_compiler(settings)
+    from torch._dynamo.backends.common import aot_autograd  # noqa: PLC0415
+
+    frame = _frame_name()
+
+    def compile_kind(kind: str) -> Callable:
+        def compile_graph(aot_gm: Any, inputs: Sequence[Any]) -> Callable:
+            return _compile_aot_graph(compiler, settings, aot_gm, inputs, f"{frame}.{kind}",
+                                      kind)
+
+        return compile_graph
+
+    return aot_autograd(fw_compiler=compile_kind("fw"), bw_compiler=compile_kind("bw"),
+                        inference_compiler=compile_kind("infer"))(gm, example_inputs)
+
+
+def _compile_aot_graph(compiler: GraphCompiler, settings: Settings, gm: Any,
+                       inputs: Sequence[Any], name: str, kind: str) -> Callable:
+    from kiln.capture import graph_to_capture  # noqa: PLC0415
+    from kiln.graph_proto import capture_to_graph  # noqa: PLC0415
+
+    try:
+        graph = capture_to_graph(graph_to_capture(gm, inputs, model=name, kind=kind))
+    except ValueError as e:  # CaptureError is a ValueError, as are encode_arg's refusals
+        decision = compiler.capture_failed(e, name)
+    else:
+        rank, world_size = _rank_and_world_size()
+        decision = compiler.compile(graph, name, settings.target or _target_of(inputs), rank,
+                                    world_size)
+    return _runner(decision, gm, inputs, kind)
+
+
+def _runner(decision: Decision, gm: Any, inputs: Sequence[Any], kind: str) -> Callable:
+    from functorch.compile import make_boxed_func  # noqa: PLC0415
+
+    if decision.runner == INDUCTOR:
+        from torch._inductor.compile_fx import compile_fx_inner  # noqa: PLC0415
+
+        try:
+            return compile_fx_inner(gm, list(inputs), is_backward=kind == "bw",
+                                    is_inference=kind == "infer")
+        except Exception as e:  # inductor failing is no reason to stop training either
+            log.warning("inductor could not compile %s (%s: %s); it runs eagerly", kind,
+                        type(e).__name__, e)
+    assert decision.runner in (EAGER, INDUCTOR)
+    return make_boxed_func(gm.forward)
+
+
+def _frame_name() -> str:
+    import torch  # noqa: PLC0415
+
+    compile_id = torch._guards.CompileContext.current_compile_id()
+    return f"frame {compile_id}" if compile_id is not None else f"frame {_process.next_frame()}"
+
+
+def _rank_and_world_size() -> tuple[int, int]:
+    import torch.distributed as dist  # noqa: PLC0415
+
+    if dist.is_available() and dist.is_initialized():
+        return dist.get_rank(), dist.get_world_size()
+    return 0, 1
+
+
+def _target_of(inputs: Sequence[Any]) -> str:
+    """cuda:sm_XY when any input lives on a CUDA device (its compute capability), else
+    x86_64."""
+    import torch  # noqa: PLC0415
+
+    for x in inputs:
+        if isinstance(x, torch.Tensor) and x.device.type == "cuda":
+            major, minor = torch.cuda.get_device_capability(x.device)
+            return f"cuda:sm_{major}{minor}"
+    return "x86_64"
+
+
+def register_backend() -> bool:
+    """Makes torch.compile(backend="kiln") find this backend in a process where the package
+    is not installed (only on PYTHONPATH). Returns False when Dynamo already knows the name,
+    from the installed entry point or an earlier call: Dynamo refuses a name twice, and it
+    loads the entry point itself when the name is first used."""
+    import torch._dynamo  # noqa: PLC0415
+
+    if NAME in torch._dynamo.list_backends(exclude_tags=()):
+        return False
+    torch._dynamo.register_backend(compiler_fn=kiln_backend, name=NAME)
+    return True

@@ -1,0 +1,128 @@
+"""kiln.backend without PyTorch: GraphCompiler's decisions, and how `import kiln` registers
+the backend with Dynamo (a stand-in registry, fake_torch/, plays Dynamo)."""
+
+from __future__ import annotations
+
+import os
+import pathlib
+import subprocess
+import sys
+
+import pytest
+from conftest import read_capture
+
+from kiln.backend import GraphCompiler
+from kiln.client import CompileResult, RequestBuilder
+from kiln.errors import (CompileRejected, RankDivergence, ServerUnreachable, SettingsError)
+from kiln.fallback import FallbackPolicy
+from kiln.graph_proto import capture_to_graph
+from kiln.settings import Settings
+from kiln.v1 import compile_pb2, errors_pb2
+
+HERE = pathlib.Path(__file__).resolve().parent
+
+
+class ScriptedClient:
+    """Answers each compile with the next of `answers` (an exception is raised)."""
+
+    def __init__(self, *answers) -> None:
+        self.answers = list(answers)
+        self.requests: list[compile_pb2.CompileRequest] = []
+
+    def compile(self, request):
+        self.requests.append(request)
+        answer = self.answers.pop(0)
+        if isinstance(answer, Exception):
+            raise answer
+        return answer
+
+
+def hit() -> CompileResult:
+    response = compile_pb2.CompileResponse(outcome=compile_pb2.CACHE_OUTCOME_HIT,
+                                           compile_key="c" * 64)
+    return CompileResult(response, "00-" + "1" * 32 + "-" + "2" * 16 + "-01")
+
+
+@pytest.fixture(scope="module")
+def graph():
+    return capture_to_graph(read_capture("mlp_fp32.fw.json"))
+
+
+def compiler(client, settings: Settings, said: list) -> GraphCompiler:
+    return GraphCompiler(client, RequestBuilder(settings),
+                         FallbackPolicy(settings.fallback, warn=said.append))
+
+
+def test_each_graph_is_one_numbered_request(graph) -> None:
+    settings = Settings.from_options({"job_id": "j", "require_cudagraph": True}, {})
+    client = ScriptedClient(hit(), ServerUnreachable("UNAVAILABLE", "down"), hit())
+    said: list[str] = []
+    c = compiler(client, settings, said)
+    runners = [c.compile(graph, f"g{i}", "cuda:sm_90", rank=3, world_size=4).runner
+               for i in range(3)]
+    assert runners == ["eager"] * 3
+    assert [r.job.sequence for r in client.requests] == [0, 1, 2]
+    assert {(r.job.job_id, r.job.rank, r.job.world_size) for r in client.requests} == {
+        ("j", 3, 4)}
+    assert all(r.options.target == "cuda:sm_90" and r.options.require_cudagraph
+               for r in client.requests)
+    assert len(said) == 2  # one for the failure, one for the missing runtime
+
+
+def test_divergence_and_settings_errors_are_raised(graph) -> None:
+    report = errors_pb2.DivergenceReport(job_id="j")
+    report.groups.add(compile_key="a" * 64, ranks=[0])
+    report.groups.add(compile_key="b" * 64, ranks=[1])
+    settings = Settings.from_options({"job_id": "j"}, {})
+    c = compiler(ScriptedClient(RankDivergence("diverged", report)), settings, [])
+    with pytest.raises(RankDivergence):
+        c.compile(graph, "g", "x86_64", rank=1, world_size=2)
+    no_job = compiler(ScriptedClient(hit()), Settings.from_options({}, {}), [])
+    with pytest.raises(SettingsError):
+        no_job.compile(graph, "g", "x86_64", rank=1, world_size=2)
+
+
+def test_fallback_error_raises_kilnds_error(graph) -> None:
+    settings = Settings.from_options({"fallback": "error"}, {})
+    c = compiler(ScriptedClient(CompileRejected("INTERNAL", "boom")), settings, [])
+    with pytest.raises(CompileRejected):
+        c.compile(graph, "g", "x86_64")
+
+
+def test_a_graph_that_cannot_be_captured_falls_back() -> None:
+    said: list[str] = []
+    c = compiler(ScriptedClient(), Settings.from_options({"fallback": "inductor"}, {}), said)
+    decision = c.capture_failed(ValueError("a slice object in the arguments"), "g")
+    assert decision.runner == "inductor"
+    assert len(said) == 1 and "a slice object" in said[0]
+
+
+def run_python(code: str, *path: pathlib.Path) -> str:
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join([*map(str, path), env.get("PYTHONPATH", "")])
+    run = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True)
+    assert run.returncode == 0, run.stderr
+    return run.stdout.strip()
+
+
+def test_import_kiln_without_torch_registers_nothing() -> None:
+    out = run_python("import kiln, kiln.backend, sys; print('torch' in sys.modules)")
+    assert out == "False"
+
+
+def test_import_kiln_registers_the_backend_once() -> None:
+    code = ("import kiln, torch._dynamo as d, kiln.backend as b\n"
+            "print(d.lookup_backend('kiln') is b.kiln_backend, b.register_backend())")
+    assert run_python(code, HERE / "fake_torch") == "True False"
+
+
+def test_import_kiln_registers_without_the_generated_modules() -> None:
+    # tests/gpu/capture_corpus.py runs with client/python alone on the path.
+    env = {"PATH": os.environ.get("PATH", ""),
+           "PYTHONPATH": os.pathsep.join([str(HERE.parents[2] / "client" / "python"),
+                                          str(HERE / "fake_torch")])}
+    run = subprocess.run([sys.executable, "-c", "import kiln.capture, torch._dynamo as d, sys; "
+                          "print(sorted(d.registered), 'kiln.v1' in sys.modules)"],
+                         env=env, capture_output=True, text=True)
+    assert run.returncode == 0, run.stderr
+    assert run.stdout.strip() == "['kiln'] False"
