@@ -234,8 +234,8 @@ absl::StatusOr<int32_t> Builder::FinishPointwise(uint32_t node, Body& b, int32_t
 
 absl::StatusOr<int32_t> Builder::FinishReduce(uint32_t node, Body& b, int32_t result,
                                               ReduceKind kind, DType dtype, bool keepdim, int k,
-                                              bool temp, int32_t index) {
-  b.SetReduce(kind, index);
+                                              bool temp, int32_t index, bool store_index) {
+  b.SetReduce(kind, index, store_index);
   std::vector<int32_t> out_dims;
   std::vector<IndexExpr> sizes;
   const std::vector<bool>& red = b.reduced();

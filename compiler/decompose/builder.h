@@ -277,7 +277,8 @@ class Builder {
   // when `keepdim`.
   absl::StatusOr<int32_t> FinishReduce(uint32_t node, Body& b, int32_t result,
                                        loop::ReduceKind kind, graph::DType dtype, bool keepdim,
-                                       int k, bool temp, int32_t index = -1);
+                                       int k, bool temp, int32_t index = -1,
+                                       bool store_index = false);
   // A Body over `t`'s dims reducing the dims in `dims` (empty: all).
   Body ReduceBody(int32_t t, const std::vector<int64_t>& dims) const;
   // Reduces `v` over the reduced dims of `b` into a keepdim temporary of type `acc`.

@@ -133,8 +133,10 @@ absl::Status Cat(Builder& d, uint32_t node, bool stack) {
   for (int32_t t : parts) {
     if (t < 0) continue;
     const Tensor& x = d.Tn(t);
-    IndexExpr size = stack ? IndexExpr::Const(1) : x.sizes[static_cast<size_t>(dim)];
+    // A part of another rank is a legacy 1-d empty tensor (torch.cat skips it): it has no
+    // `dim` to read.
     if (!stack && x.sizes.size() != sizes->size()) continue;
+    IndexExpr size = stack ? IndexExpr::Const(1) : x.sizes[static_cast<size_t>(dim)];
     if (size.is_zero()) continue;
     live.push_back({t, offset, size});
     offset = offset + size;

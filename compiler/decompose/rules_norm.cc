@@ -97,6 +97,27 @@ absl::Status LayerNormBackward(Builder& d, uint32_t node) {
   return absl::OkStatus();
 }
 
+// What batch norm's forward and backward share over x [N, C, ...]: the accumulation type,
+// the dims reduced per channel (all but dim 1), and per-channel [C] tensors loaded broadcast
+// over x as [C, 1, 1, ...].
+struct ChannelFrame {
+  ScalarType acc = ScalarType::kF32;
+  std::vector<int64_t> dims;
+
+  int32_t Load(Builder& d, Body& b, int32_t t) const {
+    return b.Cast(b.Load(t, d.ST(t), {Body::V(1)}), acc);
+  }
+};
+
+ChannelFrame ChannelFrameOf(const Builder& d, int32_t x) {
+  ChannelFrame f;
+  f.acc = loop::ComputeType(d.ST(x)) == ScalarType::kF64 ? ScalarType::kF64 : ScalarType::kF32;
+  for (size_t i = 0; i < d.Rank(x); ++i) {
+    if (i != 1) f.dims.push_back(static_cast<int64_t>(i));
+  }
+  return f;
+}
+
 absl::Status BatchNorm(Builder& d, uint32_t node, bool training_arg) {
   // _native_batch_norm_legit_functional(input, weight, bias, running_mean, running_var,
   // training, momentum, eps) -> (out, save_mean, save_rstd, new_running_mean, new_running_var)
@@ -106,18 +127,10 @@ absl::Status BatchNorm(Builder& d, uint32_t node, bool training_arg) {
   const bool training = training_arg ? d.Int(d.A(node, 5)) != 0 : false;
   const double momentum = d.Num(d.A(node, training_arg ? 6 : 5));
   const double eps = d.Num(d.A(node, training_arg ? 7 : 6));
-  const size_t r = d.Rank(x);
-  const ScalarType acc =
-      loop::ComputeType(d.ST(x)) == ScalarType::kF64 ? ScalarType::kF64 : ScalarType::kF32;
-  std::vector<int64_t> dims;
-  for (size_t i = 0; i < r; ++i) {
-    if (i != 1) dims.push_back(static_cast<int64_t>(i));
-  }
-  // Per-channel [C] tensors broadcast over x as [C, 1, 1, ...].
-  auto channel = [&](Body& b, int32_t t) {
-    std::vector<IndexExpr> c = {Body::V(1)};
-    return b.Cast(b.Load(t, d.ST(t), c), acc);
-  };
+  const ChannelFrame frame = ChannelFrameOf(d, x);
+  const ScalarType acc = frame.acc;
+  const std::vector<int64_t>& dims = frame.dims;
+  auto channel = [&](Body& b, int32_t t) { return frame.Load(d, b, t); };
   int32_t mean_t = -1, rstd_t = -1;
   if (training) {
     Body b1 = d.ReduceBody(x, dims);
@@ -195,17 +208,10 @@ absl::Status BatchNormBackward(Builder& d, uint32_t node) {
                 rv = d.In(node, 4), sm = d.In(node, 5), si = d.In(node, 6);
   const bool train = d.Int(d.A(node, 7)) != 0;
   const double eps = d.Num(d.A(node, 8));
-  const size_t r = d.Rank(x);
-  const ScalarType acc =
-      loop::ComputeType(d.ST(x)) == ScalarType::kF64 ? ScalarType::kF64 : ScalarType::kF32;
-  std::vector<int64_t> dims;
-  for (size_t i = 0; i < r; ++i) {
-    if (i != 1) dims.push_back(static_cast<int64_t>(i));
-  }
-  auto channel = [&](Body& b, int32_t t) {
-    std::vector<IndexExpr> c = {Body::V(1)};
-    return b.Cast(b.Load(t, d.ST(t), c), acc);
-  };
+  const ChannelFrame frame = ChannelFrameOf(d, x);
+  const ScalarType acc = frame.acc;
+  const std::vector<int64_t>& dims = frame.dims;
+  auto channel = [&](Body& b, int32_t t) { return frame.Load(d, b, t); };
   auto mean_of = [&](Body& b) { return channel(b, train ? sm : rm); };
   auto invstd_of = [&](Body& b) {
     if (train) return channel(b, si);

@@ -58,19 +58,8 @@ absl::Status ArgReduction(Builder& d, uint32_t node, bool is_max, std::vector<in
     const graph::Value* o = d.Out(node, static_cast<size_t>(k));
     if (o == nullptr) return absl::OkStatus();
     // The reduce yields the value for value outputs and the index for index outputs.
-    b.SetReduce(kind, idx, want_index);
-    std::vector<int32_t> out_dims;
-    std::vector<IndexExpr> sizes;
-    for (size_t i = 0; i < b.rank(); ++i) {
-      if (!red[i]) {
-        out_dims.push_back(static_cast<int32_t>(i));
-        sizes.push_back(b.dim(i));
-      } else if (keepdim) {
-        out_dims.push_back(-1);
-        sizes.push_back(IndexExpr::Const(1));
-      }
-    }
-    return d.Finish(node, b, v, o->dtype, o, std::move(out_dims), std::move(sizes)).status();
+    return d.FinishReduce(node, b, v, kind, o->dtype, keepdim, k, /*temp=*/false, idx, want_index)
+        .status();
   };
   if (value_output >= 0) {
     if (auto s = make(false, value_output); !s.ok()) return s;

@@ -407,6 +407,11 @@ class GraphBuilder {
       n.num_args = static_cast<uint32_t>(positional.size() + keyword.size());
     } else {
       const CallArgs call{positional, keyword, keyword_names};
+      if (const ops::Op* scalar = ScalarOverload(*n.op, call); scalar != nullptr) {
+        n.op = scalar;
+        n.schema = &scalar->schema;
+        n.target = Intern(scalar->target());
+      }
       absl::Status s = BindToSchema(
           g_, name, *n.schema, call, [this](const std::string& text) { return Intern(text); },
           g_.args_);

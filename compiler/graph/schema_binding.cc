@@ -3,6 +3,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "proto/error_detail.h"
+#include "proto/ops/registry.h"
 
 namespace kiln::graph {
 namespace {
@@ -293,6 +294,73 @@ absl::Status BindToSchema(const Graph& graph, absl::string_view node, const OpSc
     pool[base + p] = slot;
   }
   return absl::OkStatus();
+}
+
+namespace {
+
+bool IsNumber(const Arg& a) {
+  return a.kind == ArgKind::kInt || a.kind == ArgKind::kFloat || a.kind == ArgKind::kBool ||
+         a.kind == ArgKind::kSymbolic;
+}
+
+bool SameDefault(const ops::ParamSchema& a, const ops::ParamSchema& b) {
+  if (a.has_default != b.has_default) return false;
+  const ops::DefaultValue& x = a.default_value;
+  const ops::DefaultValue& y = b.default_value;
+  return !a.has_default || (x.kind == y.kind && x.int_value == y.int_value &&
+                            x.float_value == y.float_value && x.text == y.text && x.list == y.list);
+}
+
+// "aten.mul" of "aten.mul.Tensor".
+absl::string_view Packet(absl::string_view target) {
+  const size_t dot = target.rfind('.');
+  return dot == absl::string_view::npos ? target : target.substr(0, dot);
+}
+
+}  // namespace
+
+const ops::Op* ScalarOverload(const ops::Op& op, const CallArgs& call) {
+  const ops::OpSchema& schema = op.schema;
+  absl::StatusOr<std::vector<ParamSource>> sources =
+      BindParams("", schema, call.positional.size(), call.keyword_names);
+  if (!sources.ok()) return nullptr;
+  std::vector<bool> wrapped(schema.params.size(), false);
+  bool any = false;
+  for (size_t i = 0; i < schema.params.size(); ++i) {
+    const ParamSource& src = (*sources)[i];
+    if (schema.params[i].type != ops::ArgType::kTensor || src.from == ParamSource::From::kDefault) {
+      continue;
+    }
+    const Arg& arg = src.from == ParamSource::From::kPositional
+                         ? call.positional[static_cast<size_t>(src.index)]
+                         : call.keyword[static_cast<size_t>(src.index)];
+    wrapped[i] = IsNumber(arg);
+    any |= wrapped[i];
+  }
+  if (!any) return nullptr;
+  const absl::string_view packet = Packet(op.target());
+  const ops::Op* found = nullptr;
+  for (const ops::Op* candidate : ops::AllOps()) {
+    const ops::OpSchema& c = candidate->schema;
+    if (candidate == &op || Packet(c.target) != packet || c.params.size() != schema.params.size()) {
+      continue;
+    }
+    bool matches = c.returns == schema.returns && c.num_returns == schema.num_returns;
+    for (size_t i = 0; matches && i < c.params.size(); ++i) {
+      const ops::ParamSchema& want = schema.params[i];
+      const ops::ParamSchema& have = c.params[i];
+      // Whatever binds to `op` binds alike to the overload: a parameter taken by position
+      // stays positional, and one left out has the same default.
+      matches = have.name == want.name && (!have.keyword_only || want.keyword_only) &&
+                SameDefault(have, want) &&
+                (wrapped[i] ? have.type == ops::ArgType::kScalar && !have.optional
+                            : have.type == want.type && have.optional == want.optional);
+    }
+    if (!matches) continue;
+    if (found != nullptr) return nullptr;  // ambiguous: let binding report the argument
+    found = candidate;
+  }
+  return found;
 }
 
 }  // namespace kiln::graph

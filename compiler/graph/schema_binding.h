@@ -59,6 +59,15 @@ struct CallArgs {
   absl::Span<const std::string> keyword_names;  // one per keyword argument
 };
 
+// A Python number where `op`'s schema says Tensor (aten.mul.Tensor(x, 0.5), which AOTAutograd
+// writes constantly): PyTorch wraps it as a 0-d "wrapped number" whose type promotion is a
+// scalar's (a float does not promote a bf16 tensor), which is exactly what the op's Scalar
+// overload computes (aten.mul.Scalar(x, 0.5)). Returns that overload: the one entry of the
+// same op whose parameters have the same names and types except that each Tensor parameter
+// given a number is a Scalar. nullptr when no Tensor parameter got a number, when the call
+// does not bind, or when the op has no such overload (binding then reports the argument).
+const ops::Op* ScalarOverload(const ops::Op& op, const CallArgs& call);
+
 // Binds `call` to `schema` (BindParams), checks every argument's type and that every
 // parameter left out has a default, then appends one argument per parameter to `pool`,
 // followed by the items of list defaults. `pool` may be the argument pool `graph` reads:

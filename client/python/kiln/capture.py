@@ -112,7 +112,7 @@ def encode_arg(value: Any) -> Any:
 def constant_value(t: Any) -> dict:
     """A real tensor's bytes: contiguous, little-endian, base64. Safe to call while a
     compiler runs under FakeTensorMode (a get_attr constant is a real tensor)."""
-    torch = _torch()
+    _torch()
     from torch._subclasses.fake_tensor import unset_fake_temporarily  # noqa: PLC0415
 
     with unset_fake_temporarily():

@@ -311,6 +311,26 @@ TEST(CompileKeyTest, NonFiniteArgumentsKeyByValue) {
 
 // Keys know the compiler: a kilnd whose compiler differs in any source (a fixed fusion or
 // codegen bug) must not serve the old compiler's artifacts from a shared cache.
+// aten.mul.Tensor(x, 0.5), as AOTAutograd writes it, is the op's Scalar overload: one graph,
+// one key, however the trainer spelled it.
+TEST(CompileKeyTest, ANumberForATensorIsTheScalarOverload) {
+  auto with_mul = [](const char* target) {
+    v1::Graph g = testing::SmallGraph();
+    v1::Node* mul = g.add_nodes();
+    mul->set_name("half");
+    mul->set_target(target);
+    mul->add_args()->mutable_ref()->set_node("mm");
+    mul->add_args()->set_float_value(0.5);
+    *mul->add_outputs() = g.nodes(1).outputs(0);
+    g.mutable_output()->mutable_list()->add_items()->mutable_ref()->set_node("half");
+    return g;
+  };
+  const KeyedGraph tensor = MustKey(with_mul("aten.mul.Tensor"));
+  EXPECT_EQ(tensor.record.compile_key(), KeyOf(with_mul("aten.mul.Scalar")));
+  EXPECT_EQ(tensor.graph->target(tensor.graph->node(tensor.graph->num_nodes() - 1)),
+            "aten.mul.Scalar");
+}
+
 TEST(CompileKeyTest, TheCompilerItselfIsPartOfTheKey) {
   const Toolchain& current = CurrentToolchain();
   EXPECT_TRUE(std::regex_match(current.compiler_fingerprint, std::regex("[0-9a-f]{64}")))

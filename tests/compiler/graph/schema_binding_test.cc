@@ -183,5 +183,51 @@ TEST_F(CheckArgTypeTest, BindingAppendsOnlyWhenEveryCheckPasses) {
   EXPECT_TRUE(pool.empty());
 }
 
+Arg Float(double v) {
+  Arg a;
+  a.kind = ArgKind::kFloat;
+  a.float_value = v;
+  return a;
+}
+
+const ops::Op& OpOf(absl::string_view target) {
+  const ops::Op* op = ops::FindOp(target);
+  if (op == nullptr) std::abort();
+  return *op;
+}
+
+std::string ScalarOverloadOf(absl::string_view target, std::vector<Arg> positional,
+                             std::vector<Arg> keyword = {},
+                             std::vector<std::string> keyword_names = {}) {
+  const ops::Op* op =
+      ScalarOverload(OpOf(target), CallArgs{positional, keyword, keyword_names});
+  return op == nullptr ? "" : op->target();
+}
+
+// A Python number where the schema says Tensor binds to the op's Scalar overload, whose type
+// promotion is PyTorch's for wrapped numbers.
+TEST(ScalarOverloadTest, NumbersForTensorsPickTheScalarOverload) {
+  EXPECT_EQ(ScalarOverloadOf("aten.mul.Tensor", {RefTo(0), Float(0.5)}), "aten.mul.Scalar");
+  EXPECT_EQ(ScalarOverloadOf("aten.add.Tensor", {RefTo(0), Int(1)}, {Int(2)}, {"alpha"}),
+            "aten.add.Scalar");
+  EXPECT_EQ(ScalarOverloadOf("aten.div.Tensor", {RefTo(0), Float(8.0)}), "aten.div.Scalar");
+  EXPECT_EQ(ScalarOverloadOf("aten.eq.Tensor", {RefTo(0), Bool(true)}), "aten.eq.Scalar");
+  EXPECT_EQ(ScalarOverloadOf("aten.pow.Tensor_Tensor", {RefTo(0), Float(2.0)}),
+            "aten.pow.Tensor_Scalar");
+  EXPECT_EQ(ScalarOverloadOf("aten.where.self", {RefTo(0), RefTo(1), Float(0.0)}),
+            "aten.where.ScalarOther");
+  EXPECT_EQ(ScalarOverloadOf("aten.where.self", {RefTo(0), Float(0.0), RefTo(1)}),
+            "aten.where.ScalarSelf");
+}
+
+TEST(ScalarOverloadTest, TensorsAndOpsWithoutAScalarOverloadStay) {
+  EXPECT_EQ(ScalarOverloadOf("aten.mul.Tensor", {RefTo(0), RefTo(1)}), "");
+  EXPECT_EQ(ScalarOverloadOf("aten.mul.Scalar", {RefTo(0), Float(0.5)}), "");
+  // Self as a number: no overload of mul takes a Scalar self.
+  EXPECT_EQ(ScalarOverloadOf("aten.mul.Tensor", {Float(0.5), RefTo(0)}), "");
+  // A call that does not bind is left for binding to report.
+  EXPECT_EQ(ScalarOverloadOf("aten.mul.Tensor", {RefTo(0), Float(0.5), Int(3)}), "");
+}
+
 }  // namespace
 }  // namespace kiln::graph
