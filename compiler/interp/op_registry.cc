@@ -281,6 +281,7 @@ const OpRegistry& DefaultOpRegistry() {
     RegisterLinalgOps(*r);
     RegisterRngOps(*r);
     RegisterMiscOps(*r);
+    RegisterForeachOps(*r);
     return r;
   }();
   return *registry;

@@ -235,6 +235,166 @@ TEST(Pointwise, NonContiguousOffsetAndEmptyInputs) {
   EXPECT_TRUE(Is(Run1("aten.add.Tensor", {T({}, {1}), T({1, 1}, {2})}), {1, 1}, {3}));
 }
 
+// Results of a foreach op as tensors.
+std::vector<Tensor> Foreach(const std::string& op, std::vector<Arg> args,
+                            std::vector<std::pair<std::string, Arg>> kwargs = {}) {
+  std::vector<Tensor> out;
+  for (const Value& v : RunAll(op, std::move(args), std::move(kwargs))) {
+    out.push_back(std::get<Tensor>(v));
+  }
+  return out;
+}
+
+TEST(Foreach, BinaryOpsTakeAScalarAListScalarsOrATensor) {
+  const Tensor a = T({2}, {1, 2}, v1::DTYPE_FLOAT32);
+  const Tensor b = T({}, {4}, v1::DTYPE_FLOAT32);
+  const Arg self = Arg::Tensors({a, b});
+  std::vector<Tensor> r = Foreach("aten._foreach_add.Scalar", {self, 1});
+  ASSERT_EQ(r.size(), 2u);
+  EXPECT_TRUE(Is(r[0], {2}, {2, 3}));
+  EXPECT_TRUE(Is(r[1], {}, {5}));
+  EXPECT_FALSE(r[0].SharesStorageWith(a));
+  r = Foreach("aten._foreach_add.List", {self, Arg::Tensors({T({2}, {10, 20}), T({}, {1})})},
+              {{"alpha", -0.5}});
+  EXPECT_TRUE(Is(r[0], {2}, {-4, -8}));
+  EXPECT_TRUE(Is(r[1], {}, {3.5}));
+  r = Foreach("aten._foreach_add.ScalarList", {self, Arg(Arg::List{Arg(1), Arg(2.5)})});
+  EXPECT_TRUE(Is(r[0], {2}, {2, 3}));
+  EXPECT_TRUE(Is(r[1], {}, {6.5}));
+  r = Foreach("aten._foreach_sub.Scalar", {self, 1});
+  EXPECT_TRUE(Is(r[1], {}, {3}));
+  r = Foreach("aten._foreach_sub.List", {self, self});
+  EXPECT_TRUE(Is(r[0], {2}, {0, 0}));
+  r = Foreach("aten._foreach_mul.Scalar", {self, 0.5});
+  EXPECT_TRUE(Is(r[0], {2}, {0.5, 1}));
+  EXPECT_EQ(r[0].dtype(), v1::DTYPE_FLOAT32);
+  // A 0-d tensor multiplies every element, with the dtype rules of mul.
+  r = Foreach("aten._foreach_mul.Tensor", {self, T({}, {3})});
+  EXPECT_TRUE(Is(r[0], {2}, {3, 6}));
+  EXPECT_EQ(r[0].dtype(), v1::DTYPE_FLOAT32);
+  r = Foreach("aten._foreach_div.Scalar", {self, 0.001});
+  EXPECT_TRUE(Is(r[1], {}, {4000}));
+  r = Foreach("aten._foreach_div.List", {self, Arg::Tensors({T({2}, {2, 8}), T({}, {-8})})});
+  EXPECT_TRUE(Is(r[0], {2}, {0.5, 0.25}));
+  EXPECT_TRUE(Is(r[1], {}, {-0.5}));
+  // Integer tensors with a float scalar promote, as the plain op does.
+  r = Foreach("aten._foreach_mul.Scalar", {Arg::Tensors({I({2}, {1, 3})}), 0.5});
+  EXPECT_EQ(r[0].dtype(), v1::DTYPE_FLOAT32);
+  EXPECT_TRUE(Is(r[0], {2}, {0.5, 1.5}));
+  // maximum and minimum are clamp_min and clamp_max; NaN propagates.
+  r = Foreach("aten._foreach_maximum.List",
+              {Arg::Tensors({T({3}, {1, 5, kNaN})}), Arg::Tensors({T({3}, {2, 2, 2})})});
+  EXPECT_TRUE(Is(r[0], {3}, {2, 5, kNaN}));
+  r = Foreach("aten._foreach_minimum.Scalar", {Arg::Tensors({T({3}, {1, 5, kNaN})}), 2});
+  EXPECT_TRUE(Is(r[0], {3}, {1, 2, kNaN}));
+  r = Foreach("aten._foreach_clamp_min.ScalarList", {self, Arg(Arg::List{Arg(1.5), Arg(5)})});
+  EXPECT_TRUE(Is(r[0], {2}, {1.5, 2}));
+  EXPECT_TRUE(Is(r[1], {}, {5}));
+  // Lists must have one element per tensor.
+  EXPECT_FALSE(RunOp("aten._foreach_add.List", {self, Arg::Tensors({a})}).ok());
+  EXPECT_FALSE(RunOp("aten._foreach_add.ScalarList", {self, Arg(Arg::List{Arg(1)})}).ok());
+}
+
+TEST(Foreach, UnaryPowTernaryAndCopyOps) {
+  const Tensor a = T({2}, {4, 0.25}, v1::DTYPE_FLOAT32);
+  const Tensor b = T({1}, {-2}, v1::DTYPE_FLOAT32);
+  const Arg self = Arg::Tensors({a, b});
+  std::vector<Tensor> r = Foreach("aten._foreach_sqrt.default", {Arg::Tensors({a})});
+  EXPECT_TRUE(Is(r[0], {2}, {2, 0.5}));
+  r = Foreach("aten._foreach_neg.default", {self});
+  EXPECT_TRUE(Is(r[1], {1}, {2}));
+  r = Foreach("aten._foreach_reciprocal.default", {self});
+  EXPECT_TRUE(Is(r[0], {2}, {0.25, 4}));
+  EXPECT_TRUE(Is(r[1], {1}, {-0.5}));
+  // beta ** step, as Adam's bias correction computes it.
+  r = Foreach("aten._foreach_pow.ScalarAndTensor",
+              {0.5, Arg::Tensors({T({}, {3}, v1::DTYPE_FLOAT32), T({}, {0}, v1::DTYPE_FLOAT32)})});
+  EXPECT_TRUE(Is(r[0], {}, {0.125}));
+  EXPECT_TRUE(Is(r[1], {}, {1}));
+  EXPECT_EQ(r[0].dtype(), v1::DTYPE_FLOAT32);
+  r = Foreach("aten._foreach_pow.Scalar", {self, 2});
+  EXPECT_TRUE(Is(r[0], {2}, {16, 0.0625}));
+  r = Foreach("aten._foreach_pow.List", {self, Arg::Tensors({T({2}, {0.5, 1}), T({1}, {3})})});
+  EXPECT_TRUE(Is(r[0], {2}, {2, 0.25}));
+  EXPECT_TRUE(Is(r[1], {1}, {-8}));
+  // addcmul / addcdiv: value shared, one per tensor, or from a 1-d tensor of scalars.
+  const Arg t1 = Arg::Tensors({T({2}, {1, 2}), T({1}, {3})});
+  const Arg t2 = Arg::Tensors({T({2}, {2, 4}), T({1}, {6})});
+  r = Foreach("aten._foreach_addcmul.Scalar", {self, t1, t2, 0.5});
+  EXPECT_TRUE(Is(r[0], {2}, {5, 4.25}));
+  EXPECT_TRUE(Is(r[1], {1}, {7}));
+  r = Foreach("aten._foreach_addcdiv.Scalar", {self, t1, t2});
+  EXPECT_TRUE(Is(r[0], {2}, {4.5, 0.75}));
+  EXPECT_TRUE(Is(r[1], {1}, {-1.5}));
+  r = Foreach("aten._foreach_addcdiv.ScalarList", {self, t1, t2, Arg(Arg::List{Arg(2), Arg(-2)})});
+  EXPECT_TRUE(Is(r[0], {2}, {5, 1.25}));
+  EXPECT_TRUE(Is(r[1], {1}, {-3}));
+  r = Foreach("aten._foreach_addcmul.Tensor", {self, t1, t2, T({2}, {1, 0})});
+  EXPECT_TRUE(Is(r[0], {2}, {6, 8.25}));
+  EXPECT_TRUE(Is(r[1], {1}, {-2}));
+  EXPECT_FALSE(RunOp("aten._foreach_addcmul.Tensor", {self, t1, t2, T({3}, {1, 0, 0})}).ok());
+  // lerp with a shared weight, one weight per tensor, or weight tensors.
+  const Arg ends =
+      Arg::Tensors({T({2}, {8, 1.25}, v1::DTYPE_FLOAT32), T({1}, {2}, v1::DTYPE_FLOAT32)});
+  r = Foreach("aten._foreach_lerp.Scalar", {self, ends, 0.25});
+  EXPECT_TRUE(Is(r[0], {2}, {5, 0.5}));
+  EXPECT_TRUE(Is(r[1], {1}, {-1}));
+  r = Foreach("aten._foreach_lerp.ScalarList", {self, ends, Arg(Arg::List{Arg(0.5), Arg(1)})});
+  EXPECT_TRUE(Is(r[0], {2}, {6, 0.75}));
+  EXPECT_TRUE(Is(r[1], {1}, {2}));
+  r = Foreach(
+      "aten._foreach_lerp.List",
+      {self, ends,
+       Arg::Tensors({T({2}, {0, 1}, v1::DTYPE_FLOAT32), T({1}, {0.5}, v1::DTYPE_FLOAT32)})});
+  EXPECT_TRUE(Is(r[0], {2}, {4, 1.25}));
+  EXPECT_TRUE(Is(r[1], {1}, {0}));
+  // copy: fresh tensors of self's dtype holding src's values.
+  r = Foreach("aten._foreach_copy.default", {self, Arg::Tensors({I({2}, {7, 8}), T({1}, {9})})});
+  EXPECT_EQ(r[0].dtype(), v1::DTYPE_FLOAT32);
+  EXPECT_TRUE(Is(r[0], {2}, {7, 8}));
+  EXPECT_FALSE(r[1].SharesStorageWith(b));
+  r = Foreach("aten._foreach_norm.Scalar", {Arg::Tensors({T({2}, {3, 4}), T({1}, {-2})}), 1});
+  EXPECT_TRUE(Is(r[0], {}, {7}));
+  EXPECT_TRUE(Is(r[1], {}, {2}));
+}
+
+// One element of each list through the foreach op is the plain op on that element.
+TEST(Foreach, AgreesWithThePlainOpPerElement) {
+  const std::vector<Tensor> x = {T({2, 3}, {1, -2, 3, 0.5, 4, -1}, v1::DTYPE_FLOAT32),
+                                 T({}, {7}, v1::DTYPE_FLOAT32),
+                                 T({4}, {2, 3, 5, 7}, v1::DTYPE_BFLOAT16)};
+  const std::vector<Tensor> y = {T({2, 3}, {2, 2, 2, 3, 3, 3}, v1::DTYPE_FLOAT32),
+                                 T({}, {0.5}, v1::DTYPE_FLOAT32),
+                                 T({4}, {1, 0.5, 0.25, 4}, v1::DTYPE_BFLOAT16)};
+  struct Case {
+    std::string foreach_op;
+    std::string op;
+    bool two_lists;
+  };
+  for (const Case& c :
+       std::vector<Case>{{"aten._foreach_add.List", "aten.add.Tensor", true},
+                         {"aten._foreach_mul.List", "aten.mul.Tensor", true},
+                         {"aten._foreach_div.List", "aten.div.Tensor", true},
+                         {"aten._foreach_maximum.List", "aten.maximum.default", true},
+                         {"aten._foreach_pow.List", "aten.pow.Tensor_Tensor", true},
+                         {"aten._foreach_exp.default", "aten.exp.default", false},
+                         {"aten._foreach_sqrt.default", "aten.sqrt.default", false},
+                         {"aten._foreach_abs.default", "aten.abs.default", false}}) {
+    SCOPED_TRACE(c.foreach_op);
+    std::vector<Arg> args = {Arg::Tensors(x)};
+    if (c.two_lists) args.push_back(Arg::Tensors(y));
+    const std::vector<Tensor> r = Foreach(c.foreach_op, args);
+    ASSERT_EQ(r.size(), x.size());
+    for (size_t i = 0; i < x.size(); ++i) {
+      std::vector<Arg> one = {x[i]};
+      if (c.two_lists) one.push_back(y[i]);
+      const Tensor want = Run1(c.op, one);
+      EXPECT_EQ(r[i].dtype(), want.dtype());
+      EXPECT_TRUE(Is(r[i], want.sizes(), want.ToDoubles(), 0));
+    }
+  }
+}
+
 TEST(Reductions, SumMeanExtremesAndArg) {
   const Tensor x = T({2, 3}, {1, 5, 3, 4, 2, 6});
   EXPECT_TRUE(Is(Run1("aten.sum.default", {x}), {}, {21}));
