@@ -269,14 +269,12 @@ BatchNormOut BatchNorm(const Tensor& input, const Tensor& weight, const Tensor& 
   BatchNormOut o;
   const DType acc = AccType(input.dtype());
   o.out = MakeTensor(input.sizes(), input.dtype(), y);
-  if (training) {
-    o.save_mean = MakeTensor({L.c}, acc, mean);
-    o.save_invstd = MakeTensor({L.c}, acc, invstd);
-  } else {
-    // CUDA kernels return empty statistics in evaluation mode.
-    o.save_mean = Tensor::Zeros({0}, acc);
-    o.save_invstd = Tensor::Zeros({0}, acc);
-  }
+  // In evaluation mode too the statistics are [C]: the running mean and 1 / sqrt(running_var
+  // + eps), which is what CUDA's batch_norm_cuda_out writes there and what PyTorch's
+  // decomposition (and so the graphs' metadata) says for every device but the CPU, whose
+  // kernel returns empty tensors instead. Graphs come from CUDA.
+  o.save_mean = MakeTensor({L.c}, acc, mean);
+  o.save_invstd = MakeTensor({L.c}, acc, invstd);
   if (running_mean.defined()) o.running_mean = MakeTensor({L.c}, running_mean.dtype(), rm);
   if (running_var.defined()) o.running_var = MakeTensor({L.c}, running_var.dtype(), rv);
   return o;

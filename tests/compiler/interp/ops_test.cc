@@ -719,6 +719,29 @@ TEST(Nn, MseLossAndItsBackward) {
   EXPECT_FALSE(RunOp("aten.mse_loss.default", {I({1}, {1}), I({1}, {2})}).ok());
 }
 
+TEST(Nn, BatchNormInEvaluationReturnsTheRunningStatistics) {
+  // As CUDA's kernel (and PyTorch's decomposition for every device but the CPU): the saved
+  // mean is the running mean, the saved invstd 1 / sqrt(running_var + eps), both [C].
+  const Tensor x = T({2, 2, 1}, {1, 2, 3, 4}, v1::DTYPE_FLOAT32);
+  const Tensor rm = T({2}, {1, -1}, v1::DTYPE_FLOAT32);
+  const Tensor rv = T({2}, {4, 0.25}, v1::DTYPE_FLOAT32);
+  const std::vector<Value> bn = RunAll("aten._native_batch_norm_legit_no_training.default",
+                                       {x, Arg(), Arg(), rm, rv, 0.1, 0.0});
+  ASSERT_EQ(bn.size(), 3u);
+  EXPECT_TRUE(Is(std::get<Tensor>(bn[0]), {2, 2, 1}, {0, 6, 1, 10}));
+  EXPECT_TRUE(Is(std::get<Tensor>(bn[1]), {2}, {1, -1}));
+  EXPECT_TRUE(Is(std::get<Tensor>(bn[2]), {2}, {0.5, 2}));
+  EXPECT_EQ(std::get<Tensor>(bn[2]).dtype(), v1::DTYPE_FLOAT32);
+  // The running statistics are not updated in evaluation.
+  EXPECT_TRUE(Is(rm, {2}, {1, -1}));
+  // bfloat16 inputs keep float32 statistics.
+  const std::vector<Value> half =
+      RunAll("aten._native_batch_norm_legit_no_training.default",
+             {T({2, 2, 1}, {1, 2, 3, 4}, v1::DTYPE_BFLOAT16), Arg(), Arg(), rm, rv, 0.1, 0.0});
+  EXPECT_EQ(std::get<Tensor>(half[1]).dtype(), v1::DTYPE_FLOAT32);
+  EXPECT_EQ(std::get<Tensor>(half[1]).sizes(), (std::vector<int64_t>{2}));
+}
+
 TEST(Nn, ConvolutionAndPooling) {
   // 1x1x3x3 input, 2x2 kernel of ones, stride 1: sums of 2x2 windows.
   const Tensor x = T({1, 1, 3, 3}, {1, 2, 3, 4, 5, 6, 7, 8, 9});
