@@ -783,6 +783,9 @@ TEST(Nn, AttentionMatchesNaiveMath) {
   const Tensor lse = std::get<Tensor>(r[1]);
   EXPECT_EQ(lse.sizes(), (std::vector<int64_t>{1, 1, 32}));
   EXPECT_NEAR(lse.ToDoubles()[1], std::log(std::exp(2.0) + std::exp(-2.0)), 1e-6);
+  // Rows past the queries are +inf, as the kernel pads them.
+  EXPECT_EQ(lse.ToDoubles()[2], kInf);
+  EXPECT_EQ(lse.ToDoubles()[31], kInf);
   EXPECT_EQ(std::get<Tensor>(r[2]).dtype(), v1::DTYPE_INT64);
   const std::vector<Value> c = RunAll("aten._scaled_dot_product_cudnn_attention.default",
                                       {q, k, v, Arg(), true, 0.0, true, false});
