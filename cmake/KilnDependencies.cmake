@@ -57,6 +57,8 @@ endif()
 
 if(KILN_BUILD_TESTS)
   find_package(GTest CONFIG REQUIRED)
+  # zlib: the test corpus is gzipped.
+  find_package(ZLIB REQUIRED)
 endif()
 if(KILN_BUILD_BENCHMARKS)
   find_package(benchmark CONFIG REQUIRED)

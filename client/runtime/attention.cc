@@ -96,12 +96,13 @@ bool Load(ArgReader& r, const Tensor& q, const Tensor& k, const Tensor& v, const
   return r.ok();
 }
 
-// Writes [B*H, L] logsumexp values into `out`, whose rows may be longer (padded with 0).
+// Writes [B*H, L] logsumexp values into `out`, whose rows may be longer: padded with +inf, as
+// PyTorch's efficient-attention kernel pads them.
 template <typename T>
 void WriteLse(const std::vector<T>& lse, const Attention<T>& a, const Tensor& out) {
   if (!out.defined() || a.bh() == 0) return;
   const int64_t row = out.numel() / a.bh();
-  std::vector<T> v(static_cast<size_t>(out.numel()), T(0));
+  std::vector<T> v(static_cast<size_t>(out.numel()), std::numeric_limits<T>::infinity());
   for (int64_t hd = 0; hd < a.bh(); ++hd) {
     for (int64_t i = 0; i < std::min(row, a.l); ++i) {
       v[static_cast<size_t>(hd * row + i)] = lse[static_cast<size_t>(hd * a.l + i)];

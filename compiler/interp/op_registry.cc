@@ -277,6 +277,7 @@ const OpRegistry& DefaultOpRegistry() {
     RegisterLinalgOps(*r);
     RegisterRngOps(*r);
     RegisterMiscOps(*r);
+    RegisterForeachOps(*r);
     return r;
   }();
   return *registry;

@@ -92,6 +92,10 @@ class OpCall {
   std::optional<DType> GetOptDType(int pos, absl::string_view name) const;
   std::string GetString(int pos, absl::string_view name, std::string fallback) const;
 
+  // The arguments as given, for ops that hand them on to other ops.
+  const std::vector<Arg>& args() const { return args_; }
+  const std::vector<std::pair<std::string, Arg>>& kwargs() const { return kwargs_; }
+
  private:
   std::string target_;
   std::vector<Arg> args_;
@@ -135,6 +139,8 @@ void RegisterAttentionOps(OpRegistry& registry);
 void RegisterLinalgOps(OpRegistry& registry);
 void RegisterRngOps(OpRegistry& registry);
 void RegisterMiscOps(OpRegistry& registry);
+// Runs ops of the families above per list element, so it registers last.
+void RegisterForeachOps(OpRegistry& registry);
 
 // ---- Utilities shared by op families ----
 

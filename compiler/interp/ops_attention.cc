@@ -173,10 +173,11 @@ Tensor SeedTensor(uint64_t v) {
   return Tensor::FromInts({}, v1::DTYPE_INT64, {static_cast<int64_t>(v)});
 }
 
-// The logsumexp of [B, H, L] as a float32 tensor of `sizes` (padded entries are 0).
+// The logsumexp of [B, H, L] as a float32 tensor of `sizes`. Padded entries are +inf, as the
+// efficient-attention kernel writes them (so that its backward needs no bounds checks).
 Tensor LseTensor(const std::vector<double>& lse, const Attention& a, std::vector<int64_t> sizes,
                  int64_t padded_l) {
-  std::vector<double> v(static_cast<size_t>(a.bh() * padded_l), 0.0);
+  std::vector<double> v(static_cast<size_t>(a.bh() * padded_l), kInf);
   for (int64_t bh = 0; bh < a.bh(); ++bh) {
     for (int64_t i = 0; i < a.l; ++i) {
       v[static_cast<size_t>(bh * padded_l + i)] = lse[static_cast<size_t>(bh * a.l + i)];

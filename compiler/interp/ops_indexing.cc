@@ -375,6 +375,10 @@ void RegisterIndexingOps(OpRegistry& r) {
     }
     return One(MakeTensor(self.sizes(), self.dtype(), out));
   });
+  // The unsafe forms skip ATen's bounds checks; the interpreter keeps them, so that an index
+  // out of range is an error here rather than a read of other memory.
+  r.Add("aten._unsafe_index.Tensor", r.Find("aten.index.Tensor")->fn);
+  r.Add("aten._unsafe_index_put.default", r.Find("aten.index_put.default")->fn);
 }
 
 }  // namespace kiln::interp

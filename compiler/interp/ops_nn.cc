@@ -1,8 +1,8 @@
-// Neural-network ops and their backwards: softmax and log-softmax, layer and batch norm,
-// nll loss, embedding, convolution, max pooling, scaled-dot-product attention, and the
-// scatter-shaped backwards of views (slice_backward, select_backward, *_scatter).
-// Each is computed from its mathematical definition in double; the backwards are checked
-// against finite differences of the forwards in tests.
+// Neural-network ops and their backwards: softmax and log-softmax, layer, batch and group
+// norm, nll and mse losses, embedding, convolution, max pooling, scaled-dot-product attention, and
+// the scatter-shaped backwards of views (slice_backward, select_backward, *_scatter). Each is
+// computed from its mathematical definition in double; the backwards are checked against finite
+// differences of the forwards in tests.
 
 #include <algorithm>
 #include <cmath>
@@ -269,14 +269,12 @@ BatchNormOut BatchNorm(const Tensor& input, const Tensor& weight, const Tensor& 
   BatchNormOut o;
   const DType acc = AccType(input.dtype());
   o.out = MakeTensor(input.sizes(), input.dtype(), y);
-  if (training) {
-    o.save_mean = MakeTensor({L.c}, acc, mean);
-    o.save_invstd = MakeTensor({L.c}, acc, invstd);
-  } else {
-    // CUDA kernels return empty statistics in evaluation mode.
-    o.save_mean = Tensor::Zeros({0}, acc);
-    o.save_invstd = Tensor::Zeros({0}, acc);
-  }
+  // In evaluation mode too the statistics are [C]: the running mean and 1 / sqrt(running_var
+  // + eps), which is what CUDA's batch_norm_cuda_out writes there and what PyTorch's
+  // decomposition (and so the graphs' metadata) says for every device but the CPU, whose
+  // kernel returns empty tensors instead. Graphs come from CUDA.
+  o.save_mean = MakeTensor({L.c}, acc, mean);
+  o.save_invstd = MakeTensor({L.c}, acc, invstd);
   if (running_mean.defined()) o.running_mean = MakeTensor({L.c}, running_mean.dtype(), rm);
   if (running_var.defined()) o.running_var = MakeTensor({L.c}, running_var.dtype(), rv);
   return o;
@@ -341,6 +339,120 @@ std::vector<Value> BatchNormBackward(const OpCall& c) {
   return Values({mask[0] ? MakeTensor(input.sizes(), input.dtype(), dx) : Tensor(),
                  mask[1] ? MakeTensor({L.c}, wdtype, dw) : Tensor(),
                  mask[2] ? MakeTensor({L.c}, wdtype, db) : Tensor()});
+}
+
+// ---- Group norm ----
+
+// An input [N, C, *] with its channels in `groups` groups: element k of channel ch of sample
+// i sits at (i * c + ch) * hw + k, and a group's elements are consecutive.
+struct GroupLayout {
+  int64_t n, c, hw, groups;
+  GroupLayout(const OpCall& call, int first, const Tensor& input)
+      : n(call.GetInt(first, "N")),
+        c(call.GetInt(first + 1, "C")),
+        hw(call.GetInt(first + 2, "HxW")),
+        groups(call.GetInt(first + 3, "group")) {
+    Check(groups > 0 && c % groups == 0, "group_norm: ", c, " channels do not split into ", groups,
+          " groups");
+    Check(n * c * hw == input.numel(), "group_norm: N * C * HxW = ", n * c * hw,
+          " does not match the input ", input.DebugString());
+  }
+  int64_t GroupSize() const { return c / groups * hw; }
+  int64_t Channel(int64_t group, int64_t k) const { return group * (c / groups) + k / hw; }
+};
+
+// The dtype of the statistics and parameter gradients: the input's, or float32 when
+// reduced-precision inputs come with float32 parameters, as ATen's param_scalar_type.
+DType GroupNormParamType(const Tensor& input, const Tensor& weight) {
+  if (weight.defined() && weight.dtype() != input.dtype() &&
+      AccType(input.dtype()) == weight.dtype()) {
+    return weight.dtype();
+  }
+  return input.dtype();
+}
+
+std::vector<Value> GroupNorm(const OpCall& c) {
+  const Tensor input = c.GetTensor(0, "input");
+  const Tensor weight = c.GetOptTensor(1, "weight");
+  const Tensor bias = c.GetOptTensor(2, "bias");
+  const GroupLayout L(c, 3, input);
+  const double eps = c.GetDouble(7, "eps");
+  const std::vector<double> x = input.ToDoubles();
+  const std::vector<double> w = OptionalValues(weight, L.c, 1.0);
+  const std::vector<double> b = OptionalValues(bias, L.c, 0.0);
+  const int64_t d = L.GroupSize();
+  std::vector<double> y(x.size());
+  std::vector<double> mean(static_cast<size_t>(L.n * L.groups));
+  std::vector<double> rstd(mean.size());
+  for (int64_t g = 0; g < L.n * L.groups; ++g) {
+    const double* row = x.data() + g * d;
+    double mu = 0;
+    for (int64_t k = 0; k < d; ++k) mu += row[k];
+    mu /= static_cast<double>(d);
+    double var = 0;
+    for (int64_t k = 0; k < d; ++k) var += (row[k] - mu) * (row[k] - mu);
+    var /= static_cast<double>(d);
+    const double r = 1.0 / std::sqrt(var + eps);
+    mean[static_cast<size_t>(g)] = mu;
+    rstd[static_cast<size_t>(g)] = r;
+    for (int64_t k = 0; k < d; ++k) {
+      const size_t ch = static_cast<size_t>(L.Channel(g % L.groups, k));
+      y[static_cast<size_t>(g * d + k)] = (row[k] - mu) * r * w[ch] + b[ch];
+    }
+  }
+  const DType stat = GroupNormParamType(input, weight);
+  return Values({MakeTensor(input.sizes(), input.dtype(), y),
+                 MakeTensor({L.n, L.groups}, stat, mean), MakeTensor({L.n, L.groups}, stat, rstd)});
+}
+
+std::vector<Value> GroupNormBackward(const OpCall& c) {
+  const Tensor grad_out = c.GetTensor(0, "grad_out");
+  const Tensor input = c.GetTensor(1, "input");
+  const Tensor mean_t = c.GetTensor(2, "mean");
+  const Tensor rstd_t = c.GetTensor(3, "rstd");
+  const Tensor weight = c.GetOptTensor(4, "weight");
+  const GroupLayout L(c, 5, input);
+  const std::vector<bool> mask = c.GetBools(9, "output_mask", {true, true, true});
+  Check(mask.size() == 3, "output_mask must have 3 entries");
+  Check(grad_out.sizes() == input.sizes(), "group_norm_backward: grad_out ", grad_out.DebugString(),
+        " does not match the input ", input.DebugString());
+  const std::vector<double> x = input.ToDoubles();
+  const std::vector<double> g = grad_out.ToDoubles();
+  const std::vector<double> w = OptionalValues(weight, L.c, 1.0);
+  const std::vector<double> mean = OptionalValues(mean_t, L.n * L.groups, 0.0);
+  const std::vector<double> rstd = OptionalValues(rstd_t, L.n * L.groups, 1.0);
+  const int64_t d = L.GroupSize();
+  std::vector<double> dx(x.size());
+  std::vector<double> dw(static_cast<size_t>(L.c), 0.0);
+  std::vector<double> db(static_cast<size_t>(L.c), 0.0);
+  for (int64_t grp = 0; grp < L.n * L.groups; ++grp) {
+    const double mu = mean[static_cast<size_t>(grp)];
+    const double r = rstd[static_cast<size_t>(grp)];
+    // With xhat = (x - mean) * rstd and gw = grad * weight:
+    // dx = rstd * (gw - mean(gw) - xhat * mean(gw * xhat)).
+    double sum_gw = 0;
+    double sum_gw_xhat = 0;
+    for (int64_t k = 0; k < d; ++k) {
+      const size_t p = static_cast<size_t>(grp * d + k);
+      const size_t ch = static_cast<size_t>(L.Channel(grp % L.groups, k));
+      const double xhat = (x[p] - mu) * r;
+      sum_gw += g[p] * w[ch];
+      sum_gw_xhat += g[p] * w[ch] * xhat;
+      dw[ch] += g[p] * xhat;
+      db[ch] += g[p];
+    }
+    for (int64_t k = 0; k < d; ++k) {
+      const size_t p = static_cast<size_t>(grp * d + k);
+      const size_t ch = static_cast<size_t>(L.Channel(grp % L.groups, k));
+      const double xhat = (x[p] - mu) * r;
+      dx[p] = r * (g[p] * w[ch] - sum_gw / static_cast<double>(d) -
+                   xhat * sum_gw_xhat / static_cast<double>(d));
+    }
+  }
+  const DType param = GroupNormParamType(input, weight);
+  return Values({mask[0] ? MakeTensor(input.sizes(), input.dtype(), dx) : Tensor(),
+                 mask[1] ? MakeTensor({L.c}, param, dw) : Tensor(),
+                 mask[2] ? MakeTensor({L.c}, param, db) : Tensor()});
 }
 
 // ---- nll loss ----
@@ -426,6 +538,39 @@ std::vector<Value> NllBackward(const OpCall& c) {
   return One(MakeTensor(self.sizes(), self.dtype(), dx));
 }
 
+// ---- mse loss ----
+
+// Reductions as PyTorch numbers them (at::Reduction).
+constexpr int64_t kReduceNone = 0;
+constexpr int64_t kReduceMean = 1;
+constexpr int64_t kReduceSum = 2;
+
+Tensor MseLoss(const Tensor& self, const Tensor& target, int64_t reduction) {
+  const DType dtype = PromoteTypes(self.dtype(), target.dtype());
+  Check(IsFloating(dtype), "mse_loss is not implemented for ", DTypeName(dtype));
+  const Tensor loss = MapDoubles({self, target}, dtype, [](const double* v) {
+    const double d = v[0] - v[1];
+    return d * d;
+  });
+  if (reduction == kReduceNone) return loss;
+  Check(reduction == kReduceMean || reduction == kReduceSum, "mse_loss: unknown reduction ",
+        reduction);
+  double total = 0;
+  for (double v : loss.ToDoubles()) total += v;
+  if (reduction == kReduceMean) total /= static_cast<double>(loss.numel());
+  return MakeTensor({}, dtype, {total});
+}
+
+// d/dself of mse_loss: 2 (self - target) grad, divided by self's element count for a mean.
+Tensor MseLossBackward(const Tensor& grad, const Tensor& self, const Tensor& target,
+                       int64_t reduction) {
+  const DType dtype = PromoteTypes(PromoteTypes(self.dtype(), target.dtype()), grad.dtype());
+  Check(IsFloating(dtype), "mse_loss_backward is not implemented for ", DTypeName(dtype));
+  const double norm = reduction == kReduceMean ? 2.0 / static_cast<double>(self.numel()) : 2.0;
+  return MapDoubles({self, target, grad}, dtype,
+                    [norm](const double* v) { return norm * (v[0] - v[1]) * v[2]; });
+}
+
 // ---- Embedding ----
 
 Tensor Embedding(const Tensor& weight, const Tensor& indices) {
@@ -494,6 +639,25 @@ void RegisterNnOps(OpRegistry& r) {
       return One(Softmax(self.To(out), c.GetInt(1, "dim"), out, log));
     };
   };
+  // softmax that gives 0s, not NaNs, for a lane of -inf (a fully masked attention row).
+  r.Add("aten._safe_softmax.default", [](OpCall& c) {
+    const Tensor self = c.GetTensor(0, "self");
+    const DType out = c.GetOptDType(2, "dtype").value_or(FloatResultType(self.dtype()));
+    const int64_t dim = self.dim() == 0 ? 0 : WrapDim(c.GetInt(1, "dim"), self.dim());
+    const Tensor in = self.To(out);
+    const std::vector<double> x = in.ToDoubles();
+    std::vector<double> y = SoftmaxLanes(in, dim, false);
+    const Lanes lanes(self.sizes(), dim);
+    for (int64_t l = 0; l < lanes.count(); ++l) {
+      bool masked = true;
+      for (int64_t k = 0; k < lanes.n; ++k) {
+        masked = masked && x[static_cast<size_t>(lanes.At(l, k))] == -kInf;
+      }
+      if (!masked) continue;
+      for (int64_t k = 0; k < lanes.n; ++k) y[static_cast<size_t>(lanes.At(l, k))] = 0;
+    }
+    return One(MakeTensor(self.sizes(), out, y));
+  });
   r.Add("aten.softmax.int", softmax_int(false));
   r.Add("aten.log_softmax.int", softmax_int(true));
   auto softmax_backward = [](bool log) {
@@ -546,8 +710,20 @@ void RegisterNnOps(OpRegistry& r) {
   });
   r.Add("aten.native_batch_norm_backward.default", BatchNormBackward);
 
+  r.Add("aten.native_group_norm.default", GroupNorm);
+  r.Add("aten.native_group_norm_backward.default", GroupNormBackward);
+
   r.Add("aten.nll_loss_forward.default", NllForward);
   r.Add("aten.nll_loss_backward.default", NllBackward);
+
+  r.Add("aten.mse_loss.default", [](OpCall& c) {
+    return One(MseLoss(c.GetTensor(0, "self"), c.GetTensor(1, "target"),
+                       c.GetInt(2, "reduction", kReduceMean)));
+  });
+  r.Add("aten.mse_loss_backward.default", [](OpCall& c) {
+    return One(MseLossBackward(c.GetTensor(0, "grad_output"), c.GetTensor(1, "self"),
+                               c.GetTensor(2, "target"), c.GetInt(3, "reduction")));
+  });
 
   r.Add("aten.embedding.default", [](OpCall& c) {
     return One(Embedding(c.GetTensor(0, "weight"), c.GetTensor(1, "indices")));
@@ -579,6 +755,25 @@ void RegisterNnOps(OpRegistry& r) {
     SliceView(out, c.GetInt(2, "dim", 0), c.GetOptInt(3, "start"), c.GetOptInt(4, "end"),
               c.GetInt(5, "step", 1))
         .CopyFrom(c.GetTensor(1, "src"));
+    return One(out);
+  });
+  // The clone's own layout is what size, stride and storage_offset address, as in ATen
+  // (a clone of a dense input keeps its strides, at offset 0).
+  r.Add("aten.as_strided_scatter.default", [](OpCall& c) {
+    const Tensor self = c.GetTensor(0, "self");
+    const Tensor src = c.GetTensor(1, "src");
+    Tensor out = self.ClonePreserve(self.dtype());
+    Tensor view = out.AsStrided(c.GetInts(2, "size"), c.GetInts(3, "stride"),
+                                c.GetInt(4, "storage_offset", out.storage_offset()));
+    Check(view.sizes().size() == view.strides().size(),
+          "as_strided_scatter: sizes and strides differ in rank");
+    for (int64_t s : view.strides()) {
+      Check(s >= 0, "as_strided_scatter: negative strides are not supported");
+    }
+    Check(view.InBounds(), "as_strided_scatter: the view reaches outside self");
+    Check(view.sizes() == src.sizes(), "as_strided_scatter: src ", src.DebugString(),
+          " does not have the view's sizes ", view.DebugString());
+    view.CopyFrom(src);
     return One(out);
   });
   r.Add("aten.select_scatter.default", [](OpCall& c) {

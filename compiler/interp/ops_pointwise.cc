@@ -647,6 +647,14 @@ void RegisterPointwiseOps(OpRegistry& r) {
     const double z = std::exp(x * beta);
     return x * beta > threshold ? g : g * z / (z + 1.0);
   });
+  // As PyTorch's CUDA kernel: 0 up to -3, then x / 3 + 1/2 below 3.
+  AddGradOp(r, "aten.hardswish_backward.default", [](const OpCall&, double g, double x) {
+    if (x <= -3.0) return 0.0;
+    return x < 3.0 ? g * (x / 3.0 + 0.5) : g;
+  });
+  AddGradOp(r, "aten.hardsigmoid_backward.default", [](const OpCall&, double g, double x) {
+    return (x > -3.0 && x < 3.0) ? g / 6.0 : 0.0;
+  });
   AddGradOp(r, "aten.hardtanh_backward.default", [](const OpCall& c, double g, double x) {
     const double lo = c.GetDouble(2, "min_val");
     const double hi = c.GetDouble(3, "max_val");
@@ -658,6 +666,13 @@ void RegisterPointwiseOps(OpRegistry& r) {
     const Tensor self = c.GetTensor(0, "self");
     const DType dtype = c.GetOptDType(1, "dtype").value_or(self.dtype());
     return One(CopyWithFormat(self, dtype, GetMemoryFormat(c, 6)));
+  });
+  // The prims cast PyTorch's decompositions leave behind: a copy in another dtype.
+  r.Add("prims.convert_element_type.default", [](OpCall& c) {
+    const Tensor self = c.GetTensor(0, "a");
+    const std::optional<DType> dtype = c.GetOptDType(1, "dtype");
+    Check(dtype.has_value(), "convert_element_type needs a dtype");
+    return One(self.ClonePreserve(*dtype));
   });
   r.Add("aten.clone.default", [](OpCall& c) {
     const Tensor self = c.GetTensor(0, "self");

@@ -1,10 +1,16 @@
 #include "compiler/interp/tensor.h"
 
 #include <algorithm>
+#include <bit>
+#include <cmath>
+#include <cstring>
+#include <limits>
 #include <numeric>
 
+#include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "proto/dtype.h"
 
 namespace kiln::interp {
 namespace {
@@ -31,7 +37,90 @@ int64_t Extent(absl::Span<const int64_t> sizes, absl::Span<const int64_t> stride
   return last + 1;
 }
 
+template <typename T>
+T LoadLittleEndian(const char* p) {
+  static_assert(std::endian::native == std::endian::little);
+  T v;
+  std::memcpy(&v, p, sizeof v);
+  return v;
+}
+
+// IEEE binary16: 1 sign, 5 exponent (bias 15) and 10 significand bits.
+double HalfBitsToDouble(uint16_t h) {
+  const double sign = (h & 0x8000) != 0 ? -1.0 : 1.0;
+  const int exponent = (h >> 10) & 0x1F;
+  const int significand = h & 0x3FF;
+  if (exponent == 0x1F) {
+    return significand != 0 ? std::numeric_limits<double>::quiet_NaN()
+                            : sign * std::numeric_limits<double>::infinity();
+  }
+  if (exponent == 0) return sign * std::ldexp(significand, -24);
+  return sign * std::ldexp(significand | 0x400, exponent - 25);
+}
+
+// bfloat16 is the upper half of a float32.
+double BFloat16BitsToDouble(uint16_t b) {
+  const uint32_t wide = static_cast<uint32_t>(b) << 16;
+  float f;
+  std::memcpy(&f, &wide, sizeof f);
+  return f;
+}
+
 }  // namespace
+
+absl::StatusOr<Tensor> TensorFromBytes(std::vector<int64_t> sizes, DType dtype,
+                                       absl::string_view bytes) {
+  const int64_t width = ElementSize(dtype);
+  if (!IsSupported(dtype) || width == 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("dtype ", DTypeName(dtype), " is not supported"));
+  }
+  const int64_t n = NumElements(sizes);
+  if (static_cast<int64_t>(bytes.size()) != n * width) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(bytes.size(), " bytes do not hold ", n, " elements of ", DTypeName(dtype)));
+  }
+  Tensor t = Tensor::Zeros(std::move(sizes), dtype);
+  for (int64_t i = 0; i < n; ++i) {
+    const char* p = bytes.data() + i * width;
+    switch (dtype) {
+      case v1::DTYPE_FLOAT64:
+        t.WriteDouble(i, LoadLittleEndian<double>(p));
+        break;
+      case v1::DTYPE_FLOAT32:
+        t.WriteDouble(i, LoadLittleEndian<float>(p));
+        break;
+      case v1::DTYPE_FLOAT16:
+        t.WriteDouble(i, HalfBitsToDouble(LoadLittleEndian<uint16_t>(p)));
+        break;
+      case v1::DTYPE_BFLOAT16:
+        t.WriteDouble(i, BFloat16BitsToDouble(LoadLittleEndian<uint16_t>(p)));
+        break;
+      case v1::DTYPE_INT64:
+        t.WriteInt(i, LoadLittleEndian<int64_t>(p));
+        break;
+      case v1::DTYPE_INT32:
+        t.WriteInt(i, LoadLittleEndian<int32_t>(p));
+        break;
+      case v1::DTYPE_INT16:
+        t.WriteInt(i, LoadLittleEndian<int16_t>(p));
+        break;
+      case v1::DTYPE_INT8:
+        t.WriteInt(i, LoadLittleEndian<int8_t>(p));
+        break;
+      case v1::DTYPE_UINT32:
+        t.WriteInt(i, LoadLittleEndian<uint32_t>(p));
+        break;
+      case v1::DTYPE_UINT16:
+        t.WriteInt(i, LoadLittleEndian<uint16_t>(p));
+        break;
+      default:  // uint8 and bool: one byte
+        t.WriteInt(i, LoadLittleEndian<uint8_t>(p));
+        break;
+    }
+  }
+  return t;
+}
 
 ExactFloatScope::ExactFloatScope() { ++exact_float_depth; }
 ExactFloatScope::~ExactFloatScope() { --exact_float_depth; }

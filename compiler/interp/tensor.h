@@ -16,6 +16,8 @@
 #include <string>
 #include <vector>
 
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
 #include "absl/types/span.h"
 #include "compiler/interp/dtype.h"
 
@@ -104,6 +106,12 @@ class Tensor {
   int64_t offset_ = 0;
   DType dtype_ = v1::DTYPE_UNSPECIFIED;
 };
+
+// A fresh contiguous tensor from `bytes`: the little-endian elements of `dtype` in row-major
+// order, as PyTorch stores a contiguous tensor and capture files record values.
+// INVALID_ARGUMENT when the byte count does not fit the sizes or the dtype is not supported.
+absl::StatusOr<Tensor> TensorFromBytes(std::vector<int64_t> sizes, DType dtype,
+                                       absl::string_view bytes);
 
 // Contiguous strides for `sizes`.
 std::vector<int64_t> ContiguousStrides(absl::Span<const int64_t> sizes);

@@ -5,7 +5,10 @@
 #include <fstream>
 #include <sstream>
 
+#include <zlib.h>
+
 #include "absl/status/status.h"
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "gtest/gtest.h"
 #include "proto/fx/capture_import.h"
@@ -45,8 +48,34 @@ absl::StatusOr<std::string> ReadFile(const std::string& path) {
   return ss.str();
 }
 
+absl::StatusOr<std::string> ReadDataFile(const std::string& path) {
+  absl::StatusOr<std::string> bytes = ReadFile(path);
+  if (!bytes.ok() || !absl::EndsWith(path, ".gz")) return bytes;
+  z_stream z{};
+  // 16 + MAX_WBITS: a gzip header and trailer around the deflate stream.
+  if (inflateInit2(&z, 16 + MAX_WBITS) != Z_OK) {
+    return absl::InternalError(absl::StrCat("cannot start inflating ", path));
+  }
+  z.next_in = reinterpret_cast<Bytef*>(bytes->data());
+  z.avail_in = static_cast<uInt>(bytes->size());
+  std::string out;
+  char buffer[1 << 16];
+  int rc = Z_OK;
+  while (rc == Z_OK) {
+    z.next_out = reinterpret_cast<Bytef*>(buffer);
+    z.avail_out = sizeof buffer;
+    rc = inflate(&z, Z_NO_FLUSH);
+    out.append(buffer, sizeof buffer - z.avail_out);
+  }
+  inflateEnd(&z);
+  if (rc != Z_STREAM_END) {
+    return absl::InvalidArgumentError(absl::StrCat(path, " is not a whole gzip file"));
+  }
+  return out;
+}
+
 v1::Graph LoadSharedGraph(const std::string& file_name) {
-  absl::StatusOr<std::string> text = ReadFile(GraphsDir() + "/" + file_name);
+  absl::StatusOr<std::string> text = ReadDataFile(GraphsDir() + "/" + file_name);
   EXPECT_TRUE(text.ok()) << text.status();
   if (!text.ok()) return {};
   absl::StatusOr<v1::Graph> graph = fx::ImportCapture(*text);

@@ -39,8 +39,12 @@ std::string KilnCliPath();
 std::string KilncPath();
 
 absl::StatusOr<std::string> ReadFile(const std::string& path);
+// The contents of `path`, gunzipped when its name ends in ".gz" (as most of the corpus is
+// stored).
+absl::StatusOr<std::string> ReadDataFile(const std::string& path);
 
-// The shared graph `file_name` (e.g. "mlp_fp32.fw.json") as a kiln.v1.Graph; a test failure
+// The shared graph `file_name` (e.g. "mlp_fp32.fw.json", "ref_mlp.fw.json.gz") as a
+// kiln.v1.Graph; a test failure
 // and an empty graph when it cannot be read or converted.
 v1::Graph LoadSharedGraph(const std::string& file_name);
 

@@ -122,6 +122,61 @@ TEST_F(GradCheck, PointwiseActivations) {
   ExpectGrad(Run1("aten.threshold_backward.default", {r, x, 0}), NumericGrad(relu, {x}, 0, r));
 }
 
+TEST_F(GradCheck, HardActivationsAndMseLoss) {
+  // Away from the kinks at -3 and 3, where finite differences straddle them.
+  const Tensor x = T({6}, {-3.5, -2.9, -1, 0.3, 2.9, 3.5});
+  const Tensor r = Rand({6}, 37);
+  const Fn hs = [](const std::vector<Tensor>& in) {
+    return Run1("aten.hardswish.default", {in[0]});
+  };
+  ExpectGrad(Run1("aten.hardswish_backward.default", {r, x}), NumericGrad(hs, {x}, 0, r));
+  const Fn hsig = [](const std::vector<Tensor>& in) {
+    return Run1("aten.hardsigmoid.default", {in[0]});
+  };
+  ExpectGrad(Run1("aten.hardsigmoid_backward.default", {r, x}), NumericGrad(hsig, {x}, 0, r));
+  const Tensor target = Rand({6}, 38);
+  for (int64_t reduction : {0, 1, 2}) {
+    const Tensor g = reduction == 0 ? r : Rand({}, 39);
+    const Fn mse = [&](const std::vector<Tensor>& in) {
+      return Run1("aten.mse_loss.default", {in[0], target, reduction});
+    };
+    ExpectGrad(Run1("aten.mse_loss_backward.default", {g, x, target, reduction}),
+               NumericGrad(mse, {x}, 0, g));
+  }
+}
+
+TEST_F(GradCheck, GroupNorm) {
+  // N 2, C 4 in 2 groups, HxW 3.
+  const Tensor x = Rand({2, 4, 3}, 40);
+  const Tensor w = Rand({4}, 41);
+  const Tensor b = Rand({4}, 42);
+  const Tensor r = Rand({2, 4, 3}, 43);
+  const Fn f = [](const std::vector<Tensor>& in) {
+    return Run1("aten.native_group_norm.default", {in[0], in[1], in[2], 2, 4, 3, 2, 1e-5});
+  };
+  const std::vector<Value> fw =
+      RunAll("aten.native_group_norm.default", {x, w, b, 2, 4, 3, 2, 1e-5});
+  const std::vector<Value> bw =
+      RunAll("aten.native_group_norm_backward.default",
+             {r, x, fw[1], fw[2], w, 2, 4, 3, 2, Arg::Bools({true, true, true})});
+  ASSERT_EQ(bw.size(), 3u);
+  for (size_t k = 0; k < 3; ++k) {
+    ExpectGrad(std::get<Tensor>(bw[k]), NumericGrad(f, {x, w, b}, k, r));
+  }
+  // Without a weight; masked outputs are None.
+  const Fn g = [](const std::vector<Tensor>& in) {
+    return Run1("aten.native_group_norm.default", {in[0], Arg(), Arg(), 2, 4, 3, 2, 1e-5});
+  };
+  const std::vector<Value> fw2 =
+      RunAll("aten.native_group_norm.default", {x, Arg(), Arg(), 2, 4, 3, 2, 1e-5});
+  const std::vector<Value> bw2 =
+      RunAll("aten.native_group_norm_backward.default",
+             {r, x, fw2[1], fw2[2], Arg(), 2, 4, 3, 2, Arg::Bools({true, false, false})});
+  ExpectGrad(std::get<Tensor>(bw2[0]), NumericGrad(g, {x}, 0, r));
+  EXPECT_TRUE(std::holds_alternative<None>(bw2[1]));
+  EXPECT_TRUE(std::holds_alternative<None>(bw2[2]));
+}
+
 TEST_F(GradCheck, SoftmaxAndLogSoftmax) {
   const Tensor x = Rand({3, 4, 5}, 7, -2, 2);
   const Tensor r = Rand({3, 4, 5}, 8);

@@ -225,6 +225,30 @@ TEST(Pointwise, FloatActivations) {
   }
 }
 
+TEST(Pointwise, HardActivationBackwards) {
+  // PyTorch's CUDA kernels: hardswish' is 0 up to -3, x / 3 + 1/2 below 3, then 1;
+  // hardsigmoid' is 1/6 strictly between -3 and 3.
+  const Tensor x = T({7}, {-4, -3, -1.5, 0, 2.9, 3, 4}, v1::DTYPE_FLOAT32);
+  const Tensor g = T({7}, {6, 6, 6, 6, 6, 6, 6}, v1::DTYPE_FLOAT32);
+  const Tensor hs = Run1("aten.hardswish_backward.default", {g, x});
+  EXPECT_EQ(hs.dtype(), v1::DTYPE_FLOAT32);
+  EXPECT_TRUE(Is(hs, {7}, {0, 0, 0, 3, 6 * static_cast<double>(2.9f / 3 + 0.5f), 6, 6}, 1e-6));
+  EXPECT_TRUE(Is(Run1("aten.hardsigmoid_backward.default", {g, x}), {7}, {0, 0, 1, 1, 1, 0, 0}));
+  // A grad of another dtype promotes; the grad broadcasts.
+  EXPECT_EQ(Run1("aten.hardswish_backward.default", {T({1}, {1}), x}).dtype(), v1::DTYPE_FLOAT64);
+}
+
+TEST(Pointwise, ConvertElementTypeCastsAndKeepsTheLayout) {
+  const Tensor t = Run1("aten.t.default", {T({2, 2}, {1.00390625, 2.5, -3.7, 4})});
+  const Tensor bf = Run1("prims.convert_element_type.default", {t, v1::DTYPE_BFLOAT16});
+  EXPECT_EQ(bf.dtype(), v1::DTYPE_BFLOAT16);
+  EXPECT_EQ(bf.strides(), t.strides());
+  EXPECT_TRUE(Is(bf, {2, 2}, {1, -3.703125, 2.5, 4}));
+  EXPECT_EQ(Run1("prims.convert_element_type.default", {t, v1::DTYPE_INT32}).ToInts(),
+            (std::vector<int64_t>{1, -3, 2, 4}));
+  EXPECT_FALSE(RunOp("prims.convert_element_type.default", {t}).ok());
+}
+
 TEST(Pointwise, NonContiguousOffsetAndEmptyInputs) {
   // A transposed, offset view of a larger storage.
   const Tensor base = T({13}, {99, 0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11});
@@ -235,6 +259,166 @@ TEST(Pointwise, NonContiguousOffsetAndEmptyInputs) {
   EXPECT_EQ(Run1("aten.add.Tensor", {e, T({3}, {1, 2, 3})}).sizes(), (std::vector<int64_t>{0, 3}));
   EXPECT_TRUE(Is(Run1("aten.sum.default", {e}), {}, {0}));
   EXPECT_TRUE(Is(Run1("aten.add.Tensor", {T({}, {1}), T({1, 1}, {2})}), {1, 1}, {3}));
+}
+
+// Results of a foreach op as tensors.
+std::vector<Tensor> Foreach(const std::string& op, std::vector<Arg> args,
+                            std::vector<std::pair<std::string, Arg>> kwargs = {}) {
+  std::vector<Tensor> out;
+  for (const Value& v : RunAll(op, std::move(args), std::move(kwargs))) {
+    out.push_back(std::get<Tensor>(v));
+  }
+  return out;
+}
+
+TEST(Foreach, BinaryOpsTakeAScalarAListScalarsOrATensor) {
+  const Tensor a = T({2}, {1, 2}, v1::DTYPE_FLOAT32);
+  const Tensor b = T({}, {4}, v1::DTYPE_FLOAT32);
+  const Arg self = Arg::Tensors({a, b});
+  std::vector<Tensor> r = Foreach("aten._foreach_add.Scalar", {self, 1});
+  ASSERT_EQ(r.size(), 2u);
+  EXPECT_TRUE(Is(r[0], {2}, {2, 3}));
+  EXPECT_TRUE(Is(r[1], {}, {5}));
+  EXPECT_FALSE(r[0].SharesStorageWith(a));
+  r = Foreach("aten._foreach_add.List", {self, Arg::Tensors({T({2}, {10, 20}), T({}, {1})})},
+              {{"alpha", -0.5}});
+  EXPECT_TRUE(Is(r[0], {2}, {-4, -8}));
+  EXPECT_TRUE(Is(r[1], {}, {3.5}));
+  r = Foreach("aten._foreach_add.ScalarList", {self, Arg(Arg::List{Arg(1), Arg(2.5)})});
+  EXPECT_TRUE(Is(r[0], {2}, {2, 3}));
+  EXPECT_TRUE(Is(r[1], {}, {6.5}));
+  r = Foreach("aten._foreach_sub.Scalar", {self, 1});
+  EXPECT_TRUE(Is(r[1], {}, {3}));
+  r = Foreach("aten._foreach_sub.List", {self, self});
+  EXPECT_TRUE(Is(r[0], {2}, {0, 0}));
+  r = Foreach("aten._foreach_mul.Scalar", {self, 0.5});
+  EXPECT_TRUE(Is(r[0], {2}, {0.5, 1}));
+  EXPECT_EQ(r[0].dtype(), v1::DTYPE_FLOAT32);
+  // A 0-d tensor multiplies every element, with the dtype rules of mul.
+  r = Foreach("aten._foreach_mul.Tensor", {self, T({}, {3})});
+  EXPECT_TRUE(Is(r[0], {2}, {3, 6}));
+  EXPECT_EQ(r[0].dtype(), v1::DTYPE_FLOAT32);
+  r = Foreach("aten._foreach_div.Scalar", {self, 0.001});
+  EXPECT_TRUE(Is(r[1], {}, {4000}));
+  r = Foreach("aten._foreach_div.List", {self, Arg::Tensors({T({2}, {2, 8}), T({}, {-8})})});
+  EXPECT_TRUE(Is(r[0], {2}, {0.5, 0.25}));
+  EXPECT_TRUE(Is(r[1], {}, {-0.5}));
+  // Integer tensors with a float scalar promote, as the plain op does.
+  r = Foreach("aten._foreach_mul.Scalar", {Arg::Tensors({I({2}, {1, 3})}), 0.5});
+  EXPECT_EQ(r[0].dtype(), v1::DTYPE_FLOAT32);
+  EXPECT_TRUE(Is(r[0], {2}, {0.5, 1.5}));
+  // maximum and minimum are clamp_min and clamp_max; NaN propagates.
+  r = Foreach("aten._foreach_maximum.List",
+              {Arg::Tensors({T({3}, {1, 5, kNaN})}), Arg::Tensors({T({3}, {2, 2, 2})})});
+  EXPECT_TRUE(Is(r[0], {3}, {2, 5, kNaN}));
+  r = Foreach("aten._foreach_minimum.Scalar", {Arg::Tensors({T({3}, {1, 5, kNaN})}), 2});
+  EXPECT_TRUE(Is(r[0], {3}, {1, 2, kNaN}));
+  r = Foreach("aten._foreach_clamp_min.ScalarList", {self, Arg(Arg::List{Arg(1.5), Arg(5)})});
+  EXPECT_TRUE(Is(r[0], {2}, {1.5, 2}));
+  EXPECT_TRUE(Is(r[1], {}, {5}));
+  // Lists must have one element per tensor.
+  EXPECT_FALSE(RunOp("aten._foreach_add.List", {self, Arg::Tensors({a})}).ok());
+  EXPECT_FALSE(RunOp("aten._foreach_add.ScalarList", {self, Arg(Arg::List{Arg(1)})}).ok());
+}
+
+TEST(Foreach, UnaryPowTernaryAndCopyOps) {
+  const Tensor a = T({2}, {4, 0.25}, v1::DTYPE_FLOAT32);
+  const Tensor b = T({1}, {-2}, v1::DTYPE_FLOAT32);
+  const Arg self = Arg::Tensors({a, b});
+  std::vector<Tensor> r = Foreach("aten._foreach_sqrt.default", {Arg::Tensors({a})});
+  EXPECT_TRUE(Is(r[0], {2}, {2, 0.5}));
+  r = Foreach("aten._foreach_neg.default", {self});
+  EXPECT_TRUE(Is(r[1], {1}, {2}));
+  r = Foreach("aten._foreach_reciprocal.default", {self});
+  EXPECT_TRUE(Is(r[0], {2}, {0.25, 4}));
+  EXPECT_TRUE(Is(r[1], {1}, {-0.5}));
+  // beta ** step, as Adam's bias correction computes it.
+  r = Foreach("aten._foreach_pow.ScalarAndTensor",
+              {0.5, Arg::Tensors({T({}, {3}, v1::DTYPE_FLOAT32), T({}, {0}, v1::DTYPE_FLOAT32)})});
+  EXPECT_TRUE(Is(r[0], {}, {0.125}));
+  EXPECT_TRUE(Is(r[1], {}, {1}));
+  EXPECT_EQ(r[0].dtype(), v1::DTYPE_FLOAT32);
+  r = Foreach("aten._foreach_pow.Scalar", {self, 2});
+  EXPECT_TRUE(Is(r[0], {2}, {16, 0.0625}));
+  r = Foreach("aten._foreach_pow.List", {self, Arg::Tensors({T({2}, {0.5, 1}), T({1}, {3})})});
+  EXPECT_TRUE(Is(r[0], {2}, {2, 0.25}));
+  EXPECT_TRUE(Is(r[1], {1}, {-8}));
+  // addcmul / addcdiv: value shared, one per tensor, or from a 1-d tensor of scalars.
+  const Arg t1 = Arg::Tensors({T({2}, {1, 2}), T({1}, {3})});
+  const Arg t2 = Arg::Tensors({T({2}, {2, 4}), T({1}, {6})});
+  r = Foreach("aten._foreach_addcmul.Scalar", {self, t1, t2, 0.5});
+  EXPECT_TRUE(Is(r[0], {2}, {5, 4.25}));
+  EXPECT_TRUE(Is(r[1], {1}, {7}));
+  r = Foreach("aten._foreach_addcdiv.Scalar", {self, t1, t2});
+  EXPECT_TRUE(Is(r[0], {2}, {4.5, 0.75}));
+  EXPECT_TRUE(Is(r[1], {1}, {-1.5}));
+  r = Foreach("aten._foreach_addcdiv.ScalarList", {self, t1, t2, Arg(Arg::List{Arg(2), Arg(-2)})});
+  EXPECT_TRUE(Is(r[0], {2}, {5, 1.25}));
+  EXPECT_TRUE(Is(r[1], {1}, {-3}));
+  r = Foreach("aten._foreach_addcmul.Tensor", {self, t1, t2, T({2}, {1, 0})});
+  EXPECT_TRUE(Is(r[0], {2}, {6, 8.25}));
+  EXPECT_TRUE(Is(r[1], {1}, {-2}));
+  EXPECT_FALSE(RunOp("aten._foreach_addcmul.Tensor", {self, t1, t2, T({3}, {1, 0, 0})}).ok());
+  // lerp with a shared weight, one weight per tensor, or weight tensors.
+  const Arg ends =
+      Arg::Tensors({T({2}, {8, 1.25}, v1::DTYPE_FLOAT32), T({1}, {2}, v1::DTYPE_FLOAT32)});
+  r = Foreach("aten._foreach_lerp.Scalar", {self, ends, 0.25});
+  EXPECT_TRUE(Is(r[0], {2}, {5, 0.5}));
+  EXPECT_TRUE(Is(r[1], {1}, {-1}));
+  r = Foreach("aten._foreach_lerp.ScalarList", {self, ends, Arg(Arg::List{Arg(0.5), Arg(1)})});
+  EXPECT_TRUE(Is(r[0], {2}, {6, 0.75}));
+  EXPECT_TRUE(Is(r[1], {1}, {2}));
+  r = Foreach(
+      "aten._foreach_lerp.List",
+      {self, ends,
+       Arg::Tensors({T({2}, {0, 1}, v1::DTYPE_FLOAT32), T({1}, {0.5}, v1::DTYPE_FLOAT32)})});
+  EXPECT_TRUE(Is(r[0], {2}, {4, 1.25}));
+  EXPECT_TRUE(Is(r[1], {1}, {0}));
+  // copy: fresh tensors of self's dtype holding src's values.
+  r = Foreach("aten._foreach_copy.default", {self, Arg::Tensors({I({2}, {7, 8}), T({1}, {9})})});
+  EXPECT_EQ(r[0].dtype(), v1::DTYPE_FLOAT32);
+  EXPECT_TRUE(Is(r[0], {2}, {7, 8}));
+  EXPECT_FALSE(r[1].SharesStorageWith(b));
+  r = Foreach("aten._foreach_norm.Scalar", {Arg::Tensors({T({2}, {3, 4}), T({1}, {-2})}), 1});
+  EXPECT_TRUE(Is(r[0], {}, {7}));
+  EXPECT_TRUE(Is(r[1], {}, {2}));
+}
+
+// One element of each list through the foreach op is the plain op on that element.
+TEST(Foreach, AgreesWithThePlainOpPerElement) {
+  const std::vector<Tensor> x = {T({2, 3}, {1, -2, 3, 0.5, 4, -1}, v1::DTYPE_FLOAT32),
+                                 T({}, {7}, v1::DTYPE_FLOAT32),
+                                 T({4}, {2, 3, 5, 7}, v1::DTYPE_BFLOAT16)};
+  const std::vector<Tensor> y = {T({2, 3}, {2, 2, 2, 3, 3, 3}, v1::DTYPE_FLOAT32),
+                                 T({}, {0.5}, v1::DTYPE_FLOAT32),
+                                 T({4}, {1, 0.5, 0.25, 4}, v1::DTYPE_BFLOAT16)};
+  struct Case {
+    std::string foreach_op;
+    std::string op;
+    bool two_lists;
+  };
+  for (const Case& c :
+       std::vector<Case>{{"aten._foreach_add.List", "aten.add.Tensor", true},
+                         {"aten._foreach_mul.List", "aten.mul.Tensor", true},
+                         {"aten._foreach_div.List", "aten.div.Tensor", true},
+                         {"aten._foreach_maximum.List", "aten.maximum.default", true},
+                         {"aten._foreach_pow.List", "aten.pow.Tensor_Tensor", true},
+                         {"aten._foreach_exp.default", "aten.exp.default", false},
+                         {"aten._foreach_sqrt.default", "aten.sqrt.default", false},
+                         {"aten._foreach_abs.default", "aten.abs.default", false}}) {
+    SCOPED_TRACE(c.foreach_op);
+    std::vector<Arg> args = {Arg::Tensors(x)};
+    if (c.two_lists) args.push_back(Arg::Tensors(y));
+    const std::vector<Tensor> r = Foreach(c.foreach_op, args);
+    ASSERT_EQ(r.size(), x.size());
+    for (size_t i = 0; i < x.size(); ++i) {
+      std::vector<Arg> one = {x[i]};
+      if (c.two_lists) one.push_back(y[i]);
+      const Tensor want = Run1(c.op, one);
+      EXPECT_EQ(r[i].dtype(), want.dtype());
+      EXPECT_TRUE(Is(r[i], want.sizes(), want.ToDoubles(), 0));
+    }
+  }
 }
 
 TEST(Reductions, SumMeanExtremesAndArg) {
@@ -347,6 +531,19 @@ TEST(Indexing, CatGatherScatterIndex) {
   EXPECT_TRUE(Is(
       Run1("aten.index_put.default", {a, Arg::Tensors({I({2}, {0, 0})}), T({2}, {10, 20}), true}),
       {2, 2}, {21, 42, 3, 4}));
+}
+
+TEST(Indexing, UnsafeIndexAndIndexPutAreIndexAndIndexPut) {
+  const Tensor a = T({2, 2}, {1, 2, 3, 4});
+  const Arg idx = Arg::Tensors({Tensor(), I({3}, {1, 0, 1})});
+  EXPECT_EQ(Run1("aten._unsafe_index.Tensor", {a, idx}).ToDoubles(),
+            Run1("aten.index.Tensor", {a, idx}).ToDoubles());
+  EXPECT_TRUE(Is(Run1("aten._unsafe_index.Tensor", {a, idx}), {2, 3}, {2, 1, 2, 4, 3, 4}));
+  EXPECT_TRUE(Is(Run1("aten._unsafe_index_put.default",
+                      {a, Arg::Tensors({I({2}, {1, 1})}), T({2}, {10, 20}), true}),
+                 {2, 2}, {1, 2, 23, 44}));
+  // The interpreter still checks bounds, so a bad index is an error, not a stray read.
+  EXPECT_FALSE(RunOp("aten._unsafe_index.Tensor", {a, Arg::Tensors({I({1}, {2})})}).ok());
 }
 
 TEST(Indexing, Flip) {
@@ -465,6 +662,88 @@ TEST(Nn, SoftmaxLayerNormNllEmbedding) {
   EXPECT_FALSE(RunOp("aten.embedding.default", {T({3, 2}, {0, 1, 2, 3, 4, 5}), I({1}, {3})}).ok());
 }
 
+TEST(Nn, SafeSoftmaxGivesZerosForFullyMaskedRows) {
+  const Tensor x = T({2, 2}, {0, std::log(3.0), -kInf, -kInf}, v1::DTYPE_FLOAT32);
+  const Tensor y = Run1("aten._safe_softmax.default", {x, -1});
+  EXPECT_EQ(y.dtype(), v1::DTYPE_FLOAT32);
+  EXPECT_TRUE(Is(y, {2, 2}, {0.25, 0.75, 0, 0}, 1e-7));
+  // Softmax itself gives NaN for the masked row; a partly masked row is a plain softmax.
+  EXPECT_TRUE(std::isnan(Run1("aten._softmax.default", {x, -1, false}).ToDoubles()[2]));
+  EXPECT_TRUE(Is(Run1("aten._safe_softmax.default", {T({2}, {-kInf, 0}), 0}), {2}, {0, 1}));
+  EXPECT_EQ(Run1("aten._safe_softmax.default", {x, 0}, {{"dtype", v1::DTYPE_FLOAT64}}).dtype(),
+            v1::DTYPE_FLOAT64);
+}
+
+TEST(Nn, GroupNorm) {
+  // N 1, C 2, HxW 2 in one group: mean 2.5, variance 1.25.
+  const Tensor x = T({1, 2, 2}, {1, 2, 3, 4});
+  const double r = 1 / std::sqrt(1.25 + 1e-5);
+  const std::vector<Value> one = RunAll("aten.native_group_norm.default",
+                                        {x, T({2}, {1, 2}), T({2}, {0, 1}), 1, 2, 2, 1, 1e-5});
+  ASSERT_EQ(one.size(), 3u);
+  EXPECT_TRUE(Is(std::get<Tensor>(one[0]), {1, 2, 2},
+                 {-1.5 * r, -0.5 * r, 0.5 * r * 2 + 1, 1.5 * r * 2 + 1}));
+  EXPECT_TRUE(Is(std::get<Tensor>(one[1]), {1, 1}, {2.5}));
+  EXPECT_TRUE(Is(std::get<Tensor>(one[2]), {1, 1}, {r}));
+  // Two groups of one channel, no weight or bias: each channel normalized alone.
+  const double r2 = 1 / std::sqrt(0.25 + 1e-5);
+  const std::vector<Value> two =
+      RunAll("aten.native_group_norm.default", {x, Arg(), Arg(), 1, 2, 2, 2, 1e-5});
+  EXPECT_TRUE(Is(std::get<Tensor>(two[0]), {1, 2, 2}, {-0.5 * r2, 0.5 * r2, -0.5 * r2, 0.5 * r2}));
+  EXPECT_TRUE(Is(std::get<Tensor>(two[1]), {1, 2}, {1.5, 3.5}));
+  // bfloat16 inputs with float32 parameters keep float32 statistics, as ATen does.
+  const std::vector<Value> mixed =
+      RunAll("aten.native_group_norm.default",
+             {T({1, 2, 2}, {1, 2, 3, 4}, v1::DTYPE_BFLOAT16), T({2}, {1, 1}, v1::DTYPE_FLOAT32),
+              Arg(), 1, 2, 2, 1, 0.0});
+  EXPECT_EQ(std::get<Tensor>(mixed[0]).dtype(), v1::DTYPE_BFLOAT16);
+  EXPECT_EQ(std::get<Tensor>(mixed[1]).dtype(), v1::DTYPE_FLOAT32);
+  EXPECT_FALSE(RunOp("aten.native_group_norm.default", {x, Arg(), Arg(), 1, 2, 2, 3, 1e-5}).ok());
+  EXPECT_FALSE(RunOp("aten.native_group_norm.default", {x, Arg(), Arg(), 1, 2, 3, 1, 1e-5}).ok());
+}
+
+TEST(Nn, MseLossAndItsBackward) {
+  const Tensor self = T({3}, {1, 2, 3}, v1::DTYPE_FLOAT32);
+  const Tensor target = T({3}, {0, 2, 5}, v1::DTYPE_FLOAT32);
+  EXPECT_TRUE(Is(Run1("aten.mse_loss.default", {self, target}), {}, {5.0 / 3}, 1e-7));
+  EXPECT_TRUE(Is(Run1("aten.mse_loss.default", {self, target, 2}), {}, {5}));
+  EXPECT_TRUE(Is(Run1("aten.mse_loss.default", {self, target, 0}), {3}, {1, 0, 4}));
+  // The gradient is 2 (self - target) grad, over the element count for a mean.
+  EXPECT_TRUE(
+      Is(Run1("aten.mse_loss_backward.default", {T({}, {1}, v1::DTYPE_FLOAT32), self, target, 1}),
+         {3}, {2.0 / 3, 0, -4.0 / 3}, 1e-7));
+  EXPECT_TRUE(
+      Is(Run1("aten.mse_loss_backward.default", {T({}, {0.5}, v1::DTYPE_FLOAT32), self, target, 2}),
+         {3}, {1, 0, -2}));
+  EXPECT_TRUE(Is(Run1("aten.mse_loss_backward.default",
+                      {T({3}, {1, 2, 3}, v1::DTYPE_FLOAT32), self, target, 0}),
+                 {3}, {2, 0, -12}));
+  EXPECT_FALSE(RunOp("aten.mse_loss.default", {I({1}, {1}), I({1}, {2})}).ok());
+}
+
+TEST(Nn, BatchNormInEvaluationReturnsTheRunningStatistics) {
+  // As CUDA's kernel (and PyTorch's decomposition for every device but the CPU): the saved
+  // mean is the running mean, the saved invstd 1 / sqrt(running_var + eps), both [C].
+  const Tensor x = T({2, 2, 1}, {1, 2, 3, 4}, v1::DTYPE_FLOAT32);
+  const Tensor rm = T({2}, {1, -1}, v1::DTYPE_FLOAT32);
+  const Tensor rv = T({2}, {4, 0.25}, v1::DTYPE_FLOAT32);
+  const std::vector<Value> bn = RunAll("aten._native_batch_norm_legit_no_training.default",
+                                       {x, Arg(), Arg(), rm, rv, 0.1, 0.0});
+  ASSERT_EQ(bn.size(), 3u);
+  EXPECT_TRUE(Is(std::get<Tensor>(bn[0]), {2, 2, 1}, {0, 6, 1, 10}));
+  EXPECT_TRUE(Is(std::get<Tensor>(bn[1]), {2}, {1, -1}));
+  EXPECT_TRUE(Is(std::get<Tensor>(bn[2]), {2}, {0.5, 2}));
+  EXPECT_EQ(std::get<Tensor>(bn[2]).dtype(), v1::DTYPE_FLOAT32);
+  // The running statistics are not updated in evaluation.
+  EXPECT_TRUE(Is(rm, {2}, {1, -1}));
+  // bfloat16 inputs keep float32 statistics.
+  const std::vector<Value> half =
+      RunAll("aten._native_batch_norm_legit_no_training.default",
+             {T({2, 2, 1}, {1, 2, 3, 4}, v1::DTYPE_BFLOAT16), Arg(), Arg(), rm, rv, 0.1, 0.0});
+  EXPECT_EQ(std::get<Tensor>(half[1]).dtype(), v1::DTYPE_FLOAT32);
+  EXPECT_EQ(std::get<Tensor>(half[1]).sizes(), (std::vector<int64_t>{2}));
+}
+
 TEST(Nn, ConvolutionAndPooling) {
   // 1x1x3x3 input, 2x2 kernel of ones, stride 1: sums of 2x2 windows.
   const Tensor x = T({1, 1, 3, 3}, {1, 2, 3, 4, 5, 6, 7, 8, 9});
@@ -506,6 +785,9 @@ TEST(Nn, AttentionMatchesNaiveMath) {
   const Tensor lse = std::get<Tensor>(r[1]);
   EXPECT_EQ(lse.sizes(), (std::vector<int64_t>{1, 1, 32}));
   EXPECT_NEAR(lse.ToDoubles()[1], std::log(std::exp(2.0) + std::exp(-2.0)), 1e-6);
+  // Rows past the queries are +inf, as the kernel pads them.
+  EXPECT_EQ(lse.ToDoubles()[2], kInf);
+  EXPECT_EQ(lse.ToDoubles()[31], kInf);
   EXPECT_EQ(std::get<Tensor>(r[2]).dtype(), v1::DTYPE_INT64);
   const std::vector<Value> c = RunAll("aten._scaled_dot_product_cudnn_attention.default",
                                       {q, k, v, Arg(), true, 0.0, true, false});
@@ -522,6 +804,29 @@ TEST(Nn, ViewBackwardsAndScatters) {
                  {2, 2}, {1, 0, 2, 0}));
   EXPECT_TRUE(Is(Run1("aten.slice_scatter.default", {T({4}, {1, 1, 1, 1}), T({2}, {5, 6}), 0, 2}),
                  {4}, {1, 1, 5, 6}));
+  // as_strided_scatter addresses the storage of self's clone (dense inputs keep their
+  // strides): positions 1 and 5 of a contiguous [2, 3].
+  EXPECT_TRUE(Is(
+      Run1("aten.as_strided_scatter.default", {Tensor::Zeros({2, 3}, v1::DTYPE_FLOAT64),
+                                               T({2}, {7, 8}), Arg::Ints({2}), Arg::Ints({4}), 1}),
+      {2, 3}, {0, 7, 0, 0, 0, 8}));
+  // In a transposed self, storage position 1 is element [1, 0].
+  const Tensor tr = Run1("aten.t.default", {Tensor::Zeros({3, 2}, v1::DTYPE_FLOAT64)});
+  const Tensor sc =
+      Run1("aten.as_strided_scatter.default", {tr, T({1}, {9}), Arg::Ints({1}), Arg::Ints({1}), 1});
+  EXPECT_TRUE(Is(sc, {2, 3}, {0, 0, 0, 9, 0, 0}));
+  EXPECT_FALSE(sc.SharesStorageWith(tr));
+  // storage_offset defaults to the clone's (0); src must have the view's sizes; the view
+  // must stay inside self.
+  EXPECT_TRUE(Is(Run1("aten.as_strided_scatter.default", {T({4}, {1, 2, 3, 4}), T({2, 1}, {5, 6}),
+                                                          Arg::Ints({2, 1}), Arg::Ints({2, 1})}),
+                 {4}, {5, 2, 6, 4}));
+  EXPECT_FALSE(RunOp("aten.as_strided_scatter.default",
+                     {T({4}, {1, 2, 3, 4}), T({3}, {5, 6, 7}), Arg::Ints({2}), Arg::Ints({1})})
+                   .ok());
+  EXPECT_FALSE(RunOp("aten.as_strided_scatter.default",
+                     {T({4}, {1, 2, 3, 4}), T({2}, {5, 6}), Arg::Ints({2}), Arg::Ints({3}), 1})
+                   .ok());
   EXPECT_TRUE(Is(Run1("aten.native_dropout_backward.default",
                       {T({3}, {1, 2, 3}), I({3}, {1, 0, 1}, v1::DTYPE_BOOL), 2.0}),
                  {3}, {2, 0, 6}));
@@ -581,6 +886,38 @@ TEST(Coverage, RegistryTraitsHoldInTheInterpreter) {
     if ((op->pointwise || op->reduction) && info == nullptr) missing.push_back(op->target());
   }
   EXPECT_EQ(missing, std::vector<std::string>{"aten.erfinv.default"});
+}
+
+// The ops of the real-graph corpus (tests/data/graphs) that the list above does not name:
+// optimizer steps (torch.optim with foreach=True), MobileNet's hard activations, UNet's
+// group norm, mse loss and upsampling, T5's masked softmax.
+TEST(Coverage, CorpusOps) {
+  for (const char* op : {"aten._foreach_add.List",
+                         "aten._foreach_add.Scalar",
+                         "aten._foreach_addcdiv.Scalar",
+                         "aten._foreach_addcmul.Scalar",
+                         "aten._foreach_div.List",
+                         "aten._foreach_div.Scalar",
+                         "aten._foreach_mul.Scalar",
+                         "aten._foreach_neg.default",
+                         "aten._foreach_pow.ScalarAndTensor",
+                         "aten._foreach_reciprocal.default",
+                         "aten._foreach_sqrt.default",
+                         "aten._foreach_sub.List",
+                         "aten._foreach_sub.Scalar",
+                         "aten._safe_softmax.default",
+                         "aten._unsafe_index.Tensor",
+                         "aten._unsafe_index_put.default",
+                         "aten.as_strided_scatter.default",
+                         "aten.hardsigmoid_backward.default",
+                         "aten.hardswish_backward.default",
+                         "aten.mse_loss.default",
+                         "aten.mse_loss_backward.default",
+                         "aten.native_group_norm.default",
+                         "aten.native_group_norm_backward.default",
+                         "prims.convert_element_type.default"}) {
+    EXPECT_TRUE(IsSupportedOp(op)) << op;
+  }
 }
 
 }  // namespace

@@ -2,6 +2,9 @@
 
 #include <gtest/gtest.h>
 
+#include <cmath>
+#include <limits>
+
 #include "absl/strings/match.h"
 #include "tests/compiler/interp/test_util.h"
 
@@ -38,6 +41,38 @@ TEST(Tensor, IntegerStorageIsExact) {
   EXPECT_EQ(t.ToInts(), (std::vector<int64_t>{big, -big}));
   const Tensor s = Run1("aten.add.Tensor", {t, I({}, {1})});
   EXPECT_EQ(s.ToInts(), (std::vector<int64_t>{big + 1, -big + 1}));
+}
+
+// Bytes as PyTorch stores a contiguous tensor (little-endian), as captures record them.
+TEST(Tensor, FromBytes) {
+  const float f[3] = {1.5f, -0.1f, 3e38f};
+  absl::StatusOr<Tensor> t = TensorFromBytes(
+      {3}, v1::DTYPE_FLOAT32, absl::string_view(reinterpret_cast<const char*>(f), 12));
+  ASSERT_TRUE(t.ok()) << t.status();
+  EXPECT_EQ(t->ToDoubles(), (std::vector<double>{1.5, static_cast<double>(-0.1f), 3e38f}));
+  // float16: 1.0, the smallest subnormal 2^-24, -inf and 65504; bfloat16: 1.0 and -2.5.
+  const uint16_t h[4] = {0x3C00, 0x0001, 0xFC00, 0x7BFF};
+  t = TensorFromBytes({2, 2}, v1::DTYPE_FLOAT16,
+                      absl::string_view(reinterpret_cast<const char*>(h), 8));
+  ASSERT_TRUE(t.ok()) << t.status();
+  EXPECT_EQ(t->ToDoubles(), (std::vector<double>{1, std::ldexp(1.0, -24),
+                                                 -std::numeric_limits<double>::infinity(), 65504}));
+  const uint16_t bf[2] = {0x3F80, 0xC020};
+  t = TensorFromBytes({2}, v1::DTYPE_BFLOAT16,
+                      absl::string_view(reinterpret_cast<const char*>(bf), 4));
+  ASSERT_TRUE(t.ok()) << t.status();
+  EXPECT_EQ(t->ToDoubles(), (std::vector<double>{1, -2.5}));
+  const int64_t big[2] = {(int64_t{1} << 62) + 1, -7};
+  t = TensorFromBytes({2}, v1::DTYPE_INT64,
+                      absl::string_view(reinterpret_cast<const char*>(big), 16));
+  ASSERT_TRUE(t.ok()) << t.status();
+  EXPECT_EQ(t->ToInts(), (std::vector<int64_t>{big[0], -7}));
+  t = TensorFromBytes({3}, v1::DTYPE_BOOL, absl::string_view("\x01\x00\x01", 3));
+  ASSERT_TRUE(t.ok()) << t.status();
+  EXPECT_EQ(t->ToInts(), (std::vector<int64_t>{1, 0, 1}));
+  EXPECT_EQ(t->dtype(), v1::DTYPE_BOOL);
+  EXPECT_FALSE(TensorFromBytes({2}, v1::DTYPE_FLOAT32, "abc").ok());
+  EXPECT_FALSE(TensorFromBytes({1}, v1::DTYPE_COMPLEX64, "abcdefgh").ok());
 }
 
 TEST(Views, ShareStorageAndFollowPyTorchStrides) {
