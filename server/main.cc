@@ -1,10 +1,12 @@
 // kilnd: the Kiln compile server.
 
 #include <csignal>
+#include <cstdint>
 #include <cstdio>
 #include <string>
 
 #include "CLI/CLI.hpp"
+#include "absl/strings/ascii.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "kiln/version.h"
@@ -22,6 +24,30 @@ kiln::server::LogLevel ParseLevel(const std::string& name) {
   if (name == "warning") return LogLevel::kWarning;
   if (name == "error") return LogLevel::kError;
   return LogLevel::kInfo;
+}
+
+// Every flag can also be set through the environment variable named after it: --cache-max-bytes
+// is KILN_CACHE_MAX_BYTES, so the two names cannot drift apart.
+std::string EnvironmentName(const std::string& flag) {
+  std::string name = "KILN_" + flag.substr(2);
+  for (char& c : name) c = c == '-' ? '_' : absl::ascii_toupper(c);
+  return name;
+}
+
+// An option; the help shows its default unless that is empty.
+template <typename T>
+CLI::Option* AddSetting(CLI::App& app, const std::string& flag, T& value, const std::string& help) {
+  return app.add_option(flag, value, help)->envname(EnvironmentName(flag))->capture_default_str();
+}
+
+// A byte count that also takes units (16GiB, 512MB).
+void AddSizeSetting(CLI::App& app, const std::string& flag, int64_t& value,
+                    const std::string& help) {
+  AddSetting(app, flag, value, help)->transform(CLI::AsSizeValue(false));
+}
+
+void AddFlagSetting(CLI::App& app, const std::string& flag, bool& value, const std::string& help) {
+  app.add_flag(flag, value, help)->envname(EnvironmentName(flag));
 }
 
 int Serve(const kiln::server::ServerConfig& config) {
@@ -59,100 +85,56 @@ int main(int argc, char** argv) {
   kiln::server::ServerConfig config;
   CLI::App app{"kilnd: the Kiln compile server (to compile a graph file offline: kilnc)"};
   app.set_version_flag("--version", kiln::kKilnVersion);
-  app.add_option("--listen", config.listen, "gRPC address HOST:PORT (port 0 picks a free one)")
-      ->envname("KILN_LISTEN")
-      ->capture_default_str();
-  app.add_option("--metrics-listen", config.metrics_listen,
-                 "HTTP address for /metrics and status pages; empty disables it")
-      ->envname("KILN_METRICS_LISTEN")
-      ->capture_default_str();
-  app.add_option("--blob-listen", config.blob_listen,
-                 "HTTP/1.1 address serving blobs at /cas/<sha256 hex> (GET, HEAD, PUT); empty "
-                 "disables it")
-      ->envname("KILN_BLOB_LISTEN")
-      ->capture_default_str();
-  app.add_option("--blob-loops", config.blob_loops, "event-loop threads of --blob-listen")
-      ->envname("KILN_BLOB_LOOPS")
-      ->capture_default_str();
-  app.add_option("--data-dir", config.data_dir, "directory for the store and lock file")
-      ->envname("KILN_DATA_DIR")
-      ->capture_default_str();
-  app.add_flag("--insecure", config.insecure,
-               "allow plaintext on non-loopback addresses (development only)")
-      ->envname("KILN_INSECURE");
-  app.add_option("--drain-seconds", config.drain_seconds,
-                 "grace period for in-flight work on SIGTERM")
-      ->envname("KILN_DRAIN_SECONDS")
-      ->capture_default_str();
-  app.add_option("--max-message-bytes", config.max_message_bytes,
-                 "largest gRPC message accepted or sent")
-      ->envname("KILN_MAX_MESSAGE_BYTES")
-      ->capture_default_str();
-  app.add_option("--log-level", config.log_level, "debug, info, warning or error")
-      ->envname("KILN_LOG_LEVEL")
-      ->capture_default_str();
+  AddSetting(app, "--listen", config.listen, "gRPC address HOST:PORT (port 0 picks a free one)");
+  AddSetting(app, "--metrics-listen", config.metrics_listen,
+             "HTTP address for /metrics and status pages; empty disables it");
+  AddSetting(app, "--blob-listen", config.blob_listen,
+             "HTTP/1.1 address serving blobs at /cas/<sha256 hex> (GET, HEAD, PUT); empty "
+             "disables it");
+  AddSetting(app, "--blob-loops", config.blob_loops, "event-loop threads of --blob-listen");
+  AddSetting(app, "--data-dir", config.data_dir, "directory for the store and lock file");
+  AddFlagSetting(app, "--insecure", config.insecure,
+                 "allow plaintext on non-loopback addresses (development only)");
+  AddSetting(app, "--drain-seconds", config.drain_seconds,
+             "grace period for in-flight work on SIGTERM");
+  AddSetting(app, "--max-message-bytes", config.max_message_bytes,
+             "largest gRPC message accepted or sent");
+  AddSetting(app, "--log-level", config.log_level, "debug, info, warning or error");
 
-  app.add_option("--tls-cert", config.tls_cert_file, "PEM certificate chain: serve gRPC over TLS")
-      ->envname("KILN_TLS_CERT");
-  app.add_option("--tls-key", config.tls_key_file, "PEM private key for --tls-cert")
-      ->envname("KILN_TLS_KEY");
-  app.add_option("--tls-client-ca", config.tls_client_ca_file,
-                 "PEM CA: require and verify client certificates (mutual TLS)")
-      ->envname("KILN_TLS_CLIENT_CA");
-  app.add_option("--token-file", config.token_file,
-                 "bearer tokens with roles, one `ROLE TOKEN [NAME]` per line")
-      ->envname("KILN_TOKEN_FILE");
+  AddSetting(app, "--tls-cert", config.tls_cert_file, "PEM certificate chain: serve gRPC over TLS");
+  AddSetting(app, "--tls-key", config.tls_key_file, "PEM private key for --tls-cert");
+  AddSetting(app, "--tls-client-ca", config.tls_client_ca_file,
+             "PEM CA: require and verify client certificates (mutual TLS)");
+  AddSetting(app, "--token-file", config.token_file,
+             "bearer tokens with roles, one `ROLE TOKEN [NAME]` per line");
 
-  app.add_option("--otlp-url", config.otlp_url,
-                 "export traces as OTLP/JSON to this collector URL (http://HOST:PORT/v1/traces)")
-      ->envname("KILN_OTLP_URL");
-  app.add_option("--trace-capacity", config.trace_capacity, "recent traces kept for /debug/traces")
-      ->envname("KILN_TRACE_CAPACITY")
-      ->capture_default_str();
+  AddSetting(app, "--otlp-url", config.otlp_url,
+             "export traces as OTLP/JSON to this collector URL (http://HOST:PORT/v1/traces)");
+  AddSetting(app, "--trace-capacity", config.trace_capacity,
+             "recent traces kept for /debug/traces");
 
-  app.add_option("--cache-max-bytes", config.cache_max_bytes,
+  AddSizeSetting(app, "--cache-max-bytes", config.cache_max_bytes,
                  "byte budget of the cache; eviction keeps it near this (0: no limit; 16GiB, "
-                 "512MB... accepted)")
-      ->envname("KILN_CACHE_MAX_BYTES")
-      ->transform(CLI::AsSizeValue(false))
-      ->capture_default_str();
-  app.add_option("--cache-memory-bytes", config.cache_memory_bytes,
+                 "512MB... accepted)");
+  AddSizeSetting(app, "--cache-memory-bytes", config.cache_memory_bytes,
                  "recently read blobs kept in memory, verified when they entered it and "
-                 "checked on every read (0: none: every read hashes the stored blob)")
-      ->envname("KILN_CACHE_MEMORY_BYTES")
-      ->transform(CLI::AsSizeValue(false))
-      ->capture_default_str();
-  app.add_option("--max-blob-bytes", config.max_blob_bytes,
-                 "largest blob the cache accepts (RESOURCE_EXHAUSTED beyond)")
-      ->envname("KILN_MAX_BLOB_BYTES")
-      ->transform(CLI::AsSizeValue(false))
-      ->capture_default_str();
-  app.add_flag("--refuse-corrupt-store", config.refuse_corrupt_store,
-               "exit if the store is corrupt instead of moving it aside and starting empty")
-      ->envname("KILN_REFUSE_CORRUPT_STORE");
-  app.add_flag("--cache-sync-writes", config.cache_sync_writes,
-               "fsync every cache write, so acknowledged writes survive a machine crash too")
-      ->envname("KILN_CACHE_SYNC_WRITES");
+                 "checked on every read (0: none: every read hashes the stored blob)");
+  AddSizeSetting(app, "--max-blob-bytes", config.max_blob_bytes,
+                 "largest blob the cache accepts (RESOURCE_EXHAUSTED beyond)");
+  AddFlagSetting(app, "--refuse-corrupt-store", config.refuse_corrupt_store,
+                 "exit if the store is corrupt instead of moving it aside and starting empty");
+  AddFlagSetting(app, "--cache-sync-writes", config.cache_sync_writes,
+                 "fsync every cache write, so acknowledged writes survive a machine crash too");
 
-  app.add_option("--compile-workers", config.compile_workers, "compile threads (0: one per core)")
-      ->envname("KILN_COMPILE_WORKERS")
-      ->capture_default_str();
-  app.add_option("--compile-queue", config.compile_queue,
-                 "compiles that may wait for a worker before RESOURCE_EXHAUSTED")
-      ->envname("KILN_COMPILE_QUEUE")
-      ->capture_default_str();
-  app.add_option("--max-in-flight-per-client", config.max_in_flight_per_client,
-                 "requests one client identity may have in flight (0: no limit)")
-      ->envname("KILN_MAX_IN_FLIGHT_PER_CLIENT")
-      ->capture_default_str();
-  app.add_option("--rendezvous-timeout", config.rendezvous_timeout_seconds,
-                 "seconds the ranks of a job wait for each other")
-      ->envname("KILN_RENDEZVOUS_TIMEOUT")
-      ->capture_default_str();
-  app.add_option("--rendezvous-policy", config.rendezvous_policy,
-                 "when ranks are missing at the timeout: fail or proceed")
-      ->envname("KILN_RENDEZVOUS_POLICY")
-      ->capture_default_str();
+  AddSetting(app, "--compile-workers", config.compile_workers, "compile threads (0: one per core)");
+  AddSetting(app, "--compile-queue", config.compile_queue,
+             "compiles that may wait for a worker before RESOURCE_EXHAUSTED");
+  AddSetting(app, "--max-in-flight-per-client", config.max_in_flight_per_client,
+             "requests one client identity may have in flight (0: no limit)");
+  AddSetting(app, "--rendezvous-timeout", config.rendezvous_timeout_seconds,
+             "seconds the ranks of a job wait for each other");
+  AddSetting(app, "--rendezvous-policy", config.rendezvous_policy,
+             "when ranks are missing at the timeout: fail or proceed");
 
   try {
     app.parse(argc, argv);

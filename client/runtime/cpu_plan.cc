@@ -22,6 +22,17 @@ absl::StatusOr<IntExpr> ParseSymInt(const v1::SymInt& s, const Plan& plan,
   return e;
 }
 
+// Appends the parsed `syms` (a view's or an input's sizes or strides) to `out`.
+absl::Status ParseSymInts(const google::protobuf::RepeatedPtrField<v1::SymInt>& syms,
+                          const Plan& plan, absl::string_view where, std::vector<IntExpr>& out) {
+  for (const v1::SymInt& s : syms) {
+    absl::StatusOr<IntExpr> e = ParseSymInt(s, plan, where);
+    if (!e.ok()) return e.status();
+    out.push_back(*std::move(e));
+  }
+  return absl::OkStatus();
+}
+
 absl::Status ParseView(const v1::TensorView& v, const Plan& plan, absl::string_view where,
                        bool allow_none, ViewPlan& out) {
   if (v.buffer() == -1 && allow_none) {
@@ -44,16 +55,8 @@ absl::Status ParseView(const v1::TensorView& v, const Plan& plan, absl::string_v
     return absl::InvalidArgumentError(
         absl::StrCat(where, ": view of buffer ", v.buffer(), " has no usable dtype"));
   }
-  for (const v1::SymInt& s : v.sizes()) {
-    absl::StatusOr<IntExpr> e = ParseSymInt(s, plan, where);
-    if (!e.ok()) return e.status();
-    out.sizes.push_back(*std::move(e));
-  }
-  for (const v1::SymInt& s : v.strides()) {
-    absl::StatusOr<IntExpr> e = ParseSymInt(s, plan, where);
-    if (!e.ok()) return e.status();
-    out.strides.push_back(*std::move(e));
-  }
+  if (absl::Status s = ParseSymInts(v.sizes(), plan, where, out.sizes); !s.ok()) return s;
+  if (absl::Status s = ParseSymInts(v.strides(), plan, where, out.strides); !s.ok()) return s;
   absl::StatusOr<IntExpr> off = ParseSymInt(v.offset(), plan, where);
   if (!off.ok()) return off.status();
   out.offset = *std::move(off);
@@ -329,16 +332,8 @@ absl::Status ParseInputs(const v1::CompiledGraph& g, Plan& plan) {
     if (spec.sizes_size() != spec.strides_size()) {
       return absl::InvalidArgumentError(absl::StrCat(where, ": sizes and strides differ in rank"));
     }
-    for (const v1::SymInt& s : spec.sizes()) {
-      absl::StatusOr<IntExpr> e = ParseSymInt(s, plan, where);
-      if (!e.ok()) return e.status();
-      ip.sizes.push_back(*std::move(e));
-    }
-    for (const v1::SymInt& s : spec.strides()) {
-      absl::StatusOr<IntExpr> e = ParseSymInt(s, plan, where);
-      if (!e.ok()) return e.status();
-      ip.strides.push_back(*std::move(e));
-    }
+    if (absl::Status s = ParseSymInts(spec.sizes(), plan, where, ip.sizes); !s.ok()) return s;
+    if (absl::Status s = ParseSymInts(spec.strides(), plan, where, ip.strides); !s.ok()) return s;
   }
   return absl::OkStatus();
 }

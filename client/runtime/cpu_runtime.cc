@@ -354,13 +354,8 @@ absl::Status PlanRun::Call(const StepPlan& step) const {
     context.rng_offset = rng_stream;
     context.world_size = options_.world_size;
     context.collective = &options_.collective;
-    ExternCall call;
-    call.op = step.op;
-    call.args = args;
-    call.kwargs = kwargs;
-    call.outputs = outs;
-    call.context = &context;
-    s = RunExternOp(call);
+    s = RunExternOp(
+        {.op = step.op, .args = args, .kwargs = kwargs, .outputs = outs, .context = &context});
   } else {
     if (!options_.fallback) {
       return absl::FailedPreconditionError(absl::StrCat(

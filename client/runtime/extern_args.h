@@ -5,6 +5,7 @@
 // and the op checks ok() once, so argument handling stays short without exceptions.
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -110,30 +111,14 @@ class ArgReader {
     const CallValue* v = Find(pos, name);
     if (v == nullptr) return fallback;
     if (const auto* i = std::get_if<int64_t>(&v->v)) return {*i};
-    std::vector<int64_t> out;
-    if (const auto* list = std::get_if<CallValue::List>(&v->v)) {
-      for (const CallValue& item : *list) {
-        const auto* i = std::get_if<int64_t>(&item.v);
-        if (i == nullptr) break;
-        out.push_back(*i);
-      }
-      if (out.size() == list->size()) return out;
-    }
+    if (std::optional<std::vector<int64_t>> out = ListOf<int64_t>(*v)) return *std::move(out);
     Fail(absl::StrCat("argument ", name, " must be a list of ints"));
     return fallback;
   }
   std::vector<bool> GetBools(int pos, absl::string_view name, std::vector<bool> fallback) {
     const CallValue* v = Find(pos, name);
     if (v == nullptr) return fallback;
-    std::vector<bool> out;
-    if (const auto* list = std::get_if<CallValue::List>(&v->v)) {
-      for (const CallValue& item : *list) {
-        const auto* b = std::get_if<bool>(&item.v);
-        if (b == nullptr) break;
-        out.push_back(*b);
-      }
-      if (out.size() == list->size()) return out;
-    }
+    if (std::optional<std::vector<bool>> out = ListOf<bool>(*v)) return *std::move(out);
     Fail(absl::StrCat("argument ", name, " must be a list of bools"));
     return fallback;
   }
@@ -150,6 +135,20 @@ class ArgReader {
   }
 
  private:
+  // `v` as a list whose every item is a T; nullopt when it is not one.
+  template <typename T>
+  static std::optional<std::vector<T>> ListOf(const CallValue& v) {
+    const auto* list = std::get_if<CallValue::List>(&v.v);
+    if (list == nullptr) return std::nullopt;
+    std::vector<T> out;
+    for (const CallValue& item : *list) {
+      const auto* x = std::get_if<T>(&item.v);
+      if (x == nullptr) return std::nullopt;
+      out.push_back(*x);
+    }
+    return out;
+  }
+
   const ExternCall& call_;
   absl::Status status_;
 };

@@ -38,9 +38,8 @@ AdminService::AdminService(cache::Cache* cache, const Authorizer* authorizer, St
 grpc::Status AdminService::GetServerStats(grpc::ServerContext* context,
                                           const v1::ServerStatsRequest*,
                                           v1::ServerStats* response) {
-  if (auto who = authorizer_->Check(*context, Role::kAdmin); !who.ok()) {
-    return ToGrpcStatus(who.status());
-  }
+  if (grpc::Status denied = authorizer_->Permit(*context, Role::kAdmin); !denied.ok())
+    return denied;
   *response->mutable_cache() = cache::ToProto(cache_->Statistics());
   if (stats_) stats_(response);
   return grpc::Status::OK;
@@ -48,9 +47,8 @@ grpc::Status AdminService::GetServerStats(grpc::ServerContext* context,
 
 grpc::Status AdminService::Evict(grpc::ServerContext* context, const v1::EvictRequest* request,
                                  v1::EvictResponse* response) {
-  if (auto who = authorizer_->Check(*context, Role::kAdmin); !who.ok()) {
-    return ToGrpcStatus(who.status());
-  }
+  if (grpc::Status denied = authorizer_->Permit(*context, Role::kAdmin); !denied.ok())
+    return denied;
   const int64_t evictions_before = cache_->Statistics().evictions;
   switch (request->kind_case()) {
     case v1::EvictRequest::kCompileKey: {
@@ -118,9 +116,8 @@ void AdminService::Remember(const v1::KeyRecord& record) {
 
 grpc::Status AdminService::Explain(grpc::ServerContext* context, const v1::ExplainRequest* request,
                                    v1::ExplainResponse* response) {
-  if (auto who = authorizer_->Check(*context, Role::kAdmin); !who.ok()) {
-    return ToGrpcStatus(who.status());
-  }
+  if (grpc::Status denied = authorizer_->Permit(*context, Role::kAdmin); !denied.ok())
+    return denied;
   Side sides[2];
   const v1::KeySource* sources[2] = {&request->a(), &request->b()};
   const char* names[2] = {"a", "b"};

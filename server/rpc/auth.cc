@@ -12,6 +12,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "absl/strings/strip.h"
+#include "proto/rpc/grpc_status.h"
 
 namespace kiln::server {
 namespace {
@@ -145,6 +146,10 @@ absl::StatusOr<Identity> Authorizer::Check(const grpc::ServerContextBase& contex
   absl::StatusOr<Identity> identity = Identify(context);
   if (!identity.ok()) return identity.status();
   return HoldsRole(*std::move(identity), needed);
+}
+
+grpc::Status Authorizer::Permit(const grpc::ServerContextBase& context, Role needed) const {
+  return ToGrpcStatus(Check(context, needed).status());
 }
 
 absl::StatusOr<Identity> Authorizer::CheckHeader(const absl::string_view* authorization,

@@ -12,6 +12,7 @@
 
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
+#include "grpcpp/support/status.h"
 
 namespace grpc {
 class ServerContextBase;
@@ -41,6 +42,8 @@ class Authorizer {
 
   // Identifies the caller and checks that it holds `needed`.
   absl::StatusOr<Identity> Check(const grpc::ServerContextBase& context, Role needed) const;
+  // Check for an RPC that needs only the verdict: OK, or the status to answer the call with.
+  grpc::Status Permit(const grpc::ServerContextBase& context, Role needed) const;
 
   // The identity a token grants, without a role check (UNAUTHENTICATED if unknown).
   absl::StatusOr<Identity> Identify(const grpc::ServerContextBase& context) const;

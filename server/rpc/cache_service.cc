@@ -118,9 +118,7 @@ CacheService::CacheService(cache::Cache* cache, const Authorizer* authorizer,
 
 grpc::Status CacheService::Get(grpc::ServerContext* context, const v1::GetRequest* request,
                                grpc::ServerWriter<v1::GetResponse>* writer) {
-  if (auto who = authorizer_->Check(*context, Role::kRead); !who.ok()) {
-    return ToGrpcStatus(who.status());
-  }
+  if (grpc::Status denied = authorizer_->Permit(*context, Role::kRead); !denied.ok()) return denied;
   absl::StatusOr<cache::BlobBytes> blob = cache_->store().Read(request->digest());
   if (!blob.ok()) return Reply(blob.status(), "digest");
   const std::string& bytes = **blob;
@@ -152,9 +150,7 @@ grpc::Status CacheService::Get(grpc::ServerContext* context, const v1::GetReques
 grpc::Status CacheService::GetWholeEncoded(grpc::ServerContext* context,
                                            const v1::GetRequest* request,
                                            grpc::ByteBuffer* response) {
-  if (auto who = authorizer_->Check(*context, Role::kRead); !who.ok()) {
-    return ToGrpcStatus(who.status());
-  }
+  if (grpc::Status denied = authorizer_->Permit(*context, Role::kRead); !denied.ok()) return denied;
   absl::StatusOr<cache::BlobBytes> blob = cache_->store().Read(request->digest(), chunk_bytes_);
   if (!blob.ok()) return Reply(blob.status(), "digest");
   *response = EncodeGetResponse(request->digest().hash(), *std::move(blob));
@@ -195,9 +191,8 @@ grpc::Status CacheService::Store(const v1::Digest& digest, absl::string_view byt
 grpc::Status CacheService::Put(grpc::ServerContext* context,
                                grpc::ServerReader<v1::PutRequest>* reader,
                                v1::PutResponse* response) {
-  if (auto who = authorizer_->Check(*context, Role::kCompile); !who.ok()) {
-    return ToGrpcStatus(who.status());
-  }
+  if (grpc::Status denied = authorizer_->Permit(*context, Role::kCompile); !denied.ok())
+    return denied;
   v1::PutRequest request;
   if (!reader->Read(&request)) {
     return Reply(absl::InvalidArgumentError("the stream carried no message"), "digest");
@@ -224,9 +219,8 @@ grpc::Status CacheService::Put(grpc::ServerContext* context,
 
 grpc::Status CacheService::PutWhole(grpc::ServerContext* context, const v1::PutRequest* request,
                                     v1::PutResponse* response) {
-  if (auto who = authorizer_->Check(*context, Role::kCompile); !who.ok()) {
-    return ToGrpcStatus(who.status());
-  }
+  if (grpc::Status denied = authorizer_->Permit(*context, Role::kCompile); !denied.ok())
+    return denied;
   if (grpc::Status s = CheckDeclared(*request); !s.ok()) return s;
   if (static_cast<int64_t>(request->data().size()) > chunk_bytes_) {
     return ToGrpcStatus(absl::OutOfRangeError(
@@ -239,9 +233,7 @@ grpc::Status CacheService::PutWhole(grpc::ServerContext* context, const v1::PutR
 grpc::Status CacheService::FindMissing(grpc::ServerContext* context,
                                        const v1::FindMissingRequest* request,
                                        v1::FindMissingResponse* response) {
-  if (auto who = authorizer_->Check(*context, Role::kRead); !who.ok()) {
-    return ToGrpcStatus(who.status());
-  }
+  if (grpc::Status denied = authorizer_->Permit(*context, Role::kRead); !denied.ok()) return denied;
   std::vector<v1::Digest> digests(request->digests().begin(), request->digests().end());
   absl::StatusOr<std::vector<v1::Digest>> missing = cache_->store().FindMissing(digests);
   if (!missing.ok()) return Reply(missing.status(), "digests");
@@ -251,9 +243,7 @@ grpc::Status CacheService::FindMissing(grpc::ServerContext* context,
 
 grpc::Status CacheService::Stat(grpc::ServerContext* context, const v1::StatRequest* request,
                                 v1::CacheStats* response) {
-  if (auto who = authorizer_->Check(*context, Role::kRead); !who.ok()) {
-    return ToGrpcStatus(who.status());
-  }
+  if (grpc::Status denied = authorizer_->Permit(*context, Role::kRead); !denied.ok()) return denied;
   *response = cache::ToProto(cache_->Statistics());
   return grpc::Status::OK;
 }
@@ -261,9 +251,7 @@ grpc::Status CacheService::Stat(grpc::ServerContext* context, const v1::StatRequ
 grpc::Status CacheService::GetAction(grpc::ServerContext* context,
                                      const v1::GetActionRequest* request,
                                      v1::ActionEntry* response) {
-  if (auto who = authorizer_->Check(*context, Role::kRead); !who.ok()) {
-    return ToGrpcStatus(who.status());
-  }
+  if (grpc::Status denied = authorizer_->Permit(*context, Role::kRead); !denied.ok()) return denied;
   if (request->compile_key().empty()) {
     return ToGrpcStatus(InvalidField("", "compile_key", "must not be empty"));
   }
@@ -279,9 +267,8 @@ grpc::Status CacheService::GetAction(grpc::ServerContext* context,
 grpc::Status CacheService::PutAction(grpc::ServerContext* context,
                                      const v1::PutActionRequest* request,
                                      v1::PutActionResponse* response) {
-  if (auto who = authorizer_->Check(*context, Role::kCompile); !who.ok()) {
-    return ToGrpcStatus(who.status());
-  }
+  if (grpc::Status denied = authorizer_->Permit(*context, Role::kCompile); !denied.ok())
+    return denied;
   return Reply(cache_->actions().Put(request->compile_key(), request->variant()), "variant");
 }
 

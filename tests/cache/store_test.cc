@@ -35,6 +35,12 @@ std::unique_ptr<Cache> OpenOrDie(const CacheOptions& options) {
 
 using ::kiln::testing::PseudoRandomBytes;
 
+// Stores `blobs` in a cache at `path` and closes it, so that the next Open finds them on disk.
+void StoreAndClose(const std::string& path, const std::vector<std::string>& blobs) {
+  auto cache = OpenOrDie(Options(path));
+  for (const std::string& b : blobs) ASSERT_TRUE(cache->store().Put(DigestOf(b), b).ok());
+}
+
 // Rewrites the stored value of `digest` with one byte flipped, straight into RocksDB.
 void FlipStoredByte(const std::string& path, const v1::Digest& digest, size_t at) {
   absl::StatusOr<std::unique_ptr<CacheDb>> db = CacheDb::Open(Options(path));
@@ -172,13 +178,8 @@ TEST(StoreTest, ContentsAndCountsSurviveReopening) {
   TempDir dir;
   const std::string path = dir.path() + "/store";
   std::vector<std::string> blobs;
-  {
-    auto cache = OpenOrDie(Options(path));
-    for (int i = 0; i < 20; ++i) {
-      blobs.push_back(PseudoRandomBytes(i * 1000, i));
-      ASSERT_TRUE(cache->store().Put(DigestOf(blobs.back()), blobs.back()).ok());
-    }
-  }
+  for (int i = 0; i < 20; ++i) blobs.push_back(PseudoRandomBytes(i * 1000, i));
+  ASSERT_NO_FATAL_FAILURE(StoreAndClose(path, blobs));
   auto cache = OpenOrDie(Options(path));
   EXPECT_EQ(cache->Statistics().blobs, 20);
   int64_t total = 0;
@@ -197,12 +198,7 @@ TEST(StoreTest, CorruptValuesAreDroppedCountedAndNeverServed) {
   // One small value (kept in SST files) and one large (in a blob file).
   const std::string small = PseudoRandomBytes(300, 7), large = PseudoRandomBytes(200000, 8),
                     intact = PseudoRandomBytes(5000, 9);
-  {
-    auto cache = OpenOrDie(Options(path));
-    for (const std::string* b : {&small, &large, &intact}) {
-      ASSERT_TRUE(cache->store().Put(DigestOf(*b), *b).ok());
-    }
-  }
+  ASSERT_NO_FATAL_FAILURE(StoreAndClose(path, {small, large, intact}));
   FlipStoredByte(path, DigestOf(small), 17);
   FlipStoredByte(path, DigestOf(large), 123456);
   auto cache = OpenOrDie(Options(path));
@@ -227,10 +223,7 @@ TEST(StoreTest, CorruptionDetectedByRocksDbIsDroppedToo) {
   TempDir dir;
   const std::string path = dir.path() + "/store";
   const std::string value = PseudoRandomBytes(100000, 4);
-  {
-    auto cache = OpenOrDie(Options(path));
-    ASSERT_TRUE(cache->store().Put(DigestOf(value), value).ok());
-  }
+  ASSERT_NO_FATAL_FAILURE(StoreAndClose(path, {value}));
   // Damage the blob file itself: whether RocksDB's decoding or Kiln's hash notices first,
   // the blob is dropped.
   int damaged = 0;
@@ -253,10 +246,7 @@ TEST(StoreTest, CorruptDatabaseIsMovedAsideUnlessRefused) {
   TempDir dir;
   const std::string path = dir.path() + "/store";
   const std::string value = "artifact";
-  {
-    auto cache = OpenOrDie(Options(path));
-    ASSERT_TRUE(cache->store().Put(DigestOf(value), value).ok());
-  }
+  ASSERT_NO_FATAL_FAILURE(StoreAndClose(path, {value}));
   {
     std::ofstream current(path + "/CURRENT", std::ios::trunc);
     current << "garbage";
@@ -314,10 +304,7 @@ TEST(StoreTest, ABlobReadFromDiskIsVerifiedThenKeptInMemory) {
   TempDir dir;
   const std::string path = dir.path() + "/store";
   const std::string value = PseudoRandomBytes(300000, 12);
-  {
-    auto cache = OpenOrDie(Options(path));
-    ASSERT_TRUE(cache->store().Put(DigestOf(value), value).ok());
-  }
+  ASSERT_NO_FATAL_FAILURE(StoreAndClose(path, {value}));
   auto cache = OpenOrDie(Options(path));
   EXPECT_EQ(cache->Statistics().memory_blobs, 0);
   EXPECT_EQ(*cache->store().Get(DigestOf(value)), value);

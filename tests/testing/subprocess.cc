@@ -54,6 +54,13 @@ struct Subprocess::State {
     cv.SignalAll();
   }
 
+  // Once the child has exited, waits (briefly) for the reader to reach the end of its output.
+  void AwaitOutputOfExited() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu) {
+    if (!exit_code.has_value()) return;
+    const absl::Time deadline = absl::Now() + absl::Seconds(5);
+    while (!eof && absl::Now() < deadline) cv.WaitWithDeadline(&mu, deadline);
+  }
+
   ~State() {
     if (pid > 0 && !exit_code.has_value()) {
       kill(pid, SIGKILL);
@@ -146,21 +153,14 @@ std::optional<std::string> Subprocess::WaitForStderrLine(const std::string& need
 std::string Subprocess::Stderr() {
   State& s = *state_;
   MutexLock lock(&s.mu);
-  // Once the child has exited, wait (briefly) for the reader to reach the end of its output.
-  if (s.exit_code.has_value()) {
-    const absl::Time deadline = absl::Now() + absl::Seconds(5);
-    while (!s.eof && absl::Now() < deadline) s.cv.WaitWithDeadline(&s.mu, deadline);
-  }
+  s.AwaitOutputOfExited();
   return s.err;
 }
 
 std::string Subprocess::Stdout() {
   State& s = *state_;
   MutexLock lock(&s.mu);
-  if (s.exit_code.has_value()) {
-    const absl::Time deadline = absl::Now() + absl::Seconds(5);
-    while (!s.eof && absl::Now() < deadline) s.cv.WaitWithDeadline(&s.mu, deadline);
-  }
+  s.AwaitOutputOfExited();
   return s.out;
 }
 

@@ -46,12 +46,7 @@ double MaxAbs(const std::vector<double>& v) {
 // Runs `op` on `args` into `outs` with `ctx`, bypassing the comparison Check makes.
 absl::Status RunDirect(absl::string_view op, const std::vector<CallValue>& args,
                        const std::vector<Tensor>& outs, const ExternContext& ctx) {
-  ExternCall call;
-  call.op = op;
-  call.args = args;
-  call.outputs = outs;
-  call.context = &ctx;
-  return RunExternOp(call);
+  return RunExternOp({.op = op, .args = args, .outputs = outs, .context = &ctx});
 }
 
 class ExternOpsTest : public ::testing::Test {
@@ -77,13 +72,8 @@ class ExternOpsTest : public ::testing::Test {
     ExternContext ctx;
     ctx.pool = &pool_;
     ctx.max_threads = threads;
-    ExternCall call;
-    call.op = op;
-    call.args = args;
-    call.kwargs = kwargs;
-    call.outputs = outs;
-    call.context = &ctx;
-    const absl::Status s = RunExternOp(call);
+    const absl::Status s =
+        RunExternOp({.op = op, .args = args, .kwargs = kwargs, .outputs = outs, .context = &ctx});
     EXPECT_TRUE(s.ok()) << op << ": " << s;
     if (!s.ok()) return {};
     for (size_t i = 0; i < outs.size(); ++i) {

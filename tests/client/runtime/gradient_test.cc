@@ -29,13 +29,8 @@ class GradientTest : public ::testing::Test {
                    std::vector<Tensor> outputs) {
     ExternContext ctx;
     ctx.pool = &pool_;
-    ExternCall call;
-    call.op = op;
-    call.args = args;
-    call.kwargs = kwargs;
-    call.outputs = outputs;
-    call.context = &ctx;
-    return RunExternOp(call);
+    return RunExternOp(
+        {.op = op, .args = args, .kwargs = kwargs, .outputs = outputs, .context = &ctx});
   }
 
   // Checks d/dx sum(f() * r) against central differences at up to `samples` positions of x.

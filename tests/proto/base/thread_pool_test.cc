@@ -20,6 +20,17 @@ ThreadPoolOptions Tasks(int workers, int64_t queue_capacity = -1) {
   return options;
 }
 
+// Submits a task that keeps a worker busy until `block` is notified; returns once it runs.
+// `started` and `block` must outlive the pool, whose workers use them to the end.
+void OccupyAWorker(ThreadPool& pool, Notification& started, Notification& block) {
+  ASSERT_TRUE(pool.Submit([started = &started, block = &block] {
+                    started->Notify();
+                    block->WaitForNotification();
+                  })
+                  .ok());
+  started.WaitForNotification();
+}
+
 // --- Loops
 
 TEST(ThreadPoolTest, LoopsCoverEveryIterationOnce) {
@@ -130,12 +141,7 @@ TEST(ThreadPoolTest, ABoundedQueueRefusesWhatWouldWaitBeyondIt) {
   // Declared before the pool: its workers, joined by its destructor, use them to the end.
   Notification block, started;
   ThreadPool pool(Tasks(1, 2));
-  ASSERT_TRUE(pool.Submit([&] {
-                    started.Notify();
-                    block.WaitForNotification();
-                  })
-                  .ok());
-  started.WaitForNotification();
+  ASSERT_NO_FATAL_FAILURE(OccupyAWorker(pool, started, block));
   EXPECT_EQ(pool.busy(), 1);
   EXPECT_TRUE(pool.Submit([] {}).ok());
   EXPECT_TRUE(pool.Submit([] {}).ok());
@@ -149,12 +155,7 @@ TEST(ThreadPoolTest, ABoundedQueueRefusesWhatWouldWaitBeyondIt) {
 TEST(ThreadPoolTest, CapacityZeroTakesTasksOnlyForFreeWorkers) {
   Notification block, started;
   ThreadPool pool(Tasks(2, 0));
-  ASSERT_TRUE(pool.Submit([&] {
-                    started.Notify();
-                    block.WaitForNotification();
-                  })
-                  .ok());
-  started.WaitForNotification();
+  ASSERT_NO_FATAL_FAILURE(OccupyAWorker(pool, started, block));
   Notification second_ran;
   ASSERT_TRUE(pool.Submit([&] {
                     block.WaitForNotification();
@@ -172,12 +173,7 @@ TEST(ThreadPoolTest, CapacityZeroTakesTasksOnlyForFreeWorkers) {
 TEST(ThreadPoolTest, AnUnboundedQueueTakesEverything) {
   Notification block, started;
   ThreadPool pool(Tasks(1));
-  ASSERT_TRUE(pool.Submit([&] {
-                    started.Notify();
-                    block.WaitForNotification();
-                  })
-                  .ok());
-  started.WaitForNotification();
+  ASSERT_NO_FATAL_FAILURE(OccupyAWorker(pool, started, block));
   std::atomic<int> ran{0};
   for (int i = 0; i < 1000; ++i) ASSERT_TRUE(pool.Submit([&] { ++ran; }).ok());
   EXPECT_EQ(pool.queue_depth(), 1000);

@@ -23,6 +23,7 @@
 #include "cache/db.h"
 #include "client/blob_http_client.h"
 #include "proto/base/digest.h"
+#include "tests/server/rpc/test_authorizer.h"
 #include "tests/testing/loopback.h"
 #include "tests/testing/test_env.h"
 
@@ -126,13 +127,9 @@ class BlobHttpTest : public ::testing::Test {
     absl::StatusOr<std::unique_ptr<cache::Cache>> cache = cache::Cache::Open(o);
     ASSERT_TRUE(cache.ok()) << cache.status();
     cache_ = *std::move(cache);
-    if (tokens.empty()) {
-      authorizer_ = std::make_unique<Authorizer>();
-    } else {
-      absl::StatusOr<std::unique_ptr<Authorizer>> a = Authorizer::FromText(tokens);
-      ASSERT_TRUE(a.ok()) << a.status();
-      authorizer_ = *std::move(a);
-    }
+    absl::StatusOr<std::unique_ptr<Authorizer>> authorizer = testing::TestAuthorizer(tokens);
+    ASSERT_TRUE(authorizer.ok()) << authorizer.status();
+    authorizer_ = *std::move(authorizer);
     BlobHttpOptions options;
     options.address = "127.0.0.1:0";
     options.max_blob_bytes = 8 << 20;

@@ -22,6 +22,7 @@
 #include "proto/error_detail.h"
 #include "server/observe/json_log.h"
 #include "tests/server/compile/fake_compiler.h"
+#include "tests/server/rpc/test_authorizer.h"
 #include "tests/testing/scrape.h"
 #include "tests/testing/test_env.h"
 
@@ -80,13 +81,9 @@ class CompileServiceTest : public ::testing::Test {
     absl::StatusOr<std::unique_ptr<cache::Cache>> cache = cache::Cache::Open(o);
     ASSERT_TRUE(cache.ok()) << cache.status();
     cache_ = *std::move(cache);
-    if (tokens.empty()) {
-      authorizer_ = std::make_unique<Authorizer>();
-    } else {
-      absl::StatusOr<std::unique_ptr<Authorizer>> a = Authorizer::FromText(tokens);
-      ASSERT_TRUE(a.ok()) << a.status();
-      authorizer_ = *std::move(a);
-    }
+    absl::StatusOr<std::unique_ptr<Authorizer>> authorizer = testing::TestAuthorizer(tokens);
+    ASSERT_TRUE(authorizer.ok()) << authorizer.status();
+    authorizer_ = *std::move(authorizer);
     if (options.workers <= 0) options.workers = 4;
     service_ = std::make_unique<CompileService>(options, &compiler_, cache_.get(), &metrics_,
                                                 &traces_, authorizer_.get());
@@ -135,6 +132,21 @@ class CompileServiceTest : public ::testing::Test {
     return call;
   }
 
+  // Holds the fake compiler and sends `request`, which keeps a worker busy until
+  // ReleaseRunning(); returns once the fake has begun `started` compiles in all.
+  void StartRunning(v1::CompileRequest request, int started = 1) {
+    compiler_.Hold();
+    running_ = CompileAsync(std::move(request));
+    ASSERT_TRUE(compiler_.WaitForStarted(started));
+  }
+
+  // Lets every held compile finish; the answer of the one StartRunning sent.
+  const Answer& ReleaseRunning() {
+    compiler_.Release();
+    running_->join();
+    return running_->answer;
+  }
+
   // One series of the service's metrics, e.g. `kiln_compiles_total{result="ok"}`.
   double Metric(const std::string& series) {
     return testing::MetricValue(metrics_.Render(), series);
@@ -152,6 +164,7 @@ class CompileServiceTest : public ::testing::Test {
   std::unique_ptr<grpc::Server> server_;
   int port_ = 0;
   std::unique_ptr<client::CompileClient> client_;
+  std::unique_ptr<Call> running_;  // StartRunning's compile
 };
 
 TEST_F(CompileServiceTest, MissCompilesOnceThenHitsWithIdenticalBytes) {
@@ -226,6 +239,13 @@ std::vector<Answer> RunJob(client::CompileClient& client,
   return out;
 }
 
+// Runs job `job` of 8 ranks that send one graph, but for rank 3, which never arrives.
+std::vector<Answer> RunJobWithoutRank3(client::CompileClient& client, const std::string& job) {
+  std::vector<std::optional<v1::Graph>> graphs(8, LoadSharedGraph("mlp_fp32.fw.json"));
+  graphs[3].reset();
+  return RunJob(client, graphs, job);
+}
+
 TEST_F(CompileServiceTest, EightRanksWithOneGraphCompileOnce) {
   Start();
   const v1::Graph g = LoadSharedGraph("mlp_fp32.bw.json");
@@ -275,9 +295,7 @@ TEST_F(CompileServiceTest, AMissingRankFailsEveryRankByDefault) {
   CompileServiceOptions options;
   options.rendezvous.timeout = absl::Milliseconds(300);
   Start(options);
-  std::vector<std::optional<v1::Graph>> graphs(8, LoadSharedGraph("mlp_fp32.fw.json"));
-  graphs[3].reset();
-  std::vector<Answer> answers = RunJob(*client_, graphs, "job-missing");
+  std::vector<Answer> answers = RunJobWithoutRank3(*client_, "job-missing");
   for (int r = 0; r < 8; ++r) {
     if (r == 3) continue;
     const absl::Status s = answers[r].status();
@@ -295,9 +313,7 @@ TEST_F(CompileServiceTest, AMissingRankCanBeLeftBehind) {
   options.rendezvous.timeout = absl::Milliseconds(300);
   options.rendezvous.proceed_without_missing = true;
   Start(options);
-  std::vector<std::optional<v1::Graph>> graphs(8, LoadSharedGraph("mlp_fp32.fw.json"));
-  graphs[3].reset();
-  std::vector<Answer> answers = RunJob(*client_, graphs, "job-proceed");
+  std::vector<Answer> answers = RunJobWithoutRank3(*client_, "job-proceed");
   for (int r = 0; r < 8; ++r) {
     if (r == 3) continue;
     ASSERT_TRUE(answers[r].ok()) << r << ": " << answers[r].status();
@@ -312,10 +328,8 @@ TEST_F(CompileServiceTest, AFullQueueIsRefusedWithARetryHint) {
   options.workers = 1;
   options.queue_capacity = 1;
   Start(options);
-  compiler_.Hold();
   const v1::Graph g = LoadSharedGraph("mlp_fp32.fw.json");
-  std::unique_ptr<Call> running = CompileAsync(Request(Variant(g, 0)));
-  ASSERT_TRUE(compiler_.WaitForStarted(1));
+  ASSERT_NO_FATAL_FAILURE(StartRunning(Request(Variant(g, 0))));
   std::unique_ptr<Call> queued = CompileAsync(Request(Variant(g, 1)));
   ASSERT_TRUE(Eventually([&] { return Snapshot().queue_depth == 1; }));
   EXPECT_EQ(Metric("kiln_compile_queue_depth"), 1);
@@ -329,10 +343,9 @@ TEST_F(CompileServiceTest, AFullQueueIsRefusedWithARetryHint) {
   ASSERT_TRUE(detail.has_value());
   EXPECT_EQ(detail->retry_after_ms(), 1000);
 
-  compiler_.Release();
-  running->join();
+  const Answer& running = ReleaseRunning();
   queued->join();
-  EXPECT_TRUE(running->answer.ok()) << running->answer.status();
+  EXPECT_TRUE(running.ok()) << running.status();
   EXPECT_TRUE(queued->answer.ok()) << queued->answer.status();
   EXPECT_EQ(compiler_.started(), 2);
   // The refused graph compiles once there is room.
@@ -351,28 +364,22 @@ TEST_F(CompileServiceTest, AQueueOfZeroStillCompilesOnAFreeWorker) {
   // The answer may arrive before its worker counts as free again.
   ASSERT_TRUE(Eventually([&] { return Snapshot().in_flight == 0; }));
   // With the only worker busy, nothing may wait.
-  compiler_.Hold();
-  std::unique_ptr<Call> running = CompileAsync(Request(Variant(g, 1)));
-  ASSERT_TRUE(compiler_.WaitForStarted(2));
+  ASSERT_NO_FATAL_FAILURE(StartRunning(Request(Variant(g, 1)), 2));
   EXPECT_EQ(Compile(Request(Variant(g, 2))).status().code(), absl::StatusCode::kResourceExhausted);
-  compiler_.Release();
-  running->join();
-  EXPECT_TRUE(running->answer.ok()) << running->answer.status();
+  const Answer& running = ReleaseRunning();
+  EXPECT_TRUE(running.ok()) << running.status();
 }
 
 TEST_F(CompileServiceTest, TheQueueWaitIsAPhaseOfTheAnswer) {
   CompileServiceOptions options;
   options.workers = 1;
   Start(options);
-  compiler_.Hold();
   const v1::Graph g = LoadSharedGraph("mlp_fp32.fw.json");
-  std::unique_ptr<Call> running = CompileAsync(Request(Variant(g, 0)));
-  ASSERT_TRUE(compiler_.WaitForStarted(1));
+  ASSERT_NO_FATAL_FAILURE(StartRunning(Request(Variant(g, 0))));
   std::unique_ptr<Call> queued = CompileAsync(Request(Variant(g, 1)));
   ASSERT_TRUE(Eventually([&] { return Snapshot().queue_depth == 1; }));
   absl::SleepFor(absl::Milliseconds(50));
-  compiler_.Release();
-  running->join();
+  ReleaseRunning();
   queued->join();
   ASSERT_TRUE(queued->answer.ok()) << queued->answer.status();
   int64_t queue_micros = -1;
@@ -386,15 +393,12 @@ TEST_F(CompileServiceTest, ADeadlineWhileQueuedLeavesTheCompileUnrun) {
   CompileServiceOptions options;
   options.workers = 1;
   Start(options);
-  compiler_.Hold();
   const v1::Graph g = LoadSharedGraph("mlp_fp32.fw.json");
-  std::unique_ptr<Call> running = CompileAsync(Request(Variant(g, 0)));
-  ASSERT_TRUE(compiler_.WaitForStarted(1));
+  ASSERT_NO_FATAL_FAILURE(StartRunning(Request(Variant(g, 0))));
   Answer late = Compile(Request(Variant(g, 1)), absl::Milliseconds(200));
   EXPECT_EQ(late.status().code(), absl::StatusCode::kDeadlineExceeded) << late.status();
-  compiler_.Release();
-  running->join();
-  EXPECT_TRUE(running->answer.ok()) << running->answer.status();
+  const Answer& running = ReleaseRunning();
+  EXPECT_TRUE(running.ok()) << running.status();
   // Its only waiter left: the queued compile is dropped when a worker reaches it.
   ASSERT_TRUE(Eventually([&] { return Metric("kiln_compiles_total{result=\"cancelled\"}") == 1; }));
   EXPECT_EQ(compiler_.started(), 1);
@@ -402,15 +406,12 @@ TEST_F(CompileServiceTest, ADeadlineWhileQueuedLeavesTheCompileUnrun) {
 
 TEST_F(CompileServiceTest, AWaiterThatGivesUpLeavesTheCompileToTheOthers) {
   Start();
-  compiler_.Hold();
   const v1::CompileRequest shared = Request(LoadSharedGraph("mlp_fp32.fw.json"));
-  std::unique_ptr<Call> patient = CompileAsync(shared);
-  ASSERT_TRUE(compiler_.WaitForStarted(1));
+  ASSERT_NO_FATAL_FAILURE(StartRunning(shared));
   Answer impatient = Compile(shared, absl::Milliseconds(200));
   EXPECT_EQ(impatient.status().code(), absl::StatusCode::kDeadlineExceeded);
-  compiler_.Release();
-  patient->join();
-  EXPECT_TRUE(patient->answer.ok()) << patient->answer.status();
+  const Answer& patient = ReleaseRunning();
+  EXPECT_TRUE(patient.ok()) << patient.status();
   EXPECT_EQ(compiler_.cancelled(), 0);
   EXPECT_EQ(compiler_.started(), 1);
 }
@@ -458,16 +459,13 @@ TEST_F(CompileServiceTest, OneClientsRequestsInFlightAreCapped) {
   CompileServiceOptions options;
   options.max_in_flight_per_client = 1;
   Start(options);
-  compiler_.Hold();
   const v1::Graph g = LoadSharedGraph("mlp_fp32.fw.json");
-  std::unique_ptr<Call> running = CompileAsync(Request(Variant(g, 0)));
-  ASSERT_TRUE(compiler_.WaitForStarted(1));
+  ASSERT_NO_FATAL_FAILURE(StartRunning(Request(Variant(g, 0))));
   Answer refused = Compile(Request(Variant(g, 1)));
   EXPECT_EQ(refused.status().code(), absl::StatusCode::kResourceExhausted) << refused.status();
   EXPECT_THAT(std::string(refused.status().message()), HasSubstr("requests in flight"));
-  compiler_.Release();
-  running->join();
-  EXPECT_TRUE(running->answer.ok()) << running->answer.status();
+  const Answer& running = ReleaseRunning();
+  EXPECT_TRUE(running.ok()) << running.status();
   EXPECT_TRUE(Compile(Request(Variant(g, 1))).ok());
 }
 
