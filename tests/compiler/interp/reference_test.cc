@@ -25,14 +25,15 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "absl/strings/ascii.h"
 #include "absl/strings/escaping.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_replace.h"
 #include "compiler/interp/interpreter.h"
-#include "compiler/interp/sym_eval.h"
 #include "compiler/interp/tolerance.h"
 #include "nlohmann/json.hpp"
+#include "proto/base/int_expr.h"
 #include "proto/dtype.h"
 #include "proto/fx/capture_import.h"
 #include "tests/testing/test_env.h"
@@ -42,6 +43,14 @@ namespace {
 
 using Json = nlohmann::json;
 using SymbolMap = std::map<std::string, int64_t, std::less<>>;
+
+// Whether `expr` is a bare symbol name ("s77"), which a recorded input binds.
+bool IsBareSymbol(absl::string_view expr) {
+  return !expr.empty() && absl::ascii_isalpha(static_cast<unsigned char>(expr[0])) &&
+         std::all_of(expr.begin(), expr.end(), [](char c) {
+           return absl::ascii_isalnum(static_cast<unsigned char>(c)) || c == '_';
+         });
+}
 
 // Graphs whose check cannot pass yet, and why (a piece of the error they give).
 const std::map<std::string, std::string>& ExpectedFailures() {
@@ -96,7 +105,7 @@ absl::StatusOr<Tensor> RecordedValues(const Json& record, bool sampled) {
 }
 
 absl::StatusOr<int64_t> EvalSize(const v1::SymInt& s, const SymbolMap& symbols) {
-  if (s.kind_case() == v1::SymInt::kExpr) return EvalSymInt(s.expr(), symbols);
+  if (s.kind_case() == v1::SymInt::kExpr) return EvaluateIntExpr(s.expr(), symbols);
   return s.value();
 }
 
