@@ -397,6 +397,10 @@ TEST_F(CompileServiceTest, ADeadlineWhileQueuedLeavesTheCompileUnrun) {
   ASSERT_NO_FATAL_FAILURE(StartRunning(Request(Variant(g, 0))));
   Answer late = Compile(Request(Variant(g, 1)), absl::Milliseconds(200));
   EXPECT_EQ(late.status().code(), absl::StatusCode::kDeadlineExceeded) << late.status();
+  // The client's deadline fires on its side; the server's waiter leaves the flight on its own
+  // clock, and answers (counts) only after it has. Before that, a freed worker would run it.
+  ASSERT_TRUE(
+      Eventually([&] { return Metric("kiln_compile_requests_total{outcome=\"error\"}") == 1; }));
   const Answer& running = ReleaseRunning();
   EXPECT_TRUE(running.ok()) << running.status();
   // Its only waiter left: the queued compile is dropped when a worker reaches it.
