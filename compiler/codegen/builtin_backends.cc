@@ -1,4 +1,5 @@
-// The backends a Kiln build has: a new target's backend is registered here.
+// The backends a Kiln build has: a new target's backend is registered here. cuda:sm_90 is
+// built where the CUDA toolkit's nvJitLink and libdevice are (KILN_HAVE_CUDA).
 
 #include <cstdio>
 #include <cstdlib>
@@ -8,6 +9,10 @@
 
 #include "compiler/codegen/registry.h"
 #include "compiler/codegen/x86/backend.h"
+
+#ifdef KILN_HAVE_CUDA
+#include "compiler/codegen/nvptx/backend.h"
+#endif
 
 namespace kiln::codegen {
 
@@ -22,6 +27,9 @@ const BackendRegistry& BuiltinBackends() {
       }
     };
     add(x86::NewBackend());
+#ifdef KILN_HAVE_CUDA
+    add(nvptx::NewBackend());
+#endif
     return r;
   }();
   return *registry;
