@@ -9,6 +9,8 @@
 #include <gtest/gtest.h>
 
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_replace.h"
@@ -17,6 +19,8 @@
 #include "compiler/codegen/nvptx/libdevice.h"
 #include "compiler/codegen/nvptx/nvjitlink.h"
 #include "compiler/codegen/target.h"
+#include "compiler/compile.h"
+#include "compiler/graph/import.h"
 #include "tests/compiler/graph_testing.h"
 
 namespace kiln::codegen::nvptx {
@@ -25,8 +29,9 @@ namespace {
 using ::testing::HasSubstr;
 using ::testing::Not;
 
-// x[n] of `dtype` -> `op`(x), returned: one pointwise kernel.
-v1::Graph UnaryGraph(const std::string& op, int64_t n, const std::string& dtype) {
+// `op` of `arity` inputs x0, x1, ... of n elements of `dtype`, returned: one pointwise kernel.
+v1::Graph PointwiseGraph(const std::string& op, int64_t n, const std::string& dtype,
+                         int arity = 1) {
   const std::string meta = absl::StrCat(R"pb(tensor { sizes { value:)pb", n, R"pb(}
                                                                                   strides { value: 1 }
     storage_offset { value: 0 }
@@ -34,19 +39,18 @@ v1::Graph UnaryGraph(const std::string& op, int64_t n, const std::string& dtype)
                                         dtype, R"pb(
     device { type: "cuda" index: 0 }
   })pb");
-  const std::string text =
-      absl::StrCat(R"pb(
-                     inputs { name: "x" role: INPUT_ROLE_USER_INPUT meta {)pb",
-                   meta, R"pb(}
-                              }
-    nodes {
-      name: "y"
-      target: ")pb",
-                   op, R"pb("
-                            args { ref { node: "x" } }
-                            outputs {)pb",
-                   meta, R"pb(}
-                              }
+  std::string inputs, args;
+  for (int i = 0; i < arity; ++i) {
+    absl::StrAppend(&inputs, "inputs { name: \"x", i, "\" role: INPUT_ROLE_USER_INPUT meta { ",
+                    meta, " } }\n");
+    absl::StrAppend(&args, "args { ref { node: \"x", i, "\" } }\n");
+  }
+  const std::string text = absl::StrCat(inputs, R"pb(
+                                          nodes { name: "y" target: ")pb",
+                                        op, "\"\n", args, R"pb(
+                                          outputs {)pb",
+                                        meta, R"pb(}
+                                                   }
     output { list { items { ref { node: "y" } } } }
   )pb");
   v1::Graph g;
@@ -112,9 +116,33 @@ TEST(NvptxLaunchTest, SymbolicRangesGetOneThreadPerPoint) {
   EXPECT_GT(symbolic, 0) << "the graph has symbolic sizes";
 }
 
+TEST(NvptxLaunchTest, ThePlanCarriesLaunchesAsExpressionsOverTheSymbols) {
+  absl::StatusOr<graph::Graph> g =
+      graph::Import(testing::LoadSharedGraph("mlp_automatic_dynamic2.fw.json"));
+  ASSERT_TRUE(g.ok()) << g.status();
+  v1::CompileOptions options;
+  options.set_target(std::string(kTargetCudaSm90));
+  absl::StatusOr<v1::CompiledGraph> artifact = compiler::Compile(*g, options, "key");
+  ASSERT_TRUE(artifact.ok()) << artifact.status();
+  int symbolic = 0;
+  for (const v1::Kernel& k : artifact->kernels()) {
+    ASSERT_EQ(k.launch().grid_size(), 3) << k.name();
+    ASSERT_EQ(k.launch().block_size(), 3) << k.name();
+    EXPECT_EQ(k.launch().block(0).value(), kBlockThreads) << k.name();
+    EXPECT_EQ(k.launch().block(1).value(), 1) << k.name();
+    EXPECT_EQ(k.launch().grid(1).value(), 1) << k.name();
+    EXPECT_EQ(k.launch().grid(2).value(), 1) << k.name();
+    if (k.launch().grid(0).kind_case() == v1::SymInt::kExpr) {
+      ++symbolic;
+      EXPECT_THAT(k.launch().grid(0).expr(), HasSubstr("s0")) << k.name();
+    }
+  }
+  EXPECT_GT(symbolic, 0);
+}
+
 TEST(NvptxCodegenTest, PointwisePtxIsAGridStrideKernelWithLibdeviceMath) {
   absl::StatusOr<loop::Program> program =
-      testing::FuseGraph(UnaryGraph("aten.exp.default", 1000, "DTYPE_FLOAT32"));
+      testing::FuseGraph(PointwiseGraph("aten.exp.default", 1000, "DTYPE_FLOAT32"));
   ASSERT_TRUE(program.ok()) << program.status();
   ASSERT_EQ(program->kernels.size(), 1u);
   CodegenOptions options;
@@ -163,7 +191,7 @@ TEST(NvptxCodegenTest, PointwisePtxIsAGridStrideKernelWithLibdeviceMath) {
 TEST(NvptxCodegenTest, HalfTypesLoadAndStoreAroundFloatMath) {
   for (const char* dtype : {"DTYPE_BFLOAT16", "DTYPE_FLOAT16"}) {
     absl::StatusOr<loop::Program> program =
-        testing::FuseGraph(UnaryGraph("aten.tanh.default", 64, dtype));
+        testing::FuseGraph(PointwiseGraph("aten.tanh.default", 64, dtype));
     ASSERT_TRUE(program.ok()) << dtype << ": " << program.status();
     absl::StatusOr<CodegenResult> result = GenerateCubins(*program);
     ASSERT_TRUE(result.ok()) << dtype << ": " << result.status();
@@ -174,6 +202,37 @@ TEST(NvptxCodegenTest, HalfTypesLoadAndStoreAroundFloatMath) {
     EXPECT_THAT(ptx, ::testing::ContainsRegex("st\\.global\\.[bu]16")) << dtype;
     EXPECT_THAT(ptx, HasSubstr("fma.rn.f32")) << dtype;
     EXPECT_THAT(ptx, Not(HasSubstr("call"))) << dtype;
+  }
+}
+
+// Every float function the emitter leaves to the target finds its libdevice counterpart, in
+// float and in double: nothing stays undefined and nvJitLink assembles it.
+TEST(NvptxCodegenTest, EveryFloatFunctionLinksFromLibdevice) {
+  const std::vector<std::pair<std::string, int>> ops = {
+      {"aten.abs.default", 1},   {"aten.exp.default", 1},        {"aten.exp2.default", 1},
+      {"aten.expm1.default", 1}, {"aten.log.default", 1},        {"aten.log2.default", 1},
+      {"aten.log10.default", 1}, {"aten.log1p.default", 1},      {"aten.sqrt.default", 1},
+      {"aten.rsqrt.default", 1}, {"aten.reciprocal.default", 1}, {"aten.sin.default", 1},
+      {"aten.cos.default", 1},   {"aten.tan.default", 1},        {"aten.asin.default", 1},
+      {"aten.acos.default", 1},  {"aten.atan.default", 1},       {"aten.sinh.default", 1},
+      {"aten.cosh.default", 1},  {"aten.tanh.default", 1},       {"aten.sigmoid.default", 1},
+      {"aten.erf.default", 1},   {"aten.erfc.default", 1},       {"aten.floor.default", 1},
+      {"aten.ceil.default", 1},  {"aten.round.default", 1},      {"aten.trunc.default", 1},
+      {"aten.sign.default", 1},  {"aten.lgamma.default", 1},     {"aten.atan2.default", 2},
+      {"aten.fmod.Tensor", 2},   {"aten.remainder.Tensor", 2},   {"aten.pow.Tensor_Tensor", 2},
+  };
+  for (const char* dtype : {"DTYPE_FLOAT32", "DTYPE_FLOAT64"}) {
+    for (const auto& [op, arity] : ops) {
+      absl::StatusOr<loop::Program> program =
+          testing::FuseGraph(PointwiseGraph(op, 100, dtype, arity));
+      ASSERT_TRUE(program.ok()) << op << " " << dtype << ": " << program.status();
+      absl::StatusOr<CodegenResult> result = GenerateCubins(*program);
+      ASSERT_TRUE(result.ok()) << op << " " << dtype << ": " << result.status();
+      for (const KernelBinary& k : result->kernels) {
+        EXPECT_THAT(k.ptx, Not(HasSubstr(".extern"))) << op << " " << dtype;
+        EXPECT_GT(k.registers, 0) << op << " " << dtype;
+      }
+    }
   }
 }
 
