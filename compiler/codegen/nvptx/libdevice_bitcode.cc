@@ -1,12 +1,9 @@
 // libdevice's bitcode, embedded at build time so that kilnd needs no CUDA toolkit files beside
-// it at run time. KILN_LIBDEVICE_PATH and KILN_LIBDEVICE_SHA256 come from CMake; the digest
-// on the command line also makes a new libdevice rebuild this file.
+// it at run time. KILN_LIBDEVICE_PATH and KILN_LIBDEVICE_SHA256 (string literals) come from
+// CMake; the digest on the command line also makes a new libdevice rebuild this file.
 
 #include "absl/strings/string_view.h"
 #include "compiler/codegen/nvptx/libdevice.h"
-
-#define KILN_STRINGIFY_(x) #x
-#define KILN_STRINGIFY(x) KILN_STRINGIFY_(x)
 
 // The bitcode reader needs the bytes 4-byte aligned.
 asm(".pushsection .rodata.kiln_libdevice, \"a\"\n"
@@ -14,7 +11,7 @@ asm(".pushsection .rodata.kiln_libdevice, \"a\"\n"
     ".hidden kiln_libdevice_begin\n"
     ".hidden kiln_libdevice_end\n"
     "kiln_libdevice_begin:\n"
-    ".incbin \"" KILN_STRINGIFY(KILN_LIBDEVICE_PATH) "\"\n"
+    ".incbin \"" KILN_LIBDEVICE_PATH "\"\n"
     "kiln_libdevice_end:\n"
     ".popsection\n");
 
@@ -28,6 +25,6 @@ absl::string_view LibdeviceBitcode() {
                            static_cast<size_t>(kiln_libdevice_end - kiln_libdevice_begin));
 }
 
-absl::string_view LibdeviceSha256() { return KILN_STRINGIFY(KILN_LIBDEVICE_SHA256); }
+absl::string_view LibdeviceSha256() { return KILN_LIBDEVICE_SHA256; }
 
 }  // namespace kiln::codegen::nvptx
