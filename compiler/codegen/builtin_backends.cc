@@ -1,5 +1,6 @@
 // The backends a Kiln build has: a new target's backend is registered here. cuda:sm_90 is
-// built where the CUDA toolkit's nvJitLink and libdevice are (KILN_HAVE_CUDA).
+// built where the CUDA toolkit's nvJitLink and libdevice are (KILN_HAVE_CUDA), and registered
+// where nvJitLink loads.
 
 #include <cstdio>
 #include <cstdlib>
@@ -12,6 +13,7 @@
 
 #ifdef KILN_HAVE_CUDA
 #include "compiler/codegen/nvptx/backend.h"
+#include "compiler/codegen/nvptx/nvjitlink.h"
 #endif
 
 namespace kiln::codegen {
@@ -28,7 +30,8 @@ const BackendRegistry& BuiltinBackends() {
     };
     add(x86::NewBackend());
 #ifdef KILN_HAVE_CUDA
-    add(nvptx::NewBackend());
+    // Without nvJitLink on this host (it is loaded at run time) cuda:sm_90 has no backend.
+    if (nvptx::NvJitLinkAvailable().ok()) add(nvptx::NewBackend());
 #endif
     return r;
   }();

@@ -38,7 +38,7 @@ class BackendRegistry {
 };
 
 // The backends built into this binary: x86_64, and cuda:sm_90 where the build found CUDA's
-// nvJitLink. Built on first use.
+// nvJitLink and this host loads it (codegen/nvptx/nvjitlink.h). Built on first use.
 const BackendRegistry& BuiltinBackends();
 
 }  // namespace kiln::codegen

@@ -8,7 +8,8 @@
 // gets one pair of empty modules. Registers and static shared memory per kernel come from the
 // cubin.
 //
-// Built only when nvJitLink is found at build time (KILN_HAVE_CUDA).
+// Built only when nvJitLink is found at build time (KILN_HAVE_CUDA); Generate fails as
+// UNAVAILABLE where nvJitLink does not load at run time.
 
 #include <memory>
 

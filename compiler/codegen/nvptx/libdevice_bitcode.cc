@@ -11,7 +11,8 @@ asm(".pushsection .rodata.kiln_libdevice, \"a\"\n"
     ".hidden kiln_libdevice_begin\n"
     ".hidden kiln_libdevice_end\n"
     "kiln_libdevice_begin:\n"
-    ".incbin \"" KILN_LIBDEVICE_PATH "\"\n"
+    ".incbin \"" KILN_LIBDEVICE_PATH
+    "\"\n"
     "kiln_libdevice_end:\n"
     ".popsection\n");
 

@@ -1,7 +1,12 @@
 #include "compiler/codegen/nvptx/nvjitlink.h"
 
+#include <cuda.h>
+#include <dlfcn.h>
 #include <nvJitLink.h>
 
+#include <cstdlib>
+#include <string>
+#include <type_traits>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
@@ -10,20 +15,90 @@
 namespace kiln::codegen::nvptx {
 namespace {
 
+// nvJitLink's entry points, from the library dlopen found (see nvjitlink.h).
+struct Api {
+  decltype(&::nvJitLinkCreate) create = nullptr;
+  decltype(&::nvJitLinkDestroy) destroy = nullptr;
+  decltype(&::nvJitLinkAddData) add_data = nullptr;
+  decltype(&::nvJitLinkComplete) complete = nullptr;
+  decltype(&::nvJitLinkGetLinkedCubinSize) cubin_size = nullptr;
+  decltype(&::nvJitLinkGetLinkedCubin) cubin = nullptr;
+  decltype(&::nvJitLinkGetErrorLogSize) error_log_size = nullptr;
+  decltype(&::nvJitLinkGetErrorLog) error_log = nullptr;
+  decltype(&::nvJitLinkGetInfoLogSize) info_log_size = nullptr;
+  decltype(&::nvJitLinkGetInfoLog) info_log = nullptr;
+  decltype(&::nvJitLinkVersion) version = nullptr;
+};
+
+struct Loaded {
+  Api api;
+  absl::Status status;
+};
+
+// Fills `api` from `library`; false when an entry point is missing.
+bool Resolve(void* library, Api& api) {
+  bool ok = true;
+  auto get = [&](auto& fn, const char* name) {
+    fn = reinterpret_cast<std::remove_reference_t<decltype(fn)>>(dlsym(library, name));
+    ok &= fn != nullptr;
+  };
+  get(api.create, "nvJitLinkCreate");
+  get(api.destroy, "nvJitLinkDestroy");
+  get(api.add_data, "nvJitLinkAddData");
+  get(api.complete, "nvJitLinkComplete");
+  get(api.cubin_size, "nvJitLinkGetLinkedCubinSize");
+  get(api.cubin, "nvJitLinkGetLinkedCubin");
+  get(api.error_log_size, "nvJitLinkGetErrorLogSize");
+  get(api.error_log, "nvJitLinkGetErrorLog");
+  get(api.info_log_size, "nvJitLinkGetInfoLogSize");
+  get(api.info_log, "nvJitLinkGetInfoLog");
+  get(api.version, "nvJitLinkVersion");
+  return ok;
+}
+
+const Loaded& Load() {
+  static const Loaded* loaded = [] {
+    auto* l = new Loaded;
+    std::vector<std::string> candidates;
+    if (const char* env = std::getenv("KILN_NVJITLINK"); env != nullptr && *env != '\0') {
+      candidates.push_back(env);
+    }
+    candidates.push_back(absl::StrCat("libnvJitLink.so.", CUDA_VERSION / 1000));
+    candidates.push_back(KILN_NVJITLINK_LIBRARY);
+    std::string tried;
+    for (const std::string& path : candidates) {
+      void* library = dlopen(path.c_str(), RTLD_NOW | RTLD_LOCAL);
+      if (library == nullptr) {
+        absl::StrAppend(&tried, tried.empty() ? "" : "; ", dlerror());
+        continue;
+      }
+      if (Resolve(library, l->api)) return l;
+      absl::StrAppend(&tried, tried.empty() ? "" : "; ", path, " lacks nvJitLink's functions");
+      dlclose(library);
+    }
+    l->api = Api();
+    l->status = absl::UnavailableError(absl::StrCat("nvJitLink could not be loaded: ", tried));
+    return l;
+  }();
+  return *loaded;
+}
+
+const Api& Nv() { return Load().api; }
+
 std::string ErrorLog(nvJitLinkHandle handle) {
   size_t size = 0;
-  if (nvJitLinkGetErrorLogSize(handle, &size) != NVJITLINK_SUCCESS || size == 0) return "";
+  if (Nv().error_log_size(handle, &size) != NVJITLINK_SUCCESS || size == 0) return "";
   std::string log(size, '\0');
-  if (nvJitLinkGetErrorLog(handle, log.data()) != NVJITLINK_SUCCESS) return "";
+  if (Nv().error_log(handle, log.data()) != NVJITLINK_SUCCESS) return "";
   while (!log.empty() && (log.back() == '\0' || log.back() == '\n')) log.pop_back();
   return log;
 }
 
 std::string InfoLog(nvJitLinkHandle handle) {
   size_t size = 0;
-  if (nvJitLinkGetInfoLogSize(handle, &size) != NVJITLINK_SUCCESS || size == 0) return "";
+  if (Nv().info_log_size(handle, &size) != NVJITLINK_SUCCESS || size == 0) return "";
   std::string log(size, '\0');
-  if (nvJitLinkGetInfoLog(handle, log.data()) != NVJITLINK_SUCCESS) return "";
+  if (Nv().info_log(handle, log.data()) != NVJITLINK_SUCCESS) return "";
   while (!log.empty() && log.back() == '\0') log.pop_back();
   return log;
 }
@@ -32,7 +107,7 @@ std::string InfoLog(nvJitLinkHandle handle) {
 class Link {
  public:
   ~Link() {
-    if (handle_ != nullptr) nvJitLinkDestroy(&handle_);
+    if (handle_ != nullptr) Nv().destroy(&handle_);
   }
   nvJitLinkHandle* out() { return &handle_; }
   nvJitLinkHandle get() const { return handle_; }
@@ -50,31 +125,35 @@ absl::Status Failed(absl::string_view step, nvJitLinkResult result, nvJitLinkHan
 
 }  // namespace
 
+absl::Status NvJitLinkAvailable() { return Load().status; }
+
 absl::StatusOr<std::string> AssembleCubin(absl::string_view ptx, std::string* info_log) {
+  if (absl::Status s = NvJitLinkAvailable(); !s.ok()) return s;
   const std::string arch = absl::StrCat("-arch=", kCudaArch);
   std::vector<const char*> options = {arch.c_str()};
   if (info_log != nullptr) options.push_back("-verbose");
   Link link;
   nvJitLinkResult r =
-      nvJitLinkCreate(link.out(), static_cast<uint32_t>(options.size()), options.data());
+      Nv().create(link.out(), static_cast<uint32_t>(options.size()), options.data());
   if (r != NVJITLINK_SUCCESS) return Failed("create", r, link.get());
-  r = nvJitLinkAddData(link.get(), NVJITLINK_INPUT_PTX, ptx.data(), ptx.size(), "kernel.ptx");
+  r = Nv().add_data(link.get(), NVJITLINK_INPUT_PTX, ptx.data(), ptx.size(), "kernel.ptx");
   if (r != NVJITLINK_SUCCESS) return Failed("adding PTX", r, link.get());
-  r = nvJitLinkComplete(link.get());
+  r = Nv().complete(link.get());
   if (r != NVJITLINK_SUCCESS) return Failed("linking", r, link.get());
   size_t size = 0;
-  r = nvJitLinkGetLinkedCubinSize(link.get(), &size);
+  r = Nv().cubin_size(link.get(), &size);
   if (r != NVJITLINK_SUCCESS) return Failed("sizing the cubin", r, link.get());
   std::string cubin(size, '\0');
-  r = nvJitLinkGetLinkedCubin(link.get(), cubin.data());
+  r = Nv().cubin(link.get(), cubin.data());
   if (r != NVJITLINK_SUCCESS) return Failed("copying the cubin", r, link.get());
   if (info_log != nullptr) *info_log = InfoLog(link.get());
   return cubin;
 }
 
 std::string NvJitLinkVersion() {
+  if (!NvJitLinkAvailable().ok()) return "unavailable";
   unsigned major = 0, minor = 0;
-  if (nvJitLinkVersion(&major, &minor) != NVJITLINK_SUCCESS) return "unknown";
+  if (Nv().version(&major, &minor) != NVJITLINK_SUCCESS) return "unknown";
   return absl::StrCat(major, ".", minor);
 }
 

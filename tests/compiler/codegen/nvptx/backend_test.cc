@@ -59,6 +59,7 @@ v1::Graph PointwiseGraph(const std::string& op, int64_t n, const std::string& dt
 }
 
 TEST(NvptxBackendTest, KeyFactsNameTheArchitectureAndTools) {
+  ASSERT_TRUE(NvJitLinkAvailable().ok()) << NvJitLinkAvailable();
   const std::unique_ptr<Backend> backend = NewBackend();
   EXPECT_EQ(backend->target(), kTargetCudaSm90);
   EXPECT_THAT(backend->KeyFacts(), HasSubstr("nvptx64-nvidia-cuda"));
