@@ -3,6 +3,7 @@
 // are the same steps as on x86_64, module digests are those of their bytes, and the code is
 // the same bytes on one thread as on many. No GPU is needed.
 
+#include <unistd.h>
 #include <zlib.h>
 
 #include <gmock/gmock.h>
@@ -10,12 +11,14 @@
 
 #include <algorithm>
 #include <cctype>
+#include <cstdio>
 #include <filesystem>
 #include <fstream>
 #include <string>
 #include <vector>
 
 #include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
 #include "compiler/codegen/nvptx/backend.h"
 #include "compiler/codegen/target.h"
 #include "compiler/compile.h"
@@ -50,9 +53,13 @@ absl::StatusOr<v1::Graph> ReadCorpusGraph(const std::string& name) {
   char chunk[1 << 16];
   for (int n; (n = gzread(f, chunk, sizeof chunk)) > 0;) text.append(chunk, static_cast<size_t>(n));
   gzclose(f);
-  const std::string plain = ::testing::TempDir() + "/" + name.substr(0, name.size() - 3);
+  // Named for this process too: another run of the test may write the same graph.
+  const std::string plain =
+      absl::StrCat(::testing::TempDir(), "/", getpid(), "_", name.substr(0, name.size() - 3));
   std::ofstream(plain, std::ios::binary) << text;
-  return ReadGraphFile(plain);
+  absl::StatusOr<v1::Graph> graph = ReadGraphFile(plain);
+  std::remove(plain.c_str());
+  return graph;
 }
 
 absl::StatusOr<v1::CompiledGraph> CompileFor(const graph::Graph& g, absl::string_view target) {
