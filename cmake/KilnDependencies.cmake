@@ -10,11 +10,13 @@ find_package(OpenSSL REQUIRED)
 find_package(spdlog CONFIG REQUIRED)
 find_package(LLVM 16 CONFIG REQUIRED PATHS /usr/lib/llvm-16/lib/cmake/llvm NO_DEFAULT_PATH)
 # x86-64 code generation links LLVM by component (static libraries, never libLLVM-16.so)
-# and LLD's ELF linker as a library (liblld-16-dev): artifacts are linked in process.
+# and LLD's ELF linker as a library (liblld-16-dev): artifacts are linked in process. sm_90
+# code generation adds the NVPTX target, the bitcode reader and the linker (for libdevice).
 llvm_map_components_to_libnames(KILN_LLVM_LIBS
-  analysis asmprinter binaryformat bitwriter codegen core debuginfodwarf demangle instcombine
-  ipo lto mc object option passes scalaropts support target targetparser transformutils
-  vectorize x86asmparser x86codegen x86desc x86info)
+  analysis asmprinter binaryformat bitreader bitwriter codegen core debuginfodwarf demangle
+  instcombine ipo linker lto mc nvptxcodegen nvptxdesc nvptxinfo object option passes
+  scalaropts support target targetparser transformutils vectorize x86asmparser x86codegen
+  x86desc x86info)
 # LLVM's exported link interfaces name zstd's CMake target, which Debian's zstd lacks.
 if(NOT TARGET zstd::libzstd_shared)
   find_library(KILN_ZSTD_LIBRARY zstd REQUIRED)
@@ -47,12 +49,13 @@ if(NOT KILN_CUDA_HOME)
 endif()
 find_path(KILN_NVJITLINK_INCLUDE nvJitLink.h HINTS ${KILN_CUDA_HOME}/include NO_DEFAULT_PATH)
 find_library(KILN_NVJITLINK_LIBRARY nvJitLink HINTS ${KILN_CUDA_HOME}/lib64 NO_DEFAULT_PATH)
-if(KILN_NVJITLINK_INCLUDE AND KILN_NVJITLINK_LIBRARY)
+find_file(KILN_LIBDEVICE libdevice.10.bc HINTS ${KILN_CUDA_HOME}/nvvm/libdevice NO_DEFAULT_PATH)
+if(KILN_NVJITLINK_INCLUDE AND KILN_NVJITLINK_LIBRARY AND KILN_LIBDEVICE)
   set(KILN_HAVE_CUDA ON)
   message(STATUS "Kiln: nvJitLink at ${KILN_NVJITLINK_LIBRARY}")
 else()
   set(KILN_HAVE_CUDA OFF)
-  message(WARNING "Kiln: nvJitLink not found under ${KILN_CUDA_HOME}; the sm_90 target is disabled")
+  message(WARNING "Kiln: nvJitLink or libdevice not found under ${KILN_CUDA_HOME}; the sm_90 target is disabled")
 endif()
 
 if(KILN_BUILD_TESTS)

@@ -17,8 +17,14 @@
 // runtime may split that range across threads in any way, so iterations never depend on
 // each other. The shared object needs nothing but libc and libm.
 //
-// CUDA (BINARY_KIND_CUBIN/PTX): `params` is exactly cuLaunchKernel's kernelParams array with
-// the same meaning per KernelParam, grid and block from LaunchConfig.
+// CUDA (BINARY_KIND_CUBIN/PTX): each kernel is a PTX entry `<Kernel.name>` whose parameters
+// are the KernelParams in order, each passed by value: PARAM_KIND_BUFFER as the buffer's
+// device address (a 64-bit pointer), PARAM_KIND_SYMBOL, _RNG_SEED and _RNG_OFFSET as int64_t,
+// PARAM_KIND_SCALAR in its Argument's type (int64_t or double). So cuLaunchKernel's
+// kernelParams is exactly `params` above: kernelParams[i] is the address of the i-th value.
+// Grid and block come from LaunchConfig; the kernel computes every point of its range for
+// any grid (it strides over the range by the grid's size), and a grid of 0 blocks is not
+// launched.
 
 #include <cstdint>
 

@@ -1,4 +1,6 @@
-// The backends a Kiln build has: a new target's backend is registered here.
+// The backends a Kiln build has: a new target's backend is registered here. cuda:sm_90 is
+// built where the CUDA toolkit's nvJitLink and libdevice are (KILN_HAVE_CUDA), and registered
+// where nvJitLink loads.
 
 #include <cstdio>
 #include <cstdlib>
@@ -8,6 +10,11 @@
 
 #include "compiler/codegen/registry.h"
 #include "compiler/codegen/x86/backend.h"
+
+#ifdef KILN_HAVE_CUDA
+#include "compiler/codegen/nvptx/backend.h"
+#include "compiler/codegen/nvptx/nvjitlink.h"
+#endif
 
 namespace kiln::codegen {
 
@@ -22,6 +29,10 @@ const BackendRegistry& BuiltinBackends() {
       }
     };
     add(x86::NewBackend());
+#ifdef KILN_HAVE_CUDA
+    // Without nvJitLink on this host (it is loaded at run time) cuda:sm_90 has no backend.
+    if (nvptx::NvJitLinkAvailable().ok()) add(nvptx::NewBackend());
+#endif
     return r;
   }();
   return *registry;

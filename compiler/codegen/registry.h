@@ -37,7 +37,8 @@ class BackendRegistry {
   std::vector<std::unique_ptr<Backend>> backends_;
 };
 
-// The backends built into this binary: x86_64. Built on first use.
+// The backends built into this binary: x86_64, and cuda:sm_90 where the build found CUDA's
+// nvJitLink and this host loads it (codegen/nvptx/nvjitlink.h). Built on first use.
 const BackendRegistry& BuiltinBackends();
 
 }  // namespace kiln::codegen

@@ -36,7 +36,11 @@ absl::StatusOr<v1::CompiledGraph> CompileForCpu(const v1::Graph& graph) {
 }
 
 absl::StatusOr<loop::Program> FuseSharedGraph(const std::string& name) {
-  auto g = graph::Import(LoadSharedGraph(name));
+  return FuseGraph(LoadSharedGraph(name));
+}
+
+absl::StatusOr<loop::Program> FuseGraph(const v1::Graph& graph) {
+  auto g = graph::Import(graph);
   if (!g.ok()) return g.status();
   const canon::CanonicalGraph canonical(*g);
   auto prims = decompose::Decompose(*g, canonical);

@@ -28,7 +28,10 @@ using ::kiln::testing::LoadSharedGraph;
 // Imports `graph` and compiles it for x86_64.
 absl::StatusOr<v1::CompiledGraph> CompileForCpu(const v1::Graph& graph);
 
-// The shared graph `name` imported, decomposed, lowered and fused: what backends get.
+// `graph` imported, decomposed, lowered and fused: what backends get.
+absl::StatusOr<loop::Program> FuseGraph(const v1::Graph& graph);
+
+// The shared graph `name` imported, decomposed, lowered and fused.
 absl::StatusOr<loop::Program> FuseSharedGraph(const std::string& name);
 
 // x[4,8] f32 cuda:0 -> t = aten.t(x) -> mm = aten.mm(x, t) -> s = aten.sum.dim_IntList(mm,

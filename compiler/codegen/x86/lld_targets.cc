@@ -1,8 +1,8 @@
 // LLD's ELF driver initializes every LLVM target it was built with, for link-time
 // optimization. Kiln links only ready x86-64 objects (never LTO) and links LLVM by component,
 // so the targets other than x86-64 are not linked in; these initializers stand in for them
-// and register nothing. A target Kiln does generate code for (x86-64 now, NVPTX later) links
-// its real libraries and has no entry here.
+// and register nothing. A target Kiln does generate code for (x86-64, NVPTX) links its real
+// libraries and has no entry here.
 
 extern "C" {
 void LLVMInitializeAArch64AsmParser() {}
@@ -60,10 +60,6 @@ void LLVMInitializeMipsAsmPrinter() {}
 void LLVMInitializeMipsTarget() {}
 void LLVMInitializeMipsTargetInfo() {}
 void LLVMInitializeMipsTargetMC() {}
-void LLVMInitializeNVPTXAsmPrinter() {}
-void LLVMInitializeNVPTXTarget() {}
-void LLVMInitializeNVPTXTargetInfo() {}
-void LLVMInitializeNVPTXTargetMC() {}
 void LLVMInitializePowerPCAsmParser() {}
 void LLVMInitializePowerPCAsmPrinter() {}
 void LLVMInitializePowerPCTarget() {}

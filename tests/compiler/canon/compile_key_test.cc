@@ -345,9 +345,14 @@ TEST(CompileKeyTest, TheCompilerItselfIsPartOfTheKey) {
   EXPECT_THAT(x86.record.toolchain(), HasSubstr(absl::StrCat("kiln ", kKilnVersion)));
   EXPECT_THAT(x86.record.toolchain(), HasSubstr("target x86_64 ("));
   EXPECT_THAT(x86.record.toolchain(), HasSubstr("cpu x86-64-v3"));
+#ifdef KILN_HAVE_CUDA
+  EXPECT_THAT(MustKey(testing::SmallGraph()).record.toolchain(),
+              HasSubstr("target cuda:sm_90 (nvptx64-nvidia-cuda, sm_90 +ptx78, O2, libdevice "));
+#else
   // The key of a target without a backend in this build still says which target it is for.
   EXPECT_THAT(MustKey(testing::SmallGraph()).record.toolchain(),
               HasSubstr("target cuda:sm_90 (no backend)"));
+#endif
 
   struct Change {
     std::string what;

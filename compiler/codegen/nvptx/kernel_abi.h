@@ -1,0 +1,26 @@
+#pragma once
+
+// The sm_90 side of a kernel's code (proto/kernel_abi.h): the entry is a PTX kernel
+// (`.entry`, marked by nvvm.annotations "kernel") whose parameters are the KernelParams in
+// order, each by value: a buffer's device address as a pointer, a symbol and the RNG seed and
+// offset as int64. cuLaunchKernel's kernelParams[i] then points at the i-th value, as
+// params[i] does on x86-64. The body walks the kernel's flattened parallel range with a
+// grid-stride loop (launch.h), its index math in int64.
+
+#include <string>
+#include <vector>
+
+#include "compiler/codegen/llvm/kernel_emitter.h"
+
+namespace kiln::codegen::nvptx {
+
+class GpuKernelAbi final : public KernelAbi {
+ public:
+  // No launch parameters: the body reads its position from the special registers.
+  std::vector<llvm::Type*> LaunchParams(llvm::LLVMContext& context) const override;
+  void EmitEntry(llvm::Module& module, const std::string& name, const plan::KernelParams& params,
+                 llvm::Function* body) const override;
+  absl::Status EmitParallel(ParallelSpace& space) const override;
+};
+
+}  // namespace kiln::codegen::nvptx

@@ -1,0 +1,139 @@
+// Every graph of the real-graph corpus (tests/data/graphs, plain and gzipped) that compiles
+// for x86_64 compiles for cuda:sm_90: nvJitLink assembles every kernel, externs and fallbacks
+// are the same steps as on x86_64, module digests are those of their bytes, and the code is
+// the same bytes on one thread as on many. No GPU is needed.
+
+#include <unistd.h>
+#include <zlib.h>
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cctype>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <string>
+#include <vector>
+
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "compiler/codegen/nvptx/backend.h"
+#include "compiler/codegen/target.h"
+#include "compiler/compile.h"
+#include "compiler/graph/import.h"
+#include "proto/base/digest.h"
+#include "proto/graph_file.h"
+#include "tests/compiler/graph_testing.h"
+#include "tests/testing/test_env.h"
+
+namespace kiln {
+namespace {
+
+namespace fs = std::filesystem;
+
+std::vector<std::string> CorpusFiles() {
+  std::vector<std::string> files;
+  for (const auto& entry : fs::directory_iterator(testing::GraphsDir())) {
+    const std::string name = entry.path().filename().string();
+    if (absl::EndsWith(name, ".json") || absl::EndsWith(name, ".json.gz")) files.push_back(name);
+  }
+  std::sort(files.begin(), files.end());
+  return files;
+}
+
+// The graph in corpus file `name`, gunzipped first when the name ends in ".gz".
+absl::StatusOr<v1::Graph> ReadCorpusGraph(const std::string& name) {
+  const std::string path = testing::GraphsDir() + "/" + name;
+  if (!absl::EndsWith(name, ".gz")) return ReadGraphFile(path);
+  std::string text;
+  gzFile f = gzopen(path.c_str(), "rb");
+  if (f == nullptr) return absl::NotFoundError(path);
+  char chunk[1 << 16];
+  for (int n; (n = gzread(f, chunk, sizeof chunk)) > 0;) text.append(chunk, static_cast<size_t>(n));
+  gzclose(f);
+  // Named for this process too: another run of the test may write the same graph.
+  const std::string plain =
+      absl::StrCat(::testing::TempDir(), "/", getpid(), "_", name.substr(0, name.size() - 3));
+  std::ofstream(plain, std::ios::binary) << text;
+  absl::StatusOr<v1::Graph> graph = ReadGraphFile(plain);
+  std::remove(plain.c_str());
+  return graph;
+}
+
+absl::StatusOr<v1::CompiledGraph> CompileFor(const graph::Graph& g, absl::string_view target) {
+  v1::CompileOptions options;
+  options.set_target(std::string(target));
+  return compiler::Compile(g, options, "corpus");
+}
+
+class CorpusTest : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(CorpusTest, CompilesForSm90WhereItCompilesForX86) {
+  absl::StatusOr<v1::Graph> proto = ReadCorpusGraph(GetParam());
+  ASSERT_TRUE(proto.ok()) << proto.status();
+  absl::StatusOr<graph::Graph> g = graph::Import(*proto);
+  if (!g.ok()) GTEST_SKIP() << "does not import: " << g.status();
+  absl::StatusOr<v1::CompiledGraph> cpu = CompileFor(*g, codegen::kTargetX86_64);
+  if (!cpu.ok()) GTEST_SKIP() << "does not compile for x86_64: " << cpu.status();
+
+  absl::StatusOr<v1::CompiledGraph> gpu = CompileFor(*g, codegen::kTargetCudaSm90);
+  ASSERT_TRUE(gpu.ok()) << gpu.status();
+  EXPECT_EQ(gpu->target(), codegen::kTargetCudaSm90);
+  ASSERT_GE(gpu->modules_size(), 2);
+  for (int m = 0; m < gpu->modules_size(); ++m) {
+    const v1::CodeModule& module = gpu->modules(m);
+    EXPECT_EQ(module.target(), codegen::kTargetCudaSm90);
+    EXPECT_EQ(module.kind(), m % 2 == 0 ? v1::BINARY_KIND_CUBIN : v1::BINARY_KIND_PTX);
+    EXPECT_EQ(module.digest().SerializeAsString(), DigestOf(module.binary()).SerializeAsString());
+  }
+  // Externs stay externs and fallbacks stay fallbacks, the same nodes as on x86_64.
+  EXPECT_EQ(gpu->summary().kernels(), cpu->summary().kernels());
+  EXPECT_EQ(gpu->summary().extern_steps(), cpu->summary().extern_steps());
+  ASSERT_EQ(gpu->summary().fallbacks_size(), cpu->summary().fallbacks_size());
+  for (int i = 0; i < gpu->summary().fallbacks_size(); ++i) {
+    EXPECT_EQ(gpu->summary().fallbacks(i).node(), cpu->summary().fallbacks(i).node());
+    EXPECT_EQ(gpu->summary().fallbacks(i).op(), cpu->summary().fallbacks(i).op());
+  }
+  ASSERT_EQ(gpu->kernels_size(), cpu->kernels_size());
+  for (int i = 0; i < gpu->kernels_size(); ++i) {
+    const v1::Kernel& k = gpu->kernels(i);
+    EXPECT_EQ(k.name(), cpu->kernels(i).name());
+    EXPECT_EQ(k.module(), 2 * i);
+    EXPECT_EQ(k.launch().grid_size(), 3);
+    EXPECT_EQ(k.launch().block_size(), 3);
+    EXPECT_GT(k.registers(), 0) << k.name();
+    EXPECT_TRUE(absl::StartsWith(gpu->modules(k.module()).binary(),
+                                 "\x7f"
+                                 "ELF"))
+        << k.name();
+  }
+
+  // The same bytes again, on one thread.
+  absl::StatusOr<loop::Program> program = testing::FuseGraph(*proto);
+  ASSERT_TRUE(program.ok()) << program.status();
+  codegen::GenerateOptions one_thread;
+  one_thread.threads = 1;
+  absl::StatusOr<codegen::GeneratedCode> again =
+      codegen::nvptx::NewBackend()->Generate(*program, one_thread);
+  ASSERT_TRUE(again.ok()) << again.status();
+  ASSERT_EQ(static_cast<int>(again->modules.size()), gpu->modules_size());
+  for (int m = 0; m < gpu->modules_size(); ++m) {
+    EXPECT_TRUE(again->modules[static_cast<size_t>(m)].binary == gpu->modules(m).binary())
+        << "module " << m;
+  }
+}
+
+std::string TestName(const ::testing::TestParamInfo<std::string>& info) {
+  std::string name = info.param;
+  for (char& c : name) {
+    if (!std::isalnum(static_cast<unsigned char>(c))) c = '_';
+  }
+  return name;
+}
+
+INSTANTIATE_TEST_SUITE_P(Graphs, CorpusTest, ::testing::ValuesIn(CorpusFiles()), TestName);
+
+}  // namespace
+}  // namespace kiln
