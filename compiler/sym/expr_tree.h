@@ -1,7 +1,9 @@
 #pragma once
 
 // The representation behind kiln::sym::Expr, shared by the parser, the evaluator and the
-// printer. Not part of the public interface: callers use compiler/sym/expr.h.
+// printer. Not part of the public interface: callers use compiler/sym/expr.h. The one reader
+// outside compiler/sym is the loop IR's index expressions (compiler/loop/index_expr*.cc),
+// which convert trees into their own form and never build one.
 //
 // A tree is stored flat, in post-order: every node's children come before it and the root
 // is the last node. Parse builds nodes in that order, so the layout is a function of the
