@@ -95,7 +95,18 @@ class Parser {
       if (!v.ok()) return v;
       return -*v;
     }
-    return Primary();
+    return Power();
+  }
+
+  absl::StatusOr<int64_t> Power() {
+    absl::StatusOr<int64_t> base = Primary();
+    if (!base.ok() || !Eat("**")) return base;
+    absl::StatusOr<int64_t> exponent = Unary();
+    if (!exponent.ok()) return exponent;
+    if (*exponent < 0) return Error("negative exponent");
+    int64_t r = 1;
+    for (int64_t i = 0; i < *exponent; ++i) r *= *base;
+    return r;
   }
 
   absl::StatusOr<int64_t> Primary() {
@@ -136,6 +147,17 @@ class Parser {
   }
 
   absl::StatusOr<int64_t> Call(absl::string_view name) {
+    // CeilToInt/FloorToInt of IntTrueDiv(a, b): the ceiling or floor of the exact quotient.
+    if ((name == "CeilToInt" || name == "FloorToInt") && Eat("IntTrueDiv(")) {
+      absl::StatusOr<int64_t> a = Sum();
+      if (!a.ok()) return a;
+      if (!Eat(",")) return Error("expected ','");
+      absl::StatusOr<int64_t> b = Sum();
+      if (!b.ok()) return b;
+      if (!Eat(")") || !Eat(")")) return Error("expected ')'");
+      if (*b == 0) return Error("division by zero");
+      return name == "FloorToInt" ? FloorDivide(*a, *b) : -FloorDivide(-*a, *b);
+    }
     std::vector<int64_t> args;
     if (!Eat(")")) {
       while (true) {

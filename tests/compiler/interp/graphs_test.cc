@@ -266,5 +266,22 @@ TEST(Graphs, UnsupportedOpNamesNodeAndTarget) {
   EXPECT_TRUE(absl::StrContains(r.status().message(), "aten.not_an_op.default"));
 }
 
+// The size forms of the corpus's dynamic graphs (nanoGPT's and Llama's attention statistics,
+// Llama's causal mask).
+TEST(Graphs, SizeExpressionsOfDynamicGraphs) {
+  const std::map<std::string, int64_t, std::less<>> s = {{"s50", 65}, {"s75", 64}};
+  EXPECT_EQ(*EvalSymInt("32*CeilToInt(IntTrueDiv(s50, 32))", s), 96);
+  EXPECT_EQ(*EvalSymInt("32*CeilToInt(IntTrueDiv(s75, 32))", s), 64);
+  EXPECT_EQ(*EvalSymInt("FloorToInt(IntTrueDiv(s50, 32))", s), 2);
+  EXPECT_EQ(*EvalSymInt("CeilToInt(IntTrueDiv(-s50, 32))", s), -2);
+  EXPECT_EQ(*EvalSymInt("4*Max(1, 32*CeilToInt(IntTrueDiv(s50, 32)))", s), 384);
+  EXPECT_EQ(*EvalSymInt("s50**2", s), 4225);
+  EXPECT_EQ(*EvalSymInt("2*s50**2 + 1", s), 8451);
+  EXPECT_EQ(*EvalSymInt("-2**2", s), -4);
+  EXPECT_EQ(*EvalSymInt("s50*Max(1, s50 - (Mod(s50, 8)) + 8)", s), 65 * 72);
+  EXPECT_FALSE(EvalSymInt("CeilToInt(IntTrueDiv(s50, 0))", s).ok());
+  EXPECT_FALSE(EvalSymInt("s50**-1", s).ok());
+}
+
 }  // namespace
 }  // namespace kiln::interp
