@@ -87,5 +87,64 @@ TEST(SymbolicSizesTest, ASizeOutsideTheIrFallsBackOnlyWhereAKernelNeedsIt) {
   }
 }
 
+// Kernels that index with every new form: a row stride padded to 32 (CeilDiv, as attention
+// statistics are), one that is at least 16 (Max), a row length clipped to 4 (Min) and one
+// padded to the next multiple of 8 (Mod, as Llama's causal mask is).
+constexpr char kFormsGraph[] = R"json({
+  "model": "synthetic", "kind": "fw",
+  "nodes": [
+    {"name": "n", "op": "placeholder", "target": "n", "args": [], "kwargs": {},
+     "meta": {"sym": "s0"}},
+    {"name": "a", "op": "placeholder", "target": "a", "args": [], "kwargs": {},
+     "meta": {"shape": [2, {"sym": "s0"}],
+              "stride": [{"sym": "32*CeilToInt(IntTrueDiv(s0, 32))"}, 1],
+              "dtype": "torch.float32", "device": "cpu", "storage_offset": 0}},
+    {"name": "b", "op": "placeholder", "target": "b", "args": [], "kwargs": {},
+     "meta": {"shape": [2, {"sym": "s0"}], "stride": [{"sym": "Max(16, s0)"}, 1],
+              "dtype": "torch.float32", "device": "cpu", "storage_offset": 0}},
+    {"name": "c", "op": "placeholder", "target": "c", "args": [], "kwargs": {},
+     "meta": {"shape": [2, {"sym": "Min(4, s0)"}], "stride": [{"sym": "s0"}, 1],
+              "dtype": "torch.float32", "device": "cpu", "storage_offset": 0}},
+    {"name": "d", "op": "placeholder", "target": "d", "args": [], "kwargs": {},
+     "meta": {"shape": [2, {"sym": "s0 - (Mod(s0, 8)) + 8"}],
+              "stride": [{"sym": "Max(1, s0 - (Mod(s0, 8)) + 8)"}, 1],
+              "dtype": "torch.float32", "device": "cpu", "storage_offset": 0}},
+    {"name": "add", "op": "call_function", "target": "aten.add.Tensor",
+     "args": [{"node": "a"}, {"node": "b"}], "kwargs": {},
+     "meta": {"shape": [2, {"sym": "s0"}], "stride": [{"sym": "s0"}, 1],
+              "dtype": "torch.float32", "device": "cpu", "storage_offset": 0}},
+    {"name": "neg", "op": "call_function", "target": "aten.neg.default",
+     "args": [{"node": "c"}], "kwargs": {},
+     "meta": {"shape": [2, {"sym": "Min(4, s0)"}], "stride": [{"sym": "Min(4, s0)"}, 1],
+              "dtype": "torch.float32", "device": "cpu", "storage_offset": 0}},
+    {"name": "relu", "op": "call_function", "target": "aten.relu.default",
+     "args": [{"node": "d"}], "kwargs": {},
+     "meta": {"shape": [2, {"sym": "s0 - (Mod(s0, 8)) + 8"}],
+              "stride": [{"sym": "s0 - (Mod(s0, 8)) + 8"}, 1],
+              "dtype": "torch.float32", "device": "cpu", "storage_offset": 0}},
+    {"name": "output", "op": "output", "target": "output",
+     "args": [[{"node": "add"}, {"node": "neg"}, {"node": "relu"}]], "kwargs": {}, "meta": null}
+  ],
+  "guards": {"var_to_val": {"s0": 40}, "var_to_range": {"s0": ["2", "int_oo"]},
+             "all_guards": [], "guards_expr": "2 <= L['t0']"}
+})json";
+
+TEST(SymbolicSizesTest, KernelsIndexWithEveryForm) {
+  auto proto = fx::ImportCapture(kFormsGraph);
+  ASSERT_TRUE(proto.ok()) << proto.status();
+  auto artifact = testing::CompileForCpu(*proto);
+  ASSERT_TRUE(artifact.ok()) << artifact.status();
+  EXPECT_EQ(artifact->summary().fallback_steps(), 0);
+  EXPECT_GE(artifact->summary().kernels(), 1);
+  for (int64_t s0 : {40, 2, 5, 8, 31, 33, 64}) {
+    exec::CheckOptions options;
+    options.symbols = {{"s0", s0}};
+    auto report = testing::CheckOnRuntime(*proto, *artifact, options);
+    ASSERT_TRUE(report.ok()) << report.status();
+    EXPECT_TRUE(report->ok) << "s0=" << s0 << ": " << report->message;
+    EXPECT_EQ(report->outputs, 3);
+  }
+}
+
 }  // namespace
 }  // namespace kiln
