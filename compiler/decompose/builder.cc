@@ -58,13 +58,51 @@ Builder::Builder(const graph::Graph& g, const canon::CanonicalGraph& c,
 
 absl::StatusOr<IndexExpr> Builder::Sym(const graph::SymInt& s) const {
   if (!s.is_symbolic()) return IndexExpr::Const(s.value());
-  const std::string& text = g_.expr_text(s.expr());
-  return loop::ParseIndexExpr(text, [this](absl::string_view name) -> int32_t {
+  const std::function<int32_t(absl::string_view)> sym_id = [this](absl::string_view name) {
     auto it = c_.symbol_names().find(std::string(name));
     if (it == c_.symbol_names().end()) return -1;
     auto id = sym_ids_.find(it->second);
     return id == sym_ids_.end() ? -1 : id->second;
-  });
+  };
+  const sym::Expr& expr = g_.expr(s.expr());
+  absl::StatusOr<IndexExpr> e = loop::IndexExprFromSym(expr, sym_id);
+  if (!absl::IsUnimplemented(e.status())) return e;
+  // Outside the IR's forms: carried as an opaque size, which views, externs and fallbacks
+  // take as it is and which makes a Compute that needs it fall back (see Computable).
+  absl::StatusOr<IndexExpr> opaque = IndexExpr::Opaque(expr, sym_id);
+  if (!opaque.ok()) return e.status();
+  return opaque;
+}
+
+absl::Status Builder::Computable(const IndexExpr& e) const {
+  if (e.Computable()) return absl::OkStatus();
+  return absl::UnimplementedError(
+      absl::StrCat("the loop IR cannot compute `", e.ToString(out_.symbols), "`"));
+}
+
+absl::Status Builder::ComputableLayout(int32_t t) const {
+  const Tensor& x = Tn(t);
+  for (const IndexExpr& e : x.strides) {
+    if (absl::Status s = Computable(e); !s.ok()) return s;
+  }
+  return Computable(x.offset);
+}
+
+absl::Status Builder::ComputableBody(const Body& b) const {
+  const Compute& c = b.compute();
+  for (const IndexExpr& e : c.dims) {
+    if (absl::Status s = Computable(e); !s.ok()) return s;
+  }
+  for (const LoadSite& site : c.loads) {
+    for (const IndexExpr& e : site.coords) {
+      if (absl::Status s = Computable(e); !s.ok()) return s;
+    }
+    if (absl::Status s = ComputableLayout(site.tensor); !s.ok()) return s;
+  }
+  for (const loop::Inst& in : c.body) {
+    if (absl::Status s = Computable(in.index); !s.ok()) return s;
+  }
+  return absl::OkStatus();
 }
 
 absl::StatusOr<std::vector<IndexExpr>> Builder::Syms(absl::Span<const graph::SymInt> v) const {
@@ -196,11 +234,16 @@ absl::StatusOr<int32_t> Builder::Operand(Body& b, const Arg& a, ScalarType scala
 absl::StatusOr<int32_t> Builder::Finish(uint32_t node, Body& b, int32_t result, DType dtype,
                                         const graph::Value* value, std::vector<int32_t> out_dims,
                                         std::vector<IndexExpr> out_sizes) {
+  if (absl::Status s = ComputableBody(b); !s.ok()) return s;
   int32_t t;
   if (value != nullptr) {
     auto tv = TensorOfValue(*value);
     if (!tv.ok()) return tv.status();
     t = *tv;
+    if (absl::Status s = ComputableLayout(t); !s.ok()) {
+      out_.tensors.pop_back();
+      return s;
+    }
     Bind(*value, t);
     if (Tn(t).sizes.size() != out_sizes.size()) {
       return absl::InternalError(absl::StrCat("decompose: ", g_.target(N(node)), " at ",

@@ -6,7 +6,9 @@
 // stand for it: Computes (pointwise or reducing), Views, Externs and fallbacks.
 //
 // Builder methods return INTERNAL for inconsistent metadata and UNIMPLEMENTED for what the
-// loop IR cannot represent (a symbolic size outside its forms): the node then falls back.
+// loop IR cannot compute: the node then falls back. A symbolic size outside the IR's forms
+// becomes an opaque IndexExpr, which tensors, views, externs and fallbacks carry as it is;
+// a Compute (or ScatterAdd) that would need one in its kernel is UNIMPLEMENTED.
 
 #include <cstdint>
 #include <functional>
@@ -45,6 +47,7 @@ class Body {
     c_.reduced = reduced.empty() ? std::vector<bool>(c_.dims.size(), false) : std::move(reduced);
   }
   size_t rank() const { return c_.dims.size(); }
+  const Compute& compute() const { return c_; }
   const loop::IndexExpr& dim(size_t i) const { return c_.dims[i]; }
   // Per dim: whether the Compute reduces it.
   const std::vector<bool>& reduced() const { return c_.reduced; }
@@ -211,8 +214,15 @@ class Builder {
   const graph::Graph& graph() const { return g_; }
 
   // --- Symbols and names.
+  // A size, stride, offset or symbolic scalar as an IndexExpr (opaque when outside the IR's
+  // forms); UNIMPLEMENTED only for a symbol the graph does not declare.
   absl::StatusOr<loop::IndexExpr> Sym(const graph::SymInt& s) const;
   absl::StatusOr<std::vector<loop::IndexExpr>> Syms(absl::Span<const graph::SymInt> v) const;
+  // UNIMPLEMENTED, naming the expression, unless a kernel can compute `e` (or every stride
+  // and the offset of tensor `t`, or everything the Compute under construction in `b` uses).
+  absl::Status Computable(const loop::IndexExpr& e) const;
+  absl::Status ComputableLayout(int32_t t) const;
+  absl::Status ComputableBody(const Body& b) const;
   std::string NodeName(uint32_t node) const { return absl::StrCat("%", c_.position(node)); }
   std::string ValueName(const graph::Value& v) const;
 

@@ -72,6 +72,7 @@ absl::Status EmbeddingBackward(Builder& d, uint32_t node) {
     auto tv = d.TensorOfValue(*o);
     if (!tv.ok()) return tv.status();
     t = *tv;
+    if (absl::Status s = d.ComputableLayout(t); !s.ok()) return s;
     d.Bind(*o, t);
   } else {
     auto sizes = d.Syms(d.graph().sizes(*o));

@@ -383,7 +383,9 @@ class Fuser {
           for (int32_t b : creads) {
             if (awrites.count(b)) {
               auto it = stores.find(b);
-              if (it == stores.end() || !it->second.simple) {
+              // c would read what a stored, not what a step in between writes over it (a
+              // scatter accumulating into the buffer a zeroed).
+              if (it == stores.end() || !it->second.simple || WrittenBetween(b, i, j)) {
                 legal = false;
                 break;
               }
@@ -413,6 +415,16 @@ class Fuser {
         }
       }
     }
+  }
+
+  // Whether a step strictly between steps i and j writes buffer b.
+  bool WrittenBetween(int32_t b, size_t i, size_t j) const {
+    for (size_t k = i + 1; k < j; ++k) {
+      for (int32_t w : StepWrites(p_.steps[k])) {
+        if (w == b) return true;
+      }
+    }
+    return false;
   }
 
   std::vector<int32_t> StepWrites(const Step& s) const {

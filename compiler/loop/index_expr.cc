@@ -1,12 +1,16 @@
 #include "compiler/loop/index_expr.h"
 
 #include <algorithm>
+#include <limits>
+#include <map>
+#include <optional>
 #include <utility>
 
 #include "absl/status/status.h"
-#include "absl/strings/ascii.h"
+#include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
-#include "absl/strings/str_join.h"
+#include "compiler/sym/expr_tree.h"
 
 namespace kiln::loop {
 namespace {
@@ -19,10 +23,28 @@ Atom MakeLeaf(Atom::Kind kind, int32_t id) {
   return a;
 }
 
+// The letter that starts the key of an atom with operands.
+char KeyLetter(Atom::Kind kind) {
+  switch (kind) {
+    case Atom::Kind::kDiv:
+      return 'D';
+    case Atom::Kind::kMod:
+      return 'M';
+    case Atom::Kind::kCeilDiv:
+      return 'C';
+    case Atom::Kind::kMax:
+      return 'X';
+    case Atom::Kind::kMin:
+      return 'N';
+    default:
+      return '?';
+  }
+}
+
 Atom MakeBinary(Atom::Kind kind, IndexExpr x, IndexExpr d) {
   Atom a;
   a.kind = kind;
-  a.key = absl::StrCat(kind == Atom::Kind::kDiv ? "D(" : "M(", x.key(), ";", d.key(), ")");
+  a.key = absl::StrCat(std::string(1, KeyLetter(kind)), "(", x.key(), ";", d.key(), ")");
   a.operands = std::make_shared<const std::pair<IndexExpr, IndexExpr>>(std::move(x), std::move(d));
   return a;
 }
@@ -70,9 +92,146 @@ bool AtomMax(const Atom& a, const VarExtents& extents, IndexExpr* max) {
       *max = a.operands->second - IndexExpr::Const(1);
       return true;
     case Atom::Kind::kDiv:
+    case Atom::Kind::kCeilDiv:
+    case Atom::Kind::kMax:
+    case Atom::Kind::kMin:
+    case Atom::Kind::kOpaque:
       return false;
   }
   return false;
+}
+
+// The single atom `e` consists of (coefficient 1, one factor), or null.
+const Atom* SoleAtom(const IndexExpr& e) {
+  if (e.terms().size() != 1 || e.terms()[0].coef != 1 || e.terms()[0].factors.size() != 1) {
+    return nullptr;
+  }
+  return &e.terms()[0].factors[0];
+}
+
+// The arguments of a Max or Min chain `e` (of `kind`), appended to `out`; `e` itself when it
+// is not one.
+void Flatten(Atom::Kind kind, const IndexExpr& e, std::vector<IndexExpr>* out) {
+  const Atom* a = SoleAtom(e);
+  if (a == nullptr || a->kind != kind) {
+    out->push_back(e);
+    return;
+  }
+  Flatten(kind, a->operands->first, out);
+  Flatten(kind, a->operands->second, out);
+}
+
+// A range of values: bounds that hold for every value of the symbols (>= 0) and variables
+// (inside their extents). An absent bound is unknown.
+struct Range {
+  std::optional<int64_t> lo, hi;
+};
+
+std::optional<int64_t> Add(std::optional<int64_t> a, std::optional<int64_t> b) {
+  int64_t r;
+  if (!a || !b || __builtin_add_overflow(*a, *b, &r)) return std::nullopt;
+  return r;
+}
+
+std::optional<int64_t> Mul(std::optional<int64_t> a, std::optional<int64_t> b) {
+  int64_t r;
+  if (!a || !b || __builtin_mul_overflow(*a, *b, &r)) return std::nullopt;
+  return r;
+}
+
+// Floor (or ceiling) of a / d for d > 0.
+std::optional<int64_t> DivBound(std::optional<int64_t> a, int64_t d, bool ceil) {
+  if (!a) return std::nullopt;
+  int64_t q = *a / d;
+  const int64_t r = *a % d;
+  if (r != 0 && (r < 0) != ceil) q += ceil ? 1 : -1;
+  return q;
+}
+
+Range RangeOf(const IndexExpr& e, const VarExtents& extents);
+
+Range AtomRange(const Atom& a, const VarExtents& extents) {
+  switch (a.kind) {
+    case Atom::Kind::kVar: {
+      const IndexExpr* e = extents ? extents(a.id) : nullptr;
+      if (e == nullptr || !e->is_const()) return {0, std::nullopt};
+      return {0, e->const_value() - 1};
+    }
+    case Atom::Kind::kSym:
+      return {0, std::nullopt};
+    case Atom::Kind::kDiv:
+    case Atom::Kind::kCeilDiv:
+    case Atom::Kind::kMod: {
+      const Range x = RangeOf(a.operands->first, extents);
+      const Range d = RangeOf(a.operands->second, extents);
+      if (!d.lo || *d.lo < 1) return {};
+      if (a.kind == Atom::Kind::kMod) {
+        // Python's x % d lies in [0, d) for any x when d > 0.
+        return {0, Add(d.hi, int64_t{-1})};
+      }
+      const bool ceil = a.kind == Atom::Kind::kCeilDiv;
+      if (d.hi && *d.hi == *d.lo) return {DivBound(x.lo, *d.lo, ceil), DivBound(x.hi, *d.lo, ceil)};
+      // A divisor known only to be >= 1 leaves a non-negative quotient between 0 and x.
+      if (!x.lo || *x.lo < 0) return {};
+      return {0, x.hi};
+    }
+    case Atom::Kind::kMax:
+    case Atom::Kind::kMin: {
+      const Range x = RangeOf(a.operands->first, extents);
+      const Range y = RangeOf(a.operands->second, extents);
+      const auto both = [](std::optional<int64_t> u, std::optional<int64_t> v, bool larger) {
+        return u && v ? std::optional<int64_t>(larger ? std::max(*u, *v) : std::min(*u, *v))
+                      : std::nullopt;
+      };
+      const auto either = [](std::optional<int64_t> u, std::optional<int64_t> v, bool larger) {
+        if (!u) return v;
+        if (!v) return u;
+        return std::optional<int64_t>(larger ? std::max(*u, *v) : std::min(*u, *v));
+      };
+      if (a.kind == Atom::Kind::kMax) return {either(x.lo, y.lo, true), both(x.hi, y.hi, true)};
+      return {both(x.lo, y.lo, false), either(x.hi, y.hi, false)};
+    }
+    case Atom::Kind::kOpaque:
+      return {};
+  }
+  return {};
+}
+
+Range RangeOf(const IndexExpr& e, const VarExtents& extents) {
+  Range sum{0, 0};
+  for (const Term& t : e.terms()) {
+    // The product of the factors: a single factor's range, or [0, ...] when all are >= 0.
+    Range prod{1, 1};
+    for (const Atom& a : t.factors) {
+      const Range r = AtomRange(a, extents);
+      if (t.factors.size() == 1) {
+        prod = r;
+      } else if (r.lo && *r.lo >= 0 && prod.lo && *prod.lo >= 0) {
+        prod = {Mul(prod.lo, r.lo), Mul(prod.hi, r.hi)};
+      } else {
+        prod = {};
+      }
+    }
+    const Range term = t.coef >= 0 ? Range{Mul(prod.lo, t.coef), Mul(prod.hi, t.coef)}
+                                   : Range{Mul(prod.hi, t.coef), Mul(prod.lo, t.coef)};
+    sum = {Add(sum.lo, term.lo), Add(sum.hi, term.hi)};
+  }
+  return sum;
+}
+
+// Whether a >= b for every value of the symbols and variables, as far as ranges show.
+bool ProvablyAtLeast(const IndexExpr& a, const IndexExpr& b, const VarExtents& extents) {
+  const Range r = RangeOf(a - b, extents);
+  return r.lo && *r.lo >= 0;
+}
+
+// The names opaque atoms give symbol id `id` inside their expression.
+std::string OpaqueSymbolName(int32_t id) { return absl::StrCat("s", id); }
+
+int32_t OpaqueSymbolId(absl::string_view name) {
+  int32_t id = -1;
+  if (name.size() < 2 || !absl::SimpleAtoi(name.substr(1), &id)) return -1;
+  return id;
 }
 
 // Whether every coefficient of a polynomial is >= 0 and its constant term >= `min_const`:
@@ -114,6 +273,44 @@ IndexExpr IndexExpr::Leaf(Atom::Kind kind, int32_t id) {
 IndexExpr IndexExpr::Var(int32_t id) { return Leaf(Atom::Kind::kVar, id); }
 
 IndexExpr IndexExpr::Sym(int32_t id) { return Leaf(Atom::Kind::kSym, id); }
+
+IndexExpr IndexExpr::OfAtom(Atom a) {
+  IndexExpr e;
+  std::string key = a.key;
+  e.terms_.push_back(Term{1, {std::move(a)}, std::move(key)});
+  e.Normalize();
+  return e;
+}
+
+absl::StatusOr<IndexExpr> IndexExpr::Opaque(
+    const sym::Expr& expr, const std::function<int32_t(absl::string_view)>& sym_id) {
+  std::map<std::string, std::string, std::less<>> renaming;
+  for (const std::string& name : sym::FreeSymbols(expr)) {
+    const int32_t id = absl::StartsWith(name, "L[") ? -1 : sym_id(name);
+    if (id < 0) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("`", sym::Print(expr), "` mentions ", name, ", which is not a symbol"));
+    }
+    renaming[name] = OpaqueSymbolName(id);
+  }
+  Atom a;
+  a.kind = Atom::Kind::kOpaque;
+  a.opaque = sym::RenameSymbols(expr, renaming);
+  a.key = absl::StrCat("O(", sym::Print(*a.opaque), ")");
+  return OfAtom(std::move(a));
+}
+
+bool IndexExpr::Computable() const {
+  for (const Term& t : terms_) {
+    for (const Atom& a : t.factors) {
+      if (a.kind == Atom::Kind::kOpaque) return false;
+      if (a.operands && (!a.operands->first.Computable() || !a.operands->second.Computable())) {
+        return false;
+      }
+    }
+  }
+  return true;
+}
 
 void IndexExpr::Normalize() {
   for (Term& t : terms_) {
@@ -257,6 +454,103 @@ IndexExpr IndexExpr::Mod(const IndexExpr& a, const IndexExpr& d, const VarExtent
   return e;
 }
 
+IndexExpr IndexExpr::CeilDiv(const IndexExpr& a, const IndexExpr& d, const VarExtents& extents) {
+  if (d.is_const() && d.const_value() == 1) return a;
+  if (a.is_zero()) return a;
+  if (a.is_const() && d.is_const() && d.const_value() > 0) {
+    int64_t x = a.const_value(), y = d.const_value();
+    int64_t q = x / y;
+    if (x % y != 0 && x > 0) ++q;
+    return Const(q);
+  }
+  IndexExpr r = a;
+  if (d.terms_.size() == 1 && d.terms_[0].coef > 0) {
+    // ceil((q*d + r) / d) == q + ceil(r / d) for every integer r.
+    IndexExpr q;
+    r = IndexExpr();
+    for (const Term& t : a.terms_) {
+      Term qt;
+      if (DivideTerm(t, d.terms_[0], &qt)) {
+        q.terms_.push_back(std::move(qt));
+      } else {
+        r.terms_.push_back(t);
+      }
+    }
+    q.Normalize();
+    r.Normalize();
+    if (r.is_zero()) return q;
+    if (!q.is_zero()) return q + CeilDiv(r, d, extents);
+  }
+  if (d.is_const() && d.const_value() > 0) {
+    // A remainder whose range lies within one multiple of d divides to a constant.
+    const Range range = RangeOf(r, extents);
+    const std::optional<int64_t> lo = DivBound(range.lo, d.const_value(), true);
+    const std::optional<int64_t> hi = DivBound(range.hi, d.const_value(), true);
+    if (lo && hi && *lo == *hi) return Const(*lo);
+  }
+  return OfAtom(MakeBinary(Atom::Kind::kCeilDiv, r, d));
+}
+
+IndexExpr IndexExpr::MinMax(Atom::Kind kind, absl::Span<const IndexExpr> args,
+                            const VarExtents& extents) {
+  std::vector<IndexExpr> flat;
+  for (const IndexExpr& a : args) Flatten(kind, a, &flat);
+  std::sort(flat.begin(), flat.end(),
+            [](const IndexExpr& a, const IndexExpr& b) { return a.key() < b.key(); });
+  flat.erase(std::unique(flat.begin(), flat.end()), flat.end());
+  // An argument never decides when another one is always at least as large (Max) or as
+  // small (Min). Among arguments that dominate each other, the last in key order stays.
+  std::vector<bool> dropped(flat.size(), false);
+  for (size_t i = 0; i < flat.size(); ++i) {
+    for (size_t j = 0; j < flat.size() && !dropped[i]; ++j) {
+      if (j == i || dropped[j]) continue;
+      dropped[i] = kind == Atom::Kind::kMax ? ProvablyAtLeast(flat[j], flat[i], extents)
+                                            : ProvablyAtLeast(flat[i], flat[j], extents);
+    }
+  }
+  std::vector<IndexExpr> kept;
+  for (size_t i = 0; i < flat.size(); ++i) {
+    if (!dropped[i]) kept.push_back(std::move(flat[i]));
+  }
+  if (kept.empty()) return IndexExpr();  // no arguments at all
+  IndexExpr chain = kept.back();
+  for (size_t i = kept.size() - 1; i-- > 0;) chain = OfAtom(MakeBinary(kind, kept[i], chain));
+  return chain;
+}
+
+IndexExpr IndexExpr::Max(absl::Span<const IndexExpr> args, const VarExtents& extents) {
+  return MinMax(Atom::Kind::kMax, args, extents);
+}
+
+IndexExpr IndexExpr::Min(absl::Span<const IndexExpr> args, const VarExtents& extents) {
+  return MinMax(Atom::Kind::kMin, args, extents);
+}
+
+namespace {
+
+// An atom with operands rebuilt from operands that `map` rewrites, re-simplified.
+IndexExpr Rebuild(const Atom& a, const std::function<IndexExpr(const IndexExpr&)>& map,
+                  const VarExtents& extents) {
+  switch (a.kind) {
+    case Atom::Kind::kDiv:
+      return IndexExpr::FloorDiv(map(a.operands->first), map(a.operands->second), extents);
+    case Atom::Kind::kMod:
+      return IndexExpr::Mod(map(a.operands->first), map(a.operands->second), extents);
+    case Atom::Kind::kCeilDiv:
+      return IndexExpr::CeilDiv(map(a.operands->first), map(a.operands->second), extents);
+    case Atom::Kind::kMax:
+    case Atom::Kind::kMin: {
+      const IndexExpr args[] = {map(a.operands->first), map(a.operands->second)};
+      return a.kind == Atom::Kind::kMax ? IndexExpr::Max(args, extents)
+                                        : IndexExpr::Min(args, extents);
+    }
+    default:
+      return IndexExpr();
+  }
+}
+
+}  // namespace
+
 IndexExpr IndexExpr::SubstituteVars(const std::function<IndexExpr(int32_t)>& map,
                                     const VarExtents& extents) const {
   IndexExpr out;
@@ -268,15 +562,13 @@ IndexExpr IndexExpr::SubstituteVars(const std::function<IndexExpr(int32_t)>& map
           prod = prod * map(a.id);
           break;
         case Atom::Kind::kSym:
-          prod = prod * Sym(a.id);
+        case Atom::Kind::kOpaque:
+          prod = prod * OfAtom(a);
           break;
-        case Atom::Kind::kDiv:
-          prod = prod * FloorDiv(a.operands->first.SubstituteVars(map, extents),
-                                 a.operands->second.SubstituteVars(map, extents), extents);
-          break;
-        case Atom::Kind::kMod:
-          prod = prod * Mod(a.operands->first.SubstituteVars(map, extents),
-                            a.operands->second.SubstituteVars(map, extents), extents);
+        default:
+          prod = prod * Rebuild(
+                            a, [&](const IndexExpr& e) { return e.SubstituteVars(map, extents); },
+                            extents);
           break;
       }
     }
@@ -297,13 +589,21 @@ IndexExpr IndexExpr::RenameSyms(const std::function<int32_t(int32_t)>& map) cons
         case Atom::Kind::kSym:
           prod = prod * Sym(map(a.id));
           break;
-        case Atom::Kind::kDiv:
-          prod = prod * FloorDiv(a.operands->first.RenameSyms(map),
-                                 a.operands->second.RenameSyms(map), nullptr);
+        case Atom::Kind::kOpaque: {
+          std::map<std::string, std::string, std::less<>> renaming;
+          for (const std::string& name : sym::FreeSymbols(*a.opaque)) {
+            renaming[name] = OpaqueSymbolName(map(OpaqueSymbolId(name)));
+          }
+          Atom renamed;
+          renamed.kind = Atom::Kind::kOpaque;
+          renamed.opaque = sym::RenameSymbols(*a.opaque, renaming);
+          renamed.key = absl::StrCat("O(", sym::Print(*renamed.opaque), ")");
+          prod = prod * OfAtom(std::move(renamed));
           break;
-        case Atom::Kind::kMod:
-          prod = prod * Mod(a.operands->first.RenameSyms(map), a.operands->second.RenameSyms(map),
-                            nullptr);
+        }
+        default:
+          prod = prod * Rebuild(
+                            a, [&](const IndexExpr& e) { return e.RenameSyms(map); }, nullptr);
           break;
       }
     }
@@ -336,6 +636,10 @@ void IndexExpr::CollectSyms(std::vector<int32_t>* syms) const {
     for (const Atom& a : t.factors) {
       if (a.kind == Atom::Kind::kSym) {
         syms->push_back(a.id);
+      } else if (a.kind == Atom::Kind::kOpaque) {
+        for (const std::string& name : sym::FreeSymbols(*a.opaque)) {
+          syms->push_back(OpaqueSymbolId(name));
+        }
       } else if (a.operands) {
         a.operands->first.CollectSyms(syms);
         a.operands->second.CollectSyms(syms);
@@ -343,6 +647,29 @@ void IndexExpr::CollectSyms(std::vector<int32_t>* syms) const {
     }
   }
 }
+
+namespace {
+
+absl::Status Overflow() { return absl::OutOfRangeError("index expression overflow"); }
+
+// x // d, x % d (Python's floor semantics) or ceil(x / d).
+absl::StatusOr<int64_t> Divide(Atom::Kind kind, int64_t x, int64_t d) {
+  if (d == 0) return absl::OutOfRangeError("division by zero in an index expression");
+  if (d == -1) {
+    if (kind == Atom::Kind::kMod) return 0;
+    if (x == std::numeric_limits<int64_t>::min()) return Overflow();
+    return -x;
+  }
+  int64_t q = x / d, r = x % d;
+  if (kind == Atom::Kind::kCeilDiv) return r != 0 && (r < 0) == (d < 0) ? q + 1 : q;
+  if (r != 0 && ((r < 0) != (d < 0))) {
+    --q;
+    r += d;
+  }
+  return kind == Atom::Kind::kDiv ? q : r;
+}
+
+}  // namespace
 
 absl::StatusOr<int64_t> IndexExpr::Evaluate(absl::Span<const int64_t> syms,
                                             absl::Span<const int64_t> vars) const {
@@ -364,32 +691,44 @@ absl::StatusOr<int64_t> IndexExpr::Evaluate(absl::Span<const int64_t> syms,
           }
           v = syms[static_cast<size_t>(a.id)];
           break;
-        case Atom::Kind::kDiv:
-        case Atom::Kind::kMod: {
+        case Atom::Kind::kOpaque: {
+          sym::Bindings bindings;
+          for (const std::string& name : sym::FreeSymbols(*a.opaque)) {
+            const int32_t id = OpaqueSymbolId(name);
+            if (id < 0 || static_cast<size_t>(id) >= syms.size()) {
+              return absl::InvalidArgumentError(absl::StrCat("unbound symbol #", id));
+            }
+            bindings.symbols[name] = sym::Value(syms[static_cast<size_t>(id)]);
+          }
+          absl::StatusOr<int64_t> value = sym::EvaluateInt(*a.opaque, bindings);
+          if (!value.ok()) return value.status();
+          v = *value;
+          break;
+        }
+        default: {
           auto x = a.operands->first.Evaluate(syms, vars);
           if (!x.ok()) return x.status();
-          auto d = a.operands->second.Evaluate(syms, vars);
-          if (!d.ok()) return d.status();
-          if (*d == 0) return absl::OutOfRangeError("division by zero in an index expression");
-          int64_t q = *x / *d, r = *x % *d;
-          if (r != 0 && ((r < 0) != (*d < 0))) {
-            --q;
-            r += *d;
+          auto y = a.operands->second.Evaluate(syms, vars);
+          if (!y.ok()) return y.status();
+          if (a.kind == Atom::Kind::kMax || a.kind == Atom::Kind::kMin) {
+            v = (a.kind == Atom::Kind::kMax) == (*x >= *y) ? *x : *y;
+            break;
           }
-          v = a.kind == Atom::Kind::kDiv ? q : r;
+          auto r = Divide(a.kind, *x, *y);
+          if (!r.ok()) return r.status();
+          v = *r;
           break;
         }
       }
-      if (MulOverflows(prod, v, &prod)) return absl::OutOfRangeError("index expression overflow");
+      if (MulOverflows(prod, v, &prod)) return Overflow();
     }
-    if (__builtin_add_overflow(sum, prod, &sum)) {
-      return absl::OutOfRangeError("index expression overflow");
-    }
+    if (__builtin_add_overflow(sum, prod, &sum)) return Overflow();
   }
   return sum;
 }
 
 namespace {
+
 std::string AtomText(const Atom& a, absl::Span<const std::string> names) {
   switch (a.kind) {
     case Atom::Kind::kVar:
@@ -398,14 +737,44 @@ std::string AtomText(const Atom& a, absl::Span<const std::string> names) {
       return a.id >= 0 && static_cast<size_t>(a.id) < names.size() ? names[a.id]
                                                                    : absl::StrCat("sym", a.id);
     case Atom::Kind::kDiv:
-      return absl::StrCat("FloorDiv(", a.operands->first.ToString(names), ", ",
-                          a.operands->second.ToString(names), ")");
     case Atom::Kind::kMod:
-      return absl::StrCat("Mod(", a.operands->first.ToString(names), ", ",
+    case Atom::Kind::kCeilDiv:
+      return absl::StrCat(a.kind == Atom::Kind::kDiv   ? "FloorDiv("
+                          : a.kind == Atom::Kind::kMod ? "Mod("
+                                                       : "CeilDiv(",
+                          a.operands->first.ToString(names), ", ",
                           a.operands->second.ToString(names), ")");
+    case Atom::Kind::kMax:
+    case Atom::Kind::kMin: {
+      std::vector<IndexExpr> args;
+      Flatten(a.kind, a.operands->first, &args);
+      Flatten(a.kind, a.operands->second, &args);
+      std::string out = a.kind == Atom::Kind::kMax ? "Max(" : "Min(";
+      for (size_t i = 0; i < args.size(); ++i) {
+        absl::StrAppend(&out, i ? ", " : "", args[i].ToString(names));
+      }
+      return out + ")";
+    }
+    case Atom::Kind::kOpaque: {
+      std::map<std::string, std::string, std::less<>> renaming;
+      for (const std::string& name : sym::FreeSymbols(*a.opaque)) {
+        const int32_t id = OpaqueSymbolId(name);
+        if (id >= 0 && static_cast<size_t>(id) < names.size()) renaming[name] = names[id];
+      }
+      const sym::ExprPtr named = sym::RenameSymbols(*a.opaque, renaming);
+      const std::string text = sym::Print(*named);
+      // A factor of a product: anything but a call, a symbol or a non-negative literal
+      // needs parentheses.
+      const sym::Expr::Node& root = named->node(named->root());
+      const bool atomic = root.kind == sym::NodeKind::kCall ||
+                          root.kind == sym::NodeKind::kSymbol ||
+                          (root.kind == sym::NodeKind::kInt && root.int_value >= 0);
+      return atomic ? text : absl::StrCat("(", text, ")");
+    }
   }
   return "?";
 }
+
 }  // namespace
 
 std::string IndexExpr::ToString(absl::Span<const std::string> sym_names) const {
@@ -436,138 +805,6 @@ std::string IndexExpr::ToString(absl::Span<const std::string> sym_names) const {
     }
   }
   return out;
-}
-
-// A small recursive-descent parser for the forms sizes and strides take.
-namespace {
-class Parser {
- public:
-  Parser(absl::string_view text, const std::function<int32_t(absl::string_view)>& sym_id)
-      : text_(text), sym_id_(sym_id) {}
-
-  absl::StatusOr<IndexExpr> Parse() {
-    auto e = Sum();
-    if (!e.ok()) return e;
-    Skip();
-    if (pos_ != text_.size()) return Unsupported();
-    return e;
-  }
-
- private:
-  absl::Status Unsupported() const {
-    return absl::UnimplementedError(
-        absl::StrCat("symbolic expression `", text_, "` is outside what the loop IR represents"));
-  }
-  void Skip() {
-    while (pos_ < text_.size() && (text_[pos_] == ' ' || text_[pos_] == '\t')) ++pos_;
-  }
-  bool Eat(absl::string_view s) {
-    Skip();
-    if (text_.substr(pos_, s.size()) == s) {
-      pos_ += s.size();
-      return true;
-    }
-    return false;
-  }
-  absl::StatusOr<IndexExpr> Sum() {
-    auto lhs = Product();
-    if (!lhs.ok()) return lhs;
-    IndexExpr e = *lhs;
-    while (true) {
-      if (Eat("+")) {
-        auto r = Product();
-        if (!r.ok()) return r;
-        e = e + *r;
-      } else if (Eat("-")) {
-        auto r = Product();
-        if (!r.ok()) return r;
-        e = e - *r;
-      } else {
-        return e;
-      }
-    }
-  }
-  absl::StatusOr<IndexExpr> Product() {
-    auto lhs = Unary();
-    if (!lhs.ok()) return lhs;
-    IndexExpr e = *lhs;
-    while (true) {
-      if (Eat("//")) {
-        auto r = Unary();
-        if (!r.ok()) return r;
-        e = IndexExpr::FloorDiv(e, *r, nullptr);
-      } else if (Eat("*")) {
-        if (text_.substr(pos_, 1) == "*") return Unsupported();
-        auto r = Unary();
-        if (!r.ok()) return r;
-        e = e * *r;
-      } else if (Eat("%")) {
-        auto r = Unary();
-        if (!r.ok()) return r;
-        e = IndexExpr::Mod(e, *r, nullptr);
-      } else {
-        return e;
-      }
-    }
-  }
-  absl::StatusOr<IndexExpr> Unary() {
-    if (Eat("-")) {
-      auto e = Unary();
-      if (!e.ok()) return e;
-      return IndexExpr() - *e;
-    }
-    return Primary();
-  }
-  absl::StatusOr<IndexExpr> Primary() {
-    Skip();
-    if (Eat("(")) {
-      auto e = Sum();
-      if (!e.ok()) return e;
-      if (!Eat(")")) return Unsupported();
-      return e;
-    }
-    for (absl::string_view fn : {"FloorDiv(", "Mod(", "PythonMod("}) {
-      if (Eat(fn)) {
-        auto a = Sum();
-        if (!a.ok()) return a;
-        if (!Eat(",")) return Unsupported();
-        auto b = Sum();
-        if (!b.ok()) return b;
-        if (!Eat(")")) return Unsupported();
-        return fn == "FloorDiv(" ? IndexExpr::FloorDiv(*a, *b, nullptr)
-                                 : IndexExpr::Mod(*a, *b, nullptr);
-      }
-    }
-    size_t start = pos_;
-    if (pos_ < text_.size() && absl::ascii_isdigit(static_cast<unsigned char>(text_[pos_]))) {
-      int64_t v = 0;
-      while (pos_ < text_.size() && absl::ascii_isdigit(static_cast<unsigned char>(text_[pos_]))) {
-        if (__builtin_mul_overflow(v, 10, &v) || __builtin_add_overflow(v, text_[pos_] - '0', &v)) {
-          return Unsupported();
-        }
-        ++pos_;
-      }
-      return IndexExpr::Const(v);
-    }
-    while (pos_ < text_.size() &&
-           (absl::ascii_isalnum(static_cast<unsigned char>(text_[pos_])) || text_[pos_] == '_')) {
-      ++pos_;
-    }
-    if (pos_ == start) return Unsupported();
-    int32_t id = sym_id_(text_.substr(start, pos_ - start));
-    if (id < 0) return Unsupported();
-    return IndexExpr::Sym(id);
-  }
-
-  absl::string_view text_;
-  const std::function<int32_t(absl::string_view)>& sym_id_;
-  size_t pos_ = 0;
-};
-}  // namespace
-
-absl::StatusOr<IndexExpr> ParseIndexExpr(absl::string_view text,
-                                         const std::function<int32_t(absl::string_view)>& sym_id) {
-  return Parser(text, sym_id).Parse();
 }
 
 }  // namespace kiln::loop

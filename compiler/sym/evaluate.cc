@@ -6,9 +6,14 @@
 // operands' slots in Python's order, so an error in an operand Python would never reach is
 // ignored, and the error reported is the one Python would raise first.
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
 #include <limits>
+#include <numeric>
 #include <string>
 #include <variant>
 #include <vector>
@@ -38,6 +43,12 @@ Num ToNum(const Value& v) {
 }
 
 double AsDouble(const Num& n) { return n.is_int ? static_cast<double>(n.i) : n.f; }
+
+const char* TypeName(const Value& v) {
+  if (std::holds_alternative<int64_t>(v)) return "an int";
+  if (std::holds_alternative<double>(v)) return "a float";
+  return "a bool";
+}
 
 bool Truthy(const Value& v) {
   if (const int64_t* i = std::get_if<int64_t>(&v)) return *i != 0;
@@ -253,19 +264,194 @@ absl::StatusOr<Value> CeilDivide(const Num& a, const Num& b) {
   return Value(q);
 }
 
-// math.floor / math.ceil / math.trunc.
+// Python's round(x) of a float: the nearest integer, ties to even (as CPython computes it).
+double RoundHalfEven(double x) {
+  double r = std::round(x);
+  if (std::fabs(x - r) == 0.5) r = 2.0 * std::round(x / 2.0);
+  return r;
+}
+
+// math.floor / math.ceil / math.trunc / round.
 absl::StatusOr<Value> ToInt(Function f, const Value& v) {
   const Num n = ToNum(v);
   if (n.is_int) return Value(n.i);
   if (std::isnan(n.f)) return absl::InvalidArgumentError("cannot convert float nan to integer");
-  const double r = f == Function::kFloorToInt  ? std::floor(n.f)
-                   : f == Function::kCeilToInt ? std::ceil(n.f)
-                                               : std::trunc(n.f);
+  const double r = f == Function::kFloorToInt   ? std::floor(n.f)
+                   : f == Function::kCeilToInt  ? std::ceil(n.f)
+                   : f == Function::kRoundToInt ? RoundHalfEven(n.f)
+                                                : std::trunc(n.f);
   if (!(r >= -kTwo63 && r < kTwo63)) {
     return absl::OutOfRangeError(
         absl::StrCat("integer overflow: ", InfoOf(f).name, "(", FormatValue(n.f), ")"));
   }
   return Value(static_cast<int64_t>(r));
+}
+
+// round(x, ndigits), which sympy's RoundDecimal applies to float(x): the decimal with
+// `ndigits` digits after the point (before it when negative) nearest to x, ties to even,
+// read back as a double, as CPython's float rounding computes it.
+absl::StatusOr<Value> RoundDecimal(const Num& x, const Num& ndigits) {
+  if (!ndigits.is_int) {
+    return absl::InvalidArgumentError("RoundDecimal: the number of digits must be an int");
+  }
+  const double v = AsDouble(x);
+  // CPython's bounds beyond which every double is already exact, or rounds to zero.
+  if (!std::isfinite(v) || v == 0 || ndigits.i > 323) return Value(v);
+  if (ndigits.i < -308) return Value(std::copysign(0.0, v));
+  char buf[800];
+  std::snprintf(buf, sizeof(buf), "%.17e", v);  // 18 digits: the exponent is never bumped
+  const int64_t exponent = std::strtol(std::strchr(buf, 'e') + 1, nullptr, 10);
+  const int64_t precision = exponent + ndigits.i;  // digits kept after the first one
+  double r = std::copysign(0.0, v);
+  if (precision >= 0) {
+    // printf rounds the exact binary value, ties to even; strtod rounds the decimal back.
+    std::snprintf(buf, sizeof(buf), "%.*e", static_cast<int>(precision), v);
+    r = std::strtod(buf, nullptr);
+  } else if (precision == -1) {
+    // |x| < 10**-ndigits: it rounds to that or to zero; exactly half way goes to the even 0.
+    std::snprintf(buf, sizeof(buf), "%.770e", v);  // every digit of a double
+    const char* digits = buf + (buf[0] == '-');
+    bool above = digits[0] > '5';
+    for (const char* d = digits + 2; digits[0] == '5' && *d != 'e' && !above; ++d)
+      above = *d != '0';
+    if (above) {
+      std::snprintf(buf, sizeof(buf), "%se%lld", v < 0 ? "-1" : "1",
+                    static_cast<long long>(-ndigits.i));
+      r = std::strtod(buf, nullptr);
+    }
+  }
+  if (std::isinf(r)) {
+    return absl::OutOfRangeError(absl::StrCat("rounded value too large to represent: RoundDecimal(",
+                                              FormatValue(v), ", ", ndigits.i, ")"));
+  }
+  return Value(r);
+}
+
+// Python's & and | on ints and bools (sympy's BitwiseFn, and its printing of And and Or):
+// two bools give a bool, anything with a float is a type error.
+absl::StatusOr<Value> BitOp(ChainOp op, const Value& a, const Value& b) {
+  const absl::string_view text = op == ChainOp::kBitAnd ? "&" : "|";
+  if (std::holds_alternative<double>(a) || std::holds_alternative<double>(b)) {
+    return absl::InvalidArgumentError(absl::StrCat("unsupported operand types for ", text, ": ",
+                                                   TypeName(a), " and ", TypeName(b)));
+  }
+  const int64_t x = ToNum(a).i, y = ToNum(b).i;
+  const int64_t r = op == ChainOp::kBitAnd ? (x & y) : (x | y);
+  if (std::holds_alternative<bool>(a) && std::holds_alternative<bool>(b)) return Value(r != 0);
+  return Value(r);
+}
+
+// Python's << and >> on ints (LShift, RShift): a negative count is an error, and so is a
+// result beyond int64.
+absl::StatusOr<Value> Shift(Function f, const Num& a, const Num& b) {
+  const absl::string_view text = f == Function::kLShift ? " << " : " >> ";
+  if (!a.is_int || !b.is_int) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("unsupported operand types for", text, "(floats)"));
+  }
+  if (b.i < 0) return absl::InvalidArgumentError(absl::StrCat("negative shift count: ", b.i));
+  if (f == Function::kRShift) {
+    return Value(b.i >= 63 ? (a.i < 0 ? int64_t{-1} : int64_t{0}) : (a.i >> b.i));
+  }
+  if (a.i == 0) return Value(int64_t{0});
+  int64_t r;
+  if (b.i < 63 && !__builtin_mul_overflow(a.i, int64_t{1} << b.i, &r)) return Value(r);
+  if (b.i == 63 && a.i == -1) return Value(std::numeric_limits<int64_t>::min());
+  return Overflow(text, a, b);
+}
+
+// torch's eval_is_non_overlapping_and_dense over (sizes..., strides...): 1 when the dims,
+// sorted stably by stride, lay the tensor out contiguously (size-1 dims aside), else 0; a
+// rank-1 tensor needs only stride 1 or fewer than two elements.
+absl::StatusOr<Value> NonOverlappingAndDense(const std::vector<Num>& args) {
+  for (const Num& a : args) {
+    if (!a.is_int) {
+      return absl::InvalidArgumentError(
+          "IsNonOverlappingAndDenseIndicator takes integer sizes and strides");
+    }
+  }
+  const size_t rank = args.size() / 2;
+  if (rank == 1) return Value(int64_t{args[1].i == 1 || args[0].i < 2});
+  std::vector<size_t> order(rank);
+  std::iota(order.begin(), order.end(), size_t{0});
+  std::stable_sort(order.begin(), order.end(),
+                   [&](size_t a, size_t b) { return args[rank + a].i < args[rank + b].i; });
+  int64_t expected = 1;
+  bool beyond_int64 = false;  // then no stride can equal it
+  for (size_t d : order) {
+    const int64_t size = args[d].i;
+    if (size == 1) continue;
+    if (beyond_int64 || args[rank + d].i != expected) return Value(int64_t{0});
+    beyond_int64 = __builtin_mul_overflow(expected, size, &expected);
+  }
+  return Value(int64_t{1});
+}
+
+// Python's math functions on float(x) (OpaqueUnaryFn_*), with CPython's errors: a nan from
+// a number is a domain error; an infinity from a finite number is a range error for the
+// functions that can overflow and a domain error for the others (log(0)).
+absl::StatusOr<Value> MathFunction(Function f, const Num& x) {
+  const double v = AsDouble(x);
+  bool can_overflow = false;
+  double r = 0;
+  switch (f) {
+    case Function::kSqrt:
+      r = std::sqrt(v);
+      break;
+    case Function::kCos:
+      r = std::cos(v);
+      break;
+    case Function::kCosh:
+      r = std::cosh(v);
+      can_overflow = true;
+      break;
+    case Function::kSin:
+      r = std::sin(v);
+      break;
+    case Function::kSinh:
+      r = std::sinh(v);
+      can_overflow = true;
+      break;
+    case Function::kTan:
+      r = std::tan(v);
+      break;
+    case Function::kTanh:
+      r = std::tanh(v);
+      break;
+    case Function::kAsin:
+      r = std::asin(v);
+      break;
+    case Function::kAcos:
+      r = std::acos(v);
+      break;
+    case Function::kAtan:
+      r = std::atan(v);
+      break;
+    case Function::kExp:
+      r = std::exp(v);
+      can_overflow = true;
+      break;
+    case Function::kLog:
+      r = std::log(v);
+      break;
+    case Function::kAsinh:
+      r = std::asinh(v);
+      break;
+    case Function::kLog2:
+      r = std::log2(v);
+      break;
+    default:
+      return absl::InternalError("not a math function");
+  }
+  const auto call = [&] { return absl::StrCat(InfoOf(f).name, "(", FormatValue(v), ")"); };
+  if (std::isnan(r) && !std::isnan(v)) {
+    return absl::InvalidArgumentError(absl::StrCat("math domain error: ", call()));
+  }
+  if (std::isinf(r) && std::isfinite(v)) {
+    if (can_overflow) return absl::OutOfRangeError(absl::StrCat("math range error: ", call()));
+    return absl::InvalidArgumentError(absl::StrCat("math domain error: ", call()));
+  }
+  return Value(r);
 }
 
 class Evaluator {
@@ -391,7 +577,10 @@ class Evaluator {
     for (uint32_t k = 0; k + 1 < n.count; ++k) {
       const Slot& right = ChildSlot(n, k + 1);
       if (right.error >= 0) return right;
-      absl::StatusOr<Value> r = Arith(expr_.chain_op(n, k), ToNum(acc), ToNum(right.value));
+      const ChainOp op = expr_.chain_op(n, k);
+      absl::StatusOr<Value> r = op == ChainOp::kBitAnd || op == ChainOp::kBitOr
+                                    ? BitOp(op, acc, right.value)
+                                    : Arith(op, ToNum(acc), ToNum(right.value));
       if (!r.ok()) return Error(r.status());
       acc = *r;
     }
@@ -471,7 +660,41 @@ class Evaluator {
       case Function::kCeilToInt:
       case Function::kFloorToInt:
       case Function::kTruncToInt:
+      case Function::kRoundToInt:
         return From(ToInt(f, a));
+      case Function::kRoundDecimal:
+        return From(RoundDecimal(x, y));
+      case Function::kTruncToFloat:
+        return Slot{Value(x.is_int ? static_cast<double>(x.i) : std::trunc(x.f))};
+      case Function::kIdentity:
+        return ChildSlot(n, 0);
+      case Function::kLShift:
+      case Function::kRShift:
+        return From(Shift(f, x, y));
+      case Function::kBitwiseAnd:
+        return From(BitOp(ChainOp::kBitAnd, a, ChildSlot(n, 1).value));
+      case Function::kBitwiseOr:
+        return From(BitOp(ChainOp::kBitOr, a, ChildSlot(n, 1).value));
+      case Function::kIsNonOverlappingAndDenseIndicator: {
+        std::vector<Num> args;
+        for (uint32_t k = 0; k < n.count; ++k) args.push_back(ToNum(ChildSlot(n, k).value));
+        return From(NonOverlappingAndDense(args));
+      }
+      case Function::kSqrt:
+      case Function::kCos:
+      case Function::kCosh:
+      case Function::kSin:
+      case Function::kSinh:
+      case Function::kTan:
+      case Function::kTanh:
+      case Function::kAsin:
+      case Function::kAcos:
+      case Function::kAtan:
+      case Function::kExp:
+      case Function::kLog:
+      case Function::kAsinh:
+      case Function::kLog2:
+        return From(MathFunction(f, x));
       case Function::kToFloat:
         return Slot{Value(AsDouble(x))};
       case Function::kPowByNatural:
@@ -488,12 +711,6 @@ class Evaluator {
   absl::InlinedVector<Slot, 32> slots_;
   std::vector<absl::Status> errors_;
 };
-
-const char* TypeName(const Value& v) {
-  if (std::holds_alternative<int64_t>(v)) return "an int";
-  if (std::holds_alternative<double>(v)) return "a float";
-  return "a bool";
-}
 
 }  // namespace
 

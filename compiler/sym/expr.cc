@@ -13,15 +13,57 @@ namespace kiln::sym {
 const FunctionInfo& InfoOf(Function f) {
   // Indexed by Function; max_args 0 means "no upper limit". Piecewise counts pairs.
   static constexpr FunctionInfo kInfo[] = {
-      {"Eq", 2, 2},         {"Ne", 2, 2},         {"Lt", 2, 2},           {"Le", 2, 2},
-      {"Gt", 2, 2},         {"Ge", 2, 2},         {"And", 1, 0},          {"Or", 1, 0},
-      {"Not", 1, 1},        {"Max", 1, 0},        {"Min", 1, 0},          {"Abs", 1, 1},
-      {"FloorDiv", 2, 2},   {"CeilDiv", 2, 2},    {"Mod", 2, 2},          {"PythonMod", 2, 2},
-      {"CleanDiv", 2, 2},   {"IntTrueDiv", 2, 2}, {"FloatTrueDiv", 2, 2}, {"CeilToInt", 1, 1},
-      {"FloorToInt", 1, 1}, {"TruncToInt", 1, 1}, {"ToFloat", 1, 1},      {"PowByNatural", 2, 2},
-      {"FloatPow", 2, 2},   {"Piecewise", 1, 0},
+      {"Eq", 2, 2},
+      {"Ne", 2, 2},
+      {"Lt", 2, 2},
+      {"Le", 2, 2},
+      {"Gt", 2, 2},
+      {"Ge", 2, 2},
+      {"And", 1, 0},
+      {"Or", 1, 0},
+      {"Not", 1, 1},
+      {"Max", 1, 0},
+      {"Min", 1, 0},
+      {"Abs", 1, 1},
+      {"FloorDiv", 2, 2},
+      {"CeilDiv", 2, 2},
+      {"Mod", 2, 2},
+      {"PythonMod", 2, 2},
+      {"CleanDiv", 2, 2},
+      {"IntTrueDiv", 2, 2},
+      {"FloatTrueDiv", 2, 2},
+      {"CeilToInt", 1, 1},
+      {"FloorToInt", 1, 1},
+      {"TruncToInt", 1, 1},
+      {"ToFloat", 1, 1},
+      {"PowByNatural", 2, 2},
+      {"FloatPow", 2, 2},
+      {"Piecewise", 1, 0},
+      {"RoundToInt", 1, 1},
+      {"RoundDecimal", 2, 2},
+      {"TruncToFloat", 1, 1},
+      {"Identity", 1, 1},
+      {"LShift", 2, 2},
+      {"RShift", 2, 2},
+      {"BitwiseFn_bitwise_and", 2, 2},
+      {"BitwiseFn_bitwise_or", 2, 2},
+      {"IsNonOverlappingAndDenseIndicator", 2, 0},
+      {"OpaqueUnaryFn_sqrt", 1, 1},
+      {"OpaqueUnaryFn_cos", 1, 1},
+      {"OpaqueUnaryFn_cosh", 1, 1},
+      {"OpaqueUnaryFn_sin", 1, 1},
+      {"OpaqueUnaryFn_sinh", 1, 1},
+      {"OpaqueUnaryFn_tan", 1, 1},
+      {"OpaqueUnaryFn_tanh", 1, 1},
+      {"OpaqueUnaryFn_asin", 1, 1},
+      {"OpaqueUnaryFn_acos", 1, 1},
+      {"OpaqueUnaryFn_atan", 1, 1},
+      {"OpaqueUnaryFn_exp", 1, 1},
+      {"OpaqueUnaryFn_log", 1, 1},
+      {"OpaqueUnaryFn_asinh", 1, 1},
+      {"OpaqueUnaryFn_log2", 1, 1},
   };
-  static_assert(sizeof(kInfo) / sizeof(kInfo[0]) == static_cast<size_t>(Function::kPiecewise) + 1);
+  static_assert(sizeof(kInfo) / sizeof(kInfo[0]) == kNumFunctions);
   return kInfo[static_cast<size_t>(f)];
 }
 
@@ -50,8 +92,7 @@ bool Expr::Equals(const Expr& other) const {
         for (uint32_t k = 0; k < a.count; ++k) {
           if (child(a, k) != other.child(b, k)) return false;
         }
-        if (a.kind == NodeKind::kChain && a.op != static_cast<uint8_t>(ChainKind::kAnd) &&
-            a.op != static_cast<uint8_t>(ChainKind::kOr)) {
+        if (a.kind == NodeKind::kChain && HasChainOps(static_cast<ChainKind>(a.op))) {
           for (uint32_t k = 0; k + 1 < a.count; ++k) {
             if (chain_op(a, k) != other.chain_op(b, k)) return false;
           }

@@ -17,10 +17,12 @@
 //   disjunction := conjunction { "or" conjunction }
 //   conjunction := inversion { "and" inversion }
 //   inversion   := "not" inversion | comparison
-//   comparison  := sum { ("==" | "!=" | "<" | "<=" | ">" | ">=") sum }   (chains: 2 <= x < 5)
+//   comparison  := bitor { ("==" | "!=" | "<" | "<=" | ">" | ">=") bitor }  (chains: 2 <= x < 5)
+//   bitor       := bitand { "|" bitand }
+//   bitand      := sum { "&" sum }
 //   sum         := term { ("+" | "-") term }
 //   term        := factor { ("*" | "/" | "//" | "%") factor }
-//   factor      := "-" factor | power
+//   factor      := "-" factor | "~" factor | power
 //   power       := primary [ "**" factor ]
 //   primary     := INT | FLOAT | "True" | "False" | "oo" | "int_oo" | "math.inf"
 //                | SYMBOL | "L['t" DIGITS "']" | "(" expression ")"
@@ -33,14 +35,22 @@
 //   SYMBOL      := ("s" | "u" | "zf" | "zuf") DIGITS   (ShapeEnv's size, unbacked int, float
 //                  and unbacked float symbols; DIGITS without leading zeros)
 //   FUNCTION    := Eq Ne Lt Le Gt Ge And Or Not Max Min Abs FloorDiv CeilDiv Mod PythonMod
-//                  CleanDiv IntTrueDiv FloatTrueDiv CeilToInt FloorToInt TruncToInt ToFloat
-//                  PowByNatural FloatPow, and the names PyTorch's Python printer uses for
-//                  some of them: max min abs math.floor math.ceil math.trunc torch.sym_float
+//                  CleanDiv IntTrueDiv FloatTrueDiv CeilToInt FloorToInt TruncToInt
+//                  RoundToInt RoundDecimal TruncToFloat ToFloat PowByNatural FloatPow
+//                  Identity LShift RShift BitwiseFn_bitwise_and BitwiseFn_bitwise_or
+//                  IsNonOverlappingAndDenseIndicator OpaqueUnaryFn_NAME (NAME: sqrt cos cosh
+//                  sin sinh tan tanh asin acos atan exp log asinh log2), sympy's floor and
+//                  ceiling, and the names PyTorch's Python printer uses for some of them: max
+//                  min abs round math.floor math.ceil math.trunc torch.sym_float math.NAME
 //
-// Python-printer names parse to the same tree as their sympy names (`max(a, b)` is
-// `Max(a, b)`), `math.inf` to `oo`. A minus sign directly before a number literal (not
-// followed by `**`) is part of the literal. Nesting deeper than kMaxDepth (parentheses,
-// calls, unary operators, `**`, conditional expressions) is INVALID_ARGUMENT.
+// These are every function torch.utils._sympy and sympy put in ShapeEnv sizes and guards
+// (Inductor's ModularIndexing and Where never reach them). Python-printer names and sympy's
+// floor/ceiling parse to the same tree as their sympy names (`max(a, b)` is `Max(a, b)`,
+// `round(x)` RoundToInt, `round(x, n)` RoundDecimal, `math.sqrt(x)` OpaqueUnaryFn_sqrt),
+// `math.inf` to `oo`, and `~x` (sympy's printing of Not) to `Not(x)`. A minus sign directly
+// before a number literal (not followed by `**`) is part of the literal. Nesting deeper than
+// kMaxDepth (parentheses, calls, unary operators, `**`, conditional expressions) is
+// INVALID_ARGUMENT.
 //
 // Values: `oo`, `int_oo` and `math.inf` evaluate to the float +infinity. Bools act as the
 // integers 0 and 1 in arithmetic, as in Python. `and`/`or` return one of their operands and
@@ -49,9 +59,17 @@
 // floats exactly). Max/Min return the first extreme argument. FloorDiv and CleanDiv are
 // `//`, Mod and PythonMod are `%`, IntTrueDiv and FloatTrueDiv are `/` (int/int is
 // correctly rounded), CeilDiv is the ceiling of the exact quotient, PowByNatural is `**`,
-// FloatPow is `**` on floats, CeilToInt/FloorToInt/TruncToInt are math.ceil/floor/trunc
-// (OUT_OF_RANGE when the result does not fit int64), ToFloat is float(). Piecewise returns
-// the value of its first pair whose condition holds (INVALID_ARGUMENT if none does).
+// FloatPow is `**` on floats, CeilToInt/FloorToInt/TruncToInt/RoundToInt are
+// math.ceil/floor/trunc and round() (ties to even; OUT_OF_RANGE when the result does not fit
+// int64), RoundDecimal(x, n) is round(float(x), n) (correctly rounded, as CPython), ToFloat is
+// float(), TruncToFloat is float(math.trunc(x)), Identity is its argument. `&` and `|` (and
+// BitwiseFn_bitwise_and/or) are Python's on ints and bools, which on the bools of relations
+// are sympy's And/Or; LShift/RShift are `<<`/`>>` (a negative count is INVALID_ARGUMENT).
+// IsNonOverlappingAndDenseIndicator(sizes..., strides...) is torch's
+// eval_is_non_overlapping_and_dense as 1 or 0. OpaqueUnaryFn_NAME is math.NAME(float(x)) with
+// Python's errors: INVALID_ARGUMENT for a domain error, OUT_OF_RANGE for an overflow.
+// Piecewise returns the value of its first pair whose condition holds (INVALID_ARGUMENT if
+// none does).
 
 #include <cstdint>
 #include <map>

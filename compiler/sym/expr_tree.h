@@ -1,13 +1,16 @@
 #pragma once
 
 // The representation behind kiln::sym::Expr, shared by the parser, the evaluator and the
-// printer. Not part of the public interface: callers use compiler/sym/expr.h.
+// printer. Not part of the public interface: callers use compiler/sym/expr.h. The one reader
+// outside compiler/sym is the loop IR's index expressions (compiler/loop/index_expr*.cc),
+// which convert trees into their own form and never build one.
 //
 // A tree is stored flat, in post-order: every node's children come before it and the root
 // is the last node. Parse builds nodes in that order, so the layout is a function of the
 // tree alone; equality is a walk over the arrays, and evaluation runs over them bottom-up
 // without recursion.
 
+#include <cstddef>
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -34,9 +37,15 @@ enum class NodeKind : uint8_t {
 
 enum class InfinityKind : uint8_t { kOo, kIntOo };
 
-// A chain `x0 op1 x1 op2 x2 ...` of operators of one precedence level. Sum, product and
-// comparison chains keep one operator per link in Expr::ops_; `and`/`or` chains do not.
-enum class ChainKind : uint8_t { kSum, kProduct, kCompare, kAnd, kOr };
+// A chain `x0 op1 x1 op2 x2 ...` of operators of one precedence level. Sum, product,
+// comparison and bitwise chains keep one operator per link in Expr::ops_; `and`/`or` chains
+// do not.
+enum class ChainKind : uint8_t { kSum, kProduct, kCompare, kAnd, kOr, kBitOr, kBitAnd };
+
+// Whether chains of `kind` keep their operators in Expr::ops_.
+inline bool HasChainOps(ChainKind kind) {
+  return kind != ChainKind::kAnd && kind != ChainKind::kOr;
+}
 
 // The operators of chains, as stored in Expr::ops_.
 enum class ChainOp : uint8_t {
@@ -52,6 +61,8 @@ enum class ChainOp : uint8_t {
   kLe,
   kGt,
   kGe,
+  kBitOr,   // |
+  kBitAnd,  // &
 };
 
 enum class Function : uint8_t {
@@ -81,7 +92,32 @@ enum class Function : uint8_t {
   kPowByNatural,
   kFloatPow,
   kPiecewise,
+  kRoundToInt,
+  kRoundDecimal,
+  kTruncToFloat,
+  kIdentity,
+  kLShift,
+  kRShift,
+  kBitwiseAnd,
+  kBitwiseOr,
+  kIsNonOverlappingAndDenseIndicator,
+  // OpaqueUnaryFn_<name>: Python's math.<name> on a float.
+  kSqrt,
+  kCos,
+  kCosh,
+  kSin,
+  kSinh,
+  kTan,
+  kTanh,
+  kAsin,
+  kAcos,
+  kAtan,
+  kExp,
+  kLog,
+  kAsinh,
+  kLog2,
 };
+inline constexpr size_t kNumFunctions = static_cast<size_t>(Function::kLog2) + 1;
 
 // The name Print uses for a function, and the argument counts it takes (max_args 0: any
 // number from min_args up).

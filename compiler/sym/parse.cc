@@ -47,6 +47,9 @@ enum class Tok : uint8_t {
   kLe,
   kGt,
   kGe,
+  kAmp,    // &
+  kPipe,   // |
+  kTilde,  // ~
   kError,  // a character or literal that starts no valid token; `error` says why
 };
 
@@ -94,6 +97,32 @@ constexpr NamedFunction kFunctionNames[] = {
     {"PowByNatural", Function::kPowByNatural},
     {"FloatPow", Function::kFloatPow},
     {"Piecewise", Function::kPiecewise},
+    {"RoundToInt", Function::kRoundToInt},
+    {"RoundDecimal", Function::kRoundDecimal},
+    {"TruncToFloat", Function::kTruncToFloat},
+    {"Identity", Function::kIdentity},
+    {"LShift", Function::kLShift},
+    {"RShift", Function::kRShift},
+    {"BitwiseFn_bitwise_and", Function::kBitwiseAnd},
+    {"BitwiseFn_bitwise_or", Function::kBitwiseOr},
+    {"IsNonOverlappingAndDenseIndicator", Function::kIsNonOverlappingAndDenseIndicator},
+    {"OpaqueUnaryFn_sqrt", Function::kSqrt},
+    {"OpaqueUnaryFn_cos", Function::kCos},
+    {"OpaqueUnaryFn_cosh", Function::kCosh},
+    {"OpaqueUnaryFn_sin", Function::kSin},
+    {"OpaqueUnaryFn_sinh", Function::kSinh},
+    {"OpaqueUnaryFn_tan", Function::kTan},
+    {"OpaqueUnaryFn_tanh", Function::kTanh},
+    {"OpaqueUnaryFn_asin", Function::kAsin},
+    {"OpaqueUnaryFn_acos", Function::kAcos},
+    {"OpaqueUnaryFn_atan", Function::kAtan},
+    {"OpaqueUnaryFn_exp", Function::kExp},
+    {"OpaqueUnaryFn_log", Function::kLog},
+    {"OpaqueUnaryFn_asinh", Function::kAsinh},
+    {"OpaqueUnaryFn_log2", Function::kLog2},
+    // sympy's own floor and ceiling, which sympy's simplification can leave behind.
+    {"floor", Function::kFloorToInt},
+    {"ceiling", Function::kCeilToInt},
     {"max", Function::kMax},
     {"min", Function::kMin},
     {"abs", Function::kAbs},
@@ -101,6 +130,21 @@ constexpr NamedFunction kFunctionNames[] = {
     {"math.ceil", Function::kCeilToInt},
     {"math.trunc", Function::kTruncToInt},
     {"torch.sym_float", Function::kToFloat},
+    {"round", Function::kRoundToInt},  // RoundDecimal with two arguments
+    {"math.sqrt", Function::kSqrt},
+    {"math.cos", Function::kCos},
+    {"math.cosh", Function::kCosh},
+    {"math.sin", Function::kSin},
+    {"math.sinh", Function::kSinh},
+    {"math.tan", Function::kTan},
+    {"math.tanh", Function::kTanh},
+    {"math.asin", Function::kAsin},
+    {"math.acos", Function::kAcos},
+    {"math.atan", Function::kAtan},
+    {"math.exp", Function::kExp},
+    {"math.log", Function::kLog},
+    {"math.asinh", Function::kAsinh},
+    {"math.log2", Function::kLog2},
 };
 
 // ShapeEnv's symbol prefixes (torch.utils._sympy.symbol): size, unbacked int, float and
@@ -189,6 +233,12 @@ class Parser {
         return at(pos + 1) == '/' ? op(Tok::kSlashSlash, 2) : op(Tok::kSlash, 1);
       case '%':
         return op(Tok::kPercent, 1);
+      case '&':
+        return op(Tok::kAmp, 1);
+      case '|':
+        return op(Tok::kPipe, 1);
+      case '~':
+        return op(Tok::kTilde, 1);
       case '=':
         if (at(pos + 1) == '=') return op(Tok::kEqEq, 2);
         break;
@@ -376,6 +426,12 @@ class Parser {
         if (t == Tok::kGt) return *op = ChainOp::kGt, true;
         if (t == Tok::kGe) return *op = ChainOp::kGe, true;
         return false;
+      case ChainKind::kBitOr:
+        if (t == Tok::kPipe) return *op = ChainOp::kBitOr, true;
+        return false;
+      case ChainKind::kBitAnd:
+        if (t == Tok::kAmp) return *op = ChainOp::kBitAnd, true;
+        return false;
       default:
         return false;
     }
@@ -399,11 +455,22 @@ class Parser {
                            static_cast<uint32_t>(ops.size()));
   }
 
-  uint32_t Comparison() { return OperatorChain(ChainKind::kCompare, &Parser::Sum); }
+  uint32_t Comparison() { return OperatorChain(ChainKind::kCompare, &Parser::BitOr); }
+  uint32_t BitOr() { return OperatorChain(ChainKind::kBitOr, &Parser::BitAnd); }
+  uint32_t BitAnd() { return OperatorChain(ChainKind::kBitAnd, &Parser::Sum); }
   uint32_t Sum() { return OperatorChain(ChainKind::kSum, &Parser::Term); }
   uint32_t Term() { return OperatorChain(ChainKind::kProduct, &Parser::Factor); }
 
   uint32_t Factor() {
+    if (cur_.kind == Tok::kTilde) {
+      // sympy prints Not(x) as ~x; it never applies ~ to integers.
+      Advance();
+      if (!Enter()) return kFail;
+      uint32_t operand = Factor();
+      Leave();
+      if (operand == kFail) return kFail;
+      return expr_->AddInner(NodeKind::kCall, static_cast<uint8_t>(Function::kNot), &operand, 1);
+    }
     if (cur_.kind != Tok::kMinus) return Power();
     Token number = Lex(cur_.end);
     if ((number.kind == Tok::kInt || number.kind == Tok::kFloat) &&
@@ -552,8 +619,9 @@ class Parser {
       Advance();
     }
     Leave();
-    const FunctionInfo& info = InfoOf(function);
     const int count = static_cast<int>(piecewise ? args.size() / 2 : args.size());
+    if (TextOf(name) == "round" && count == 2) function = Function::kRoundDecimal;
+    const FunctionInfo& info = InfoOf(function);
     if (count < info.min_args || (info.max_args != 0 && count > info.max_args)) {
       std::string expected = info.max_args == 0 ? absl::StrCat("at least ", info.min_args)
                              : info.min_args == info.max_args
@@ -561,6 +629,12 @@ class Parser {
                                  : absl::StrCat(info.min_args, " to ", info.max_args);
       return FailAt(name, absl::StrCat(info.name, " takes ", expected, " argument",
                                        expected == "1" ? "" : "s", ", got ", count));
+    }
+    if (function == Function::kIsNonOverlappingAndDenseIndicator && count % 2 != 0) {
+      return FailAt(name, absl::StrCat(info.name,
+                                       " takes sizes then strides, an even number of "
+                                       "arguments, got ",
+                                       count));
     }
     Advance();
     return expr_->AddInner(NodeKind::kCall, static_cast<uint8_t>(function), args.data(),

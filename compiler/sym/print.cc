@@ -25,11 +25,13 @@ enum Prec : int {
   kPrecAnd = 2,
   kPrecNot = 3,
   kPrecCompare = 4,
-  kPrecSum = 5,
-  kPrecProduct = 6,
-  kPrecUnary = 7,
-  kPrecPow = 8,
-  kPrecAtom = 9,
+  kPrecBitOr = 5,
+  kPrecBitAnd = 6,
+  kPrecSum = 7,
+  kPrecProduct = 8,
+  kPrecUnary = 9,
+  kPrecPow = 10,
+  kPrecAtom = 11,
 };
 
 int ChainPrec(ChainKind kind) {
@@ -44,6 +46,10 @@ int ChainPrec(ChainKind kind) {
       return kPrecAnd;
     case ChainKind::kOr:
       return kPrecOr;
+    case ChainKind::kBitOr:
+      return kPrecBitOr;
+    case ChainKind::kBitAnd:
+      return kPrecBitAnd;
   }
   return kPrecAtom;
 }
@@ -74,6 +80,10 @@ absl::string_view ChainOpText(ChainOp op) {
       return " > ";
     case ChainOp::kGe:
       return " >= ";
+    case ChainOp::kBitOr:
+      return " | ";
+    case ChainOp::kBitAnd:
+      return " & ";
   }
   return " ? ";
 }

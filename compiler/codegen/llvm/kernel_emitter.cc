@@ -97,6 +97,25 @@ class KernelEmitter final : public ParallelSpace {
           case loop::Atom::Kind::kMod:
             v = b_.CreateURem(Index(a.operands->first), Index(a.operands->second));
             break;
+          case loop::Atom::Kind::kCeilDiv: {
+            // Exact for either sign: the truncated quotient, plus one when the remainder is
+            // non-zero and has the divisor's sign.
+            llvm::Value* x = Index(a.operands->first);
+            llvm::Value* d = Index(a.operands->second);
+            llvm::Value* up = b_.CreateAnd(b_.CreateICmpNE(b_.CreateSRem(x, d), b_.getInt64(0)),
+                                           b_.CreateICmpSGE(b_.CreateXor(x, d), b_.getInt64(0)));
+            v = b_.CreateAdd(b_.CreateSDiv(x, d), b_.CreateZExt(up, ops_.I64()));
+            break;
+          }
+          case loop::Atom::Kind::kMax:
+          case loop::Atom::Kind::kMin:
+            v = b_.CreateBinaryIntrinsic(
+                a.kind == loop::Atom::Kind::kMax ? llvm::Intrinsic::smax : llvm::Intrinsic::smin,
+                Index(a.operands->first), Index(a.operands->second));
+            break;
+          case loop::Atom::Kind::kOpaque:
+            // Never in a kernel: decompose makes a node that would need one fall back.
+            break;
         }
         if (v == nullptr) v = b_.getInt64(0);
         prod = prod ? b_.CreateMul(prod, v) : v;

@@ -177,8 +177,17 @@ std::vector<SymbolValues> GuardedCheckPoints(const v1::Graph& graph) {
     SymbolValues point;
     sym::Bindings bindings;
     for (const v1::Symbol& s : graph.symbols()) {
-      if (s.kind() == v1::SYM_KIND_FLOAT) continue;
-      const int64_t v = std::max<int64_t>(1, s.int_hint() + delta);
+      // Float symbols keep their hints (guards such as Eq(zf3, 1.0e-5) read them); a symbol
+      // whose range is one value stays at it.
+      if (s.kind() == v1::SYM_KIND_FLOAT) {
+        if (s.hint_case() == v1::Symbol::kFloatHint) bindings.symbols[s.name()] = s.float_hint();
+        if (s.hint_case() == v1::Symbol::kIntHint) bindings.symbols[s.name()] = s.int_hint();
+        continue;
+      }
+      const bool pinned = s.lower().kind_case() == v1::Bound::kIntValue &&
+                          s.upper().kind_case() == v1::Bound::kIntValue &&
+                          s.lower().int_value() == s.upper().int_value();
+      const int64_t v = pinned ? s.lower().int_value() : std::max<int64_t>(1, s.int_hint() + delta);
       point[s.name()] = v;
       bindings.symbols[s.name()] = v;
     }
@@ -187,6 +196,19 @@ std::vector<SymbolValues> GuardedCheckPoints(const v1::Graph& graph) {
     points.push_back(std::move(point));
   }
   return points;
+}
+
+absl::Status GraphAccepts(const v1::Graph& graph, const CheckOptions& options) {
+  interp::RandomInputOptions ri;
+  ri.seed = options.input_seed;
+  ri.symbols = options.symbols;
+  auto inputs = interp::MakeRandomInputs(graph, ri);
+  if (!inputs.ok()) return inputs.status();
+  interp::RunOptions ro;
+  ro.symbols = options.symbols;
+  ro.rng_seed = options.rng_seed;
+  ro.rng_offset = options.rng_offset;
+  return interp::Run(graph, *inputs, ro).status();
 }
 
 }  // namespace kiln::check

@@ -65,4 +65,10 @@ absl::StatusOr<CheckReport> CheckAgainstInterpreter(const v1::Graph& graph,
 // hints only.
 std::vector<SymbolValues> GuardedCheckPoints(const v1::Graph& graph);
 
+// Whether the graph itself runs on inputs at `options.symbols`. A model can have limits its
+// guards do not state (nanoGPT's position table has block_size rows); past them the
+// interpreter, like eager PyTorch, refuses the inputs as INVALID_ARGUMENT, and checking at such
+// a point checks nothing.
+absl::Status GraphAccepts(const v1::Graph& graph, const CheckOptions& options);
+
 }  // namespace kiln::check

@@ -301,5 +301,22 @@ TEST(Graphs, SizeExpressionsTooDeepOrOverflowingAreErrors) {
   EXPECT_TRUE(absl::StrContains(r.status().message(), "integer overflow")) << r.status();
 }
 
+// The size forms of the corpus's dynamic graphs (nanoGPT's and Llama's attention statistics,
+// Llama's causal mask).
+TEST(Graphs, SizeExpressionsOfDynamicGraphs) {
+  const std::map<std::string, int64_t, std::less<>> s = {{"s50", 65}, {"s75", 64}};
+  EXPECT_EQ(*EvaluateIntExpr("32*CeilToInt(IntTrueDiv(s50, 32))", s), 96);
+  EXPECT_EQ(*EvaluateIntExpr("32*CeilToInt(IntTrueDiv(s75, 32))", s), 64);
+  EXPECT_EQ(*EvaluateIntExpr("FloorToInt(IntTrueDiv(s50, 32))", s), 2);
+  EXPECT_EQ(*EvaluateIntExpr("CeilToInt(IntTrueDiv(-s50, 32))", s), -2);
+  EXPECT_EQ(*EvaluateIntExpr("4*Max(1, 32*CeilToInt(IntTrueDiv(s50, 32)))", s), 384);
+  EXPECT_EQ(*EvaluateIntExpr("s50**2", s), 4225);
+  EXPECT_EQ(*EvaluateIntExpr("2*s50**2 + 1", s), 8451);
+  EXPECT_EQ(*EvaluateIntExpr("-2**2", s), -4);
+  EXPECT_EQ(*EvaluateIntExpr("s50*Max(1, s50 - (Mod(s50, 8)) + 8)", s), 65 * 72);
+  EXPECT_FALSE(EvaluateIntExpr("CeilToInt(IntTrueDiv(s50, 0))", s).ok());
+  EXPECT_FALSE(EvaluateIntExpr("s50**-1", s).ok());
+}
+
 }  // namespace
 }  // namespace kiln::interp

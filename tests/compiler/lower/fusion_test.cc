@@ -1,6 +1,8 @@
 // Fusion is real: known patterns become a known number of kernels, and views never copy.
 
+#include <map>
 #include <string>
+#include <vector>
 
 #include "compiler/canon/canonical_graph.h"
 #include "compiler/decompose/decompose.h"
@@ -86,6 +88,78 @@ TEST(FusionTest, MlpForwardBetweenMatmulsIsAtMostTwoKernels) {
     EXPECT_LE(kernels, 2) << loop::ToString(c.fused);
     EXPECT_LT(c.fused.kernels.size(), c.unfused.kernels.size());
   }
+}
+
+// A buffer one kernel zeroes and a scatter then accumulates into (embedding backward): a
+// kernel reading it afterwards must not join the zeroing kernel, where it would read zeros
+// (nanoGPT's tied embedding gradient, lm_head's plus the embedding's, came out wrong so).
+TEST(FusionTest, AReaderNeverJoinsAKernelWhoseStoreALaterStepWritesOver) {
+  using loop::IndexExpr;
+  using loop::Inst;
+  using loop::Opcode;
+  loop::Program p;
+  const IndexExpr four = IndexExpr::Const(4), p0 = IndexExpr::Var(0);
+  p.buffers.resize(3);  // the input, the accumulated buffer, the result
+  for (loop::Buffer& b : p.buffers) b.elements = four;
+  p.buffers[0].kind = loop::Buffer::Kind::kInput;
+  p.buffers[0].input_index = 0;
+  loop::InputDesc in;
+  in.kind = loop::InputDesc::Kind::kTensor;
+  in.sizes = {four};
+  in.strides = {IndexExpr::Const(1)};
+  p.inputs = {in};
+  auto load = [&](int32_t buffer) {
+    Inst i;
+    i.op = Opcode::kLoad;
+    i.buffer = buffer;
+    i.index = p0;
+    return i;
+  };
+  auto store = [&](int32_t buffer, int32_t value) {
+    Inst i;
+    i.op = Opcode::kStore;
+    i.buffer = buffer;
+    i.index = p0;
+    i.a = value;
+    return i;
+  };
+  auto kernel = [&](const std::string& name, std::vector<Inst> insts, bool fusible) {
+    loop::Kernel k;
+    k.parallel = {four};
+    k.nodes = {name};
+    k.fusible = fusible;
+    k.stages = {{false, 0, static_cast<int32_t>(insts.size())}};
+    k.insts = std::move(insts);
+    p.kernels.push_back(std::move(k));
+    loop::Step s;
+    s.kernel = static_cast<int32_t>(p.kernels.size() - 1);
+    p.steps.push_back(std::move(s));
+  };
+  Inst zero;  // kConst 0.0
+  Inst add;
+  add.op = Opcode::kAdd;
+  add.a = 0;
+  add.b = 1;
+  kernel("zero", {zero, store(1, 0)}, true);
+  kernel("scatter", {load(0), load(1), add, store(1, 2)}, false);
+  kernel("read", {load(1), store(2, 0)}, true);
+  loop::Output out;
+  out.kind = loop::Output::Kind::kTensor;
+  out.tensor.buffer = 2;
+  out.tensor.sizes = {four};
+  out.tensor.strides = {IndexExpr::Const(1)};
+  p.outputs = {out};
+
+  auto fused = fuse::Fuse(p);
+  ASSERT_TRUE(fused.ok()) << fused.status();
+  std::map<std::string, size_t> step_of;
+  for (size_t i = 0; i < fused->steps.size(); ++i) {
+    for (const std::string& n : fused->kernels[static_cast<size_t>(fused->steps[i].kernel)].nodes) {
+      step_of[n] = i;
+    }
+  }
+  ASSERT_EQ(step_of.size(), 3u) << loop::ToString(*fused);
+  EXPECT_GT(step_of["read"], step_of["scatter"]) << loop::ToString(*fused);
 }
 
 // A view is an index map: no kernel of any shared graph computes a view node.

@@ -29,15 +29,15 @@ class TreeWriter {
       case 0:
         return absl::StrCat("(-", Write(depth - 1), ")");
       case 1:
-        return absl::StrCat("(not ", Write(depth - 1), ")");
+        return absl::StrCat(Pick(2) ? "(not " : "(~", Write(depth - 1), ")");
       case 2:
         return absl::StrCat("(", Write(depth - 1), ")**(", Small(), ")");
       case 3:
       case 4: {
-        static const char* kOps[] = {" + ", " - ", "*", "/", " // ", " % "};
+        static const char* kOps[] = {" + ", " - ", "*", "/", " // ", " % ", " & ", " | "};
         std::string out = absl::StrCat("(", Write(depth - 1));
         for (int i = 1 + Pick(3); i > 0; --i)
-          absl::StrAppend(&out, kOps[Pick(6)], Write(depth - 1));
+          absl::StrAppend(&out, kOps[Pick(8)], Write(depth - 1));
         return out + ")";
       }
       case 5: {
@@ -58,13 +58,46 @@ class TreeWriter {
                             Write(depth - 1), ", True))");
       default: {
         static const std::pair<const char*, int> kFunctions[] = {
-            {"Eq", 2},         {"Ne", 2},         {"Lt", 2},           {"Le", 2},
-            {"Gt", 2},         {"Ge", 2},         {"And", 3},          {"Or", 2},
-            {"Not", 1},        {"Max", 3},        {"Min", 2},          {"Abs", 1},
-            {"FloorDiv", 2},   {"CeilDiv", 2},    {"Mod", 2},          {"PythonMod", 2},
-            {"CleanDiv", 2},   {"IntTrueDiv", 2}, {"FloatTrueDiv", 2}, {"CeilToInt", 1},
-            {"FloorToInt", 1}, {"TruncToInt", 1}, {"ToFloat", 1},      {"PowByNatural", 2},
-            {"FloatPow", 2},   {"max", 2},        {"math.floor", 1},   {"torch.sym_float", 1},
+            {"Eq", 2},
+            {"Ne", 2},
+            {"Lt", 2},
+            {"Le", 2},
+            {"Gt", 2},
+            {"Ge", 2},
+            {"And", 3},
+            {"Or", 2},
+            {"Not", 1},
+            {"Max", 3},
+            {"Min", 2},
+            {"Abs", 1},
+            {"FloorDiv", 2},
+            {"CeilDiv", 2},
+            {"Mod", 2},
+            {"PythonMod", 2},
+            {"CleanDiv", 2},
+            {"IntTrueDiv", 2},
+            {"FloatTrueDiv", 2},
+            {"CeilToInt", 1},
+            {"FloorToInt", 1},
+            {"TruncToInt", 1},
+            {"ToFloat", 1},
+            {"PowByNatural", 2},
+            {"FloatPow", 2},
+            {"max", 2},
+            {"math.floor", 1},
+            {"torch.sym_float", 1},
+            {"RoundToInt", 1},
+            {"RoundDecimal", 2},
+            {"TruncToFloat", 1},
+            {"Identity", 1},
+            {"LShift", 2},
+            {"RShift", 2},
+            {"BitwiseFn_bitwise_and", 2},
+            {"BitwiseFn_bitwise_or", 2},
+            {"IsNonOverlappingAndDenseIndicator", 4},
+            {"OpaqueUnaryFn_exp", 1},
+            {"math.sqrt", 1},
+            {"round", 2},
         };
         const auto& [name, arity] = kFunctions[Pick(sizeof(kFunctions) / sizeof(kFunctions[0]))];
         std::string out = absl::StrCat(name, "(");

@@ -223,6 +223,129 @@ TEST(SymExprTest, ArithmeticAndPowers) {
   ExpectError("10.0**400", absl::StatusCode::kOutOfRange, "overflow");
 }
 
+TEST(SymExprTest, RoundingLikePython) {
+  ExpectValue("RoundToInt(2.5)", I(2));  // ties to even
+  ExpectValue("RoundToInt(3.5)", I(4));
+  ExpectValue("RoundToInt(-2.5)", I(-2));
+  ExpectValue("RoundToInt(2.4999)", I(2));
+  ExpectValue("RoundToInt(7)", I(7));
+  ExpectValue("round(0.5)", I(0));
+  ExpectValue("round(-0.5)", I(0));
+  ExpectError("RoundToInt(oo)", absl::StatusCode::kOutOfRange, "overflow");
+  ExpectError("RoundToInt(oo - oo)", absl::StatusCode::kInvalidArgument, "nan");
+  // round(x, n): the nearest decimal to the binary value, ties to even, as CPython.
+  ExpectValue("RoundDecimal(2.675, 2)", F(2.67));  // 2.675 is just below 2.675
+  ExpectValue("RoundDecimal(0.125, 2)", F(0.12));  // an exact tie
+  ExpectValue("RoundDecimal(0.375, 2)", F(0.38));
+  ExpectValue("RoundDecimal(123.456, 1)", F(123.5));
+  ExpectValue("RoundDecimal(0.3, 20)", F(0.3));
+  ExpectValue("RoundDecimal(1234.5, -2)", F(1200.0));
+  ExpectValue("RoundDecimal(1250.0, -2)", F(1200.0));
+  ExpectValue("RoundDecimal(1350.0, -2)", F(1400.0));
+  ExpectValue("RoundDecimal(50.0, -2)", F(0.0));
+  ExpectValue("RoundDecimal(51.0, -2)", F(100.0));
+  ExpectValue("RoundDecimal(-51.0, -2)", F(-100.0));
+  ExpectValue("RoundDecimal(-0.001, 2)", F(-0.0));
+  ExpectValue("RoundDecimal(5e-324, 323)", F(0.0));
+  ExpectValue("RoundDecimal(1e300, -400)", F(0.0));
+  ExpectValue("RoundDecimal(1.5, 400)", F(1.5));
+  ExpectValue("RoundDecimal(5, 1)", F(5.0));  // sympy rounds float(x)
+  ExpectValue("round(2.5, 0)", F(2.0));
+  ExpectValue("round(0.5, 0)", F(0.0));
+  ExpectValue("round(1.5, 0)", F(2.0));
+  ExpectError("RoundDecimal(1.7976931348623157e308, -308)", absl::StatusCode::kOutOfRange,
+              "too large");
+  ExpectError("RoundDecimal(1.5, 0.5)", absl::StatusCode::kInvalidArgument, "must be an int");
+  ExpectValue("TruncToFloat(-2.5)", F(-2.0));
+  ExpectValue("TruncToFloat(3)", F(3.0));
+  ExpectValue("floor(2.5)", I(2));
+  ExpectValue("ceiling(2.5)", I(3));
+}
+
+TEST(SymExprTest, BitwiseAndShifts) {
+  ExpectValue("BitwiseFn_bitwise_and(12, 10)", I(8));
+  ExpectValue("BitwiseFn_bitwise_or(12, 10)", I(14));
+  ExpectValue("12 & 10", I(8));
+  ExpectValue("12 | 10", I(14));
+  ExpectValue("-8 & 7", I(0));
+  ExpectValue("True & False", B(false));  // two bools give a bool, as in Python
+  ExpectValue("True | 2", I(3));
+  ExpectValue("1 | 2 & 3", I(3));                                // & binds tighter than |
+  ExpectValue("2 + 1 & 1", I(1));                                // and + tighter than &
+  ExpectValue("s0 & 1 == 1", B(true), Symbols({{"s0", I(5)}}));  // comparisons bind last
+  ExpectError("1.5 & 1", absl::StatusCode::kInvalidArgument, "unsupported operand");
+  ExpectValue("LShift(3, 4)", I(48));
+  ExpectValue("LShift(1, 62)", I(int64_t{1} << 62));
+  ExpectValue("LShift(-1, 63)", I(INT64_MIN));
+  ExpectValue("LShift(0, 1000)", I(0));
+  ExpectValue("RShift(-7, 1)", I(-4));
+  ExpectValue("RShift(5, 100)", I(0));
+  ExpectValue("RShift(-5, 100)", I(-1));
+  ExpectError("LShift(1, 63)", absl::StatusCode::kOutOfRange, "overflow");
+  ExpectError("LShift(3, 62)", absl::StatusCode::kOutOfRange, "overflow");
+  ExpectError("LShift(1, -1)", absl::StatusCode::kInvalidArgument, "negative shift");
+  ExpectError("RShift(1.0, 1)", absl::StatusCode::kInvalidArgument, "unsupported operand");
+}
+
+// sympy prints And, Or and Not of relations as &, | and ~.
+TEST(SymExprTest, SympyLogicPrinting) {
+  const Bindings b = Symbols({{"s0", I(3)}, {"s1", I(1)}});
+  ExpectValue("(s0 > 2) & (s1 < 3)", B(true), b);
+  ExpectValue("(s0 > 5) & (s1 < 3)", B(false), b);
+  ExpectValue("Eq(s0, 1) | Eq(s1, 1)", B(true), b);
+  ExpectValue("Eq(s0, 1) | Eq(s1, 2)", B(false), b);
+  ExpectValue("~(s0 > 2)", B(false), b);
+  ExpectValue("~Eq(s1, 2)", B(true), b);
+  ExpectValue("~True", B(false));  // sympy's Not, not Python's bitwise inversion
+  ExpectValue("(s0 >= 2) & ~Eq(s1, 0) | Eq(s0, 0)", B(true), b);
+}
+
+TEST(SymExprTest, IdentityAndNonOverlappingAndDense) {
+  ExpectValue("Identity(s0)", I(3), Symbols({{"s0", I(3)}}));
+  ExpectValue("2*Identity(s0 + 1)", I(8), Symbols({{"s0", I(3)}}));
+  ExpectValue("IsNonOverlappingAndDenseIndicator(2, 3, 3, 1)", I(1));    // contiguous
+  ExpectValue("IsNonOverlappingAndDenseIndicator(2, 3, 1, 2)", I(1));    // transposed
+  ExpectValue("IsNonOverlappingAndDenseIndicator(2, 3, 4, 1)", I(0));    // a gap
+  ExpectValue("IsNonOverlappingAndDenseIndicator(2, 2, 1, 1)", I(0));    // overlapping
+  ExpectValue("IsNonOverlappingAndDenseIndicator(1, 3, 100, 1)", I(1));  // size 1: any stride
+  ExpectValue("IsNonOverlappingAndDenseIndicator(5, 2)", I(0));
+  ExpectValue("IsNonOverlappingAndDenseIndicator(1, 2)", I(1));
+  ExpectValue("IsNonOverlappingAndDenseIndicator(5, 1)", I(1));
+  ExpectValue("IsNonOverlappingAndDenseIndicator(s0, 4, 4, 1)", I(1), Symbols({{"s0", I(7)}}));
+  // The running stride passes int64 only after the last comparison that needs it.
+  ExpectValue("IsNonOverlappingAndDenseIndicator(4294967296, 4294967296, 4294967296, 1)", I(1));
+  ExpectValue("IsNonOverlappingAndDenseIndicator(4294967296, 4294967296, 4, 4294967296, 1, 0)",
+              I(0));
+  ExpectError("IsNonOverlappingAndDenseIndicator(2.0, 1)", absl::StatusCode::kInvalidArgument,
+              "integer");
+}
+
+TEST(SymExprTest, MathFunctionsWithPythonErrors) {
+  ExpectValue("OpaqueUnaryFn_sqrt(4)", F(2.0));
+  ExpectValue("math.sqrt(2.0)", F(1.4142135623730951));
+  ExpectValue("OpaqueUnaryFn_cos(1)", F(std::cos(1.0)));
+  ExpectValue("OpaqueUnaryFn_cosh(1)", F(std::cosh(1.0)));
+  ExpectValue("OpaqueUnaryFn_sin(0)", F(0.0));
+  ExpectValue("OpaqueUnaryFn_sinh(1)", F(std::sinh(1.0)));
+  ExpectValue("OpaqueUnaryFn_tan(1)", F(std::tan(1.0)));
+  ExpectValue("OpaqueUnaryFn_tanh(0.5)", F(std::tanh(0.5)));
+  ExpectValue("OpaqueUnaryFn_asin(1)", F(std::asin(1.0)));
+  ExpectValue("OpaqueUnaryFn_acos(1)", F(0.0));
+  ExpectValue("OpaqueUnaryFn_atan(1.0)", F(0.7853981633974483));
+  ExpectValue("OpaqueUnaryFn_exp(0)", F(1.0));
+  ExpectValue("OpaqueUnaryFn_exp(-oo)", F(0.0));
+  ExpectValue("OpaqueUnaryFn_log(1)", F(0.0));
+  ExpectValue("OpaqueUnaryFn_asinh(1.0)", F(std::asinh(1.0)));
+  ExpectValue("math.log2(8)", F(3.0));
+  ExpectValue("math.exp(oo)", F(INFINITY));
+  ExpectError("OpaqueUnaryFn_sqrt(-1)", absl::StatusCode::kInvalidArgument, "math domain error");
+  ExpectError("OpaqueUnaryFn_log(0)", absl::StatusCode::kInvalidArgument, "math domain error");
+  ExpectError("OpaqueUnaryFn_asin(2)", absl::StatusCode::kInvalidArgument, "math domain error");
+  ExpectError("OpaqueUnaryFn_sin(oo)", absl::StatusCode::kInvalidArgument, "math domain error");
+  ExpectError("OpaqueUnaryFn_exp(1000)", absl::StatusCode::kOutOfRange, "math range error");
+  ExpectError("OpaqueUnaryFn_cosh(1000)", absl::StatusCode::kOutOfRange, "math range error");
+}
+
 TEST(SymExprTest, OverflowIsAnError) {
   ExpectError("9223372036854775807 + 1", absl::StatusCode::kOutOfRange, "overflow");
   ExpectError("-9223372036854775807 - 2", absl::StatusCode::kOutOfRange, "overflow");
@@ -354,7 +477,10 @@ TEST(SymExprTest, ParseErrorsNameTokenAndPosition) {
   ExpectParseError("s0)", "position 2: unexpected ')'");
   ExpectParseError("s0\n", "position 2: no token starts with this character: '\\n'");
   ExpectParseError("+s0", "position 0: unexpected '+'");
-  ExpectParseError("s0 & s1", "'&'");
+  ExpectParseError("s0 ^ s1", "'^'");
+  ExpectParseError("IsNonOverlappingAndDenseIndicator(2, 3, 1)", "an even number of arguments");
+  ExpectParseError("round(1, 2, 3)", "RoundToInt takes 1 argument, got 3");
+  ExpectParseError("ModularIndexing(s0, 1, 2)", "unknown name");
   ExpectParseError("None", "unknown name at 'None'");
   ExpectParseError("s0 ** ", "unexpected end of input");
   ExpectParseError("Max(1, 2,)", "position 9: unexpected ')'");
@@ -464,6 +590,22 @@ TEST(SymExprTest, CanonicalPrint) {
       {"u3 + zuf2 + zf1 + s10", "u3 + zuf2 + zf1 + s10"},
       {"\t s0 ", "s0"},
       {"-9223372036854775808", "-9223372036854775808"},
+      {"round(s0)", "RoundToInt(s0)"},
+      {"round(zf0, 2)", "RoundDecimal(zf0, 2)"},
+      {"math.sqrt(zf0)", "OpaqueUnaryFn_sqrt(zf0)"},
+      {"floor(zf0) + ceiling(zf0)", "FloorToInt(zf0) + CeilToInt(zf0)"},
+      {"~(s0 > 2)", "Not(s0 > 2)"},
+      {"~~Eq(s0, 1)", "Not(Not(Eq(s0, 1)))"},
+      {"(s0 > 2) & (s1 < 3)", "(s0 > 2) & (s1 < 3)"},
+      {"Eq(s0, 1) | Eq(s1, 1)", "Eq(s0, 1) | Eq(s1, 1)"},
+      {"s0 | s1 & s2", "s0 | s1 & s2"},
+      {"(s0 | s1) & s2", "(s0 | s1) & s2"},
+      {"(s0 & 1) + 2", "(s0 & 1) + 2"},
+      {"s0 & 1 == 1", "s0 & 1 == 1"},
+      {"-s0 & -1", "-s0 & -1"},
+      {"IsNonOverlappingAndDenseIndicator(s0, 4, 4, 1)",
+       "IsNonOverlappingAndDenseIndicator(s0, 4, 4, 1)"},
+      {"Identity(2*s0)", "Identity(2*s0)"},
   };
   for (const auto& [text, expected] : cases) {
     absl::StatusOr<ExprPtr> e = Parse(text);
@@ -490,6 +632,10 @@ TEST(SymExprTest, DifferentTreesPrintDifferently) {
       {"FloorDiv(s0, 2)", "s0 // 2"},
       {"Eq(s0, 1)", "s0 == 1"},
       {"s0 and s1", "And(s0, s1)"},
+      {"s0 & s1", "BitwiseFn_bitwise_and(s0, s1)"},
+      {"(s0 | s1) | s2", "s0 | s1 | s2"},
+      {"~s0", "not s0"},
+      {"round(zf0)", "round(zf0, 0)"},
   };
   for (const auto& [a, b] : pairs) {
     auto ea = Parse(a);

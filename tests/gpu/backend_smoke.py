@@ -1,0 +1,160 @@
+"""torch.compile(backend="kiln") against a kilnd started from the GPU bundle, on a GPU machine.
+
+Run from the repository root after `deploy/gpu-bundle.sh .bundle` (carried with the tree):
+
+    python3 tests/gpu/backend_smoke.py --bundle .bundle --out $OUT
+
+Starts kilnd from the bundle, then trains an MLP and a small nanoGPT for a few AdamW steps,
+each in a fresh process, eagerly and with backend="kiln", and writes OUT/backend_smoke.json:
+per model and run the losses, the largest loss difference against eager, the warnings the
+backend gave, and kilnd's compile counters (requests by outcome, compiles by result) before
+and after. The second "kiln" process must find every graph in kilnd's cache (hits only).
+Until the GPU runtime loads kernels, graphs run per the fallback policy (eager), so losses
+match eager exactly; what this checks is everything before loading: live capture, requests,
+sm_90 compiles on the server, artifact verification, warm hits.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import pathlib
+import re
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+
+STEPS = 5
+
+TRAIN = r'''
+import json, sys, warnings
+import torch, torch.nn as nn, torch.nn.functional as F
+sys.path.insert(0, "tests/gpu")
+from capture_corpus import NanoGpt, Mlp, tokens
+
+model_name, mode, steps = sys.argv[1], sys.argv[2], int(sys.argv[3])
+torch.manual_seed(0)
+if model_name == "mlp":
+    model = Mlp(64, 256).cuda()
+    data = [torch.randn(8, 16, 64, device="cuda") for _ in range(steps)]
+    loss_of = lambda m, x: m(x).square().mean()
+else:
+    model = NanoGpt().cuda()
+    data = [(tokens(4, 64, 256), tokens(4, 64, 256)) for _ in range(steps)]
+    loss_of = lambda m, xy: m(*xy)
+opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
+run = model if mode == "eager" else torch.compile(model, backend="kiln")
+losses, caught = [], []
+with warnings.catch_warnings(record=True) as w:
+    warnings.simplefilter("always")
+    for batch in data:
+        opt.zero_grad()
+        loss = loss_of(run, batch)
+        loss.backward()
+        opt.step()
+        losses.append(loss.item())
+    caught = [f"{x.category.__name__}: {x.message}" for x in w if "kiln" in str(x.message).lower()
+              or x.category.__name__.startswith("Kiln")]
+print(json.dumps({"losses": losses, "warnings": caught}))
+'''
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def bundle_env(bundle: pathlib.Path) -> dict:
+    out = subprocess.run(["bash", "-c", f"source {bundle}/env.sh && env -0"], check=True,
+                         capture_output=True).stdout
+    env = dict(item.split("=", 1) for item in out.decode().split("\0") if "=" in item)
+    return env
+
+
+def find_nvjitlink() -> str:
+    import importlib.util
+    for pkg in ("nvidia.nvjitlink", "nvidia.cu13", "nvidia"):
+        try:
+            spec = importlib.util.find_spec(pkg)
+        except ModuleNotFoundError:
+            continue
+        for root in (spec.submodule_search_locations or []) if spec else []:
+            for p in pathlib.Path(root).rglob("libnvJitLink.so*"):
+                return str(p)
+    for p in pathlib.Path("/usr/local/cuda").rglob("libnvJitLink.so*") if pathlib.Path(
+            "/usr/local/cuda").exists() else []:
+        return str(p)
+    return ""
+
+
+def metrics(port: int) -> dict:
+    text = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10).read().decode()
+    out = {}
+    for line in text.splitlines():
+        m = re.match(r'(kiln_compile_requests_total|kiln_compiles_total)\{(\w+)="([^"]+)"\} (\S+)',
+                     line)
+        if m:
+            out[f"{m.group(1)}.{m.group(3)}"] = float(m.group(4))
+    return out
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--bundle", type=pathlib.Path, required=True)
+    parser.add_argument("--out", type=pathlib.Path, required=True)
+    args = parser.parse_args()
+    env = bundle_env(args.bundle.resolve())
+    nvjitlink = find_nvjitlink()
+    if nvjitlink:
+        env["KILN_NVJITLINK"] = nvjitlink
+    grpc_port, http_port = free_port(), free_port()
+    data = pathlib.Path("/tmp/kiln-smoke-data")
+    kilnd = subprocess.Popen(["kilnd", "--listen", f"127.0.0.1:{grpc_port}", "--metrics-listen",
+                              f"127.0.0.1:{http_port}", "--data-dir", str(data)], env=env,
+                             stdout=subprocess.DEVNULL, stderr=open(args.out / "kilnd.log", "w"))
+    report: dict = {"nvjitlink": nvjitlink, "runs": []}
+    try:
+        for _ in range(100):
+            try:
+                metrics(http_port)
+                break
+            except OSError:
+                time.sleep(0.1)
+        run_env = dict(env, KILN_SERVER=f"127.0.0.1:{grpc_port}", PYTHONUNBUFFERED="1")
+        for model in ("mlp", "nanogpt"):
+            eager = None
+            for mode in ("eager", "kiln", "kiln"):
+                before = metrics(http_port)
+                start = time.time()
+                p = subprocess.run([sys.executable, "-c", TRAIN, model, mode, str(STEPS)],
+                                   env=run_env, capture_output=True, text=True, timeout=500)
+                entry = {"model": model, "mode": mode, "rc": p.returncode,
+                         "seconds": round(time.time() - start, 2)}
+                if p.returncode == 0:
+                    result = json.loads(p.stdout.strip().splitlines()[-1])
+                    entry.update(result)
+                    if mode == "eager":
+                        eager = result["losses"]
+                    elif eager:
+                        entry["max_loss_diff"] = max(abs(a - b) for a, b in zip(eager,
+                                                                                result["losses"]))
+                else:
+                    entry["stderr"] = p.stderr[-3000:]
+                after = metrics(http_port)
+                entry["server"] = {k: after.get(k, 0) - before.get(k, 0) for k in after
+                                   if after.get(k, 0) != before.get(k, 0)}
+                report["runs"].append(entry)
+                print(json.dumps(entry)[:1500], flush=True)
+    finally:
+        kilnd.terminate()
+        kilnd.wait(timeout=30)
+    (args.out / "backend_smoke.json").write_text(json.dumps(report, indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
