@@ -8,10 +8,11 @@
 #include "compiler/canon/canonical_graph.h"
 #include "compiler/decompose/decompose.h"
 #include "compiler/graph/import.h"
+#include "compiler/tools/check/runtime_check.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "proto/fx/capture_import.h"
-#include "tests/compiler/runtime_check.h"
+#include "tests/compiler/graph_testing.h"
 
 namespace kiln {
 namespace {
@@ -78,9 +79,9 @@ TEST(SymbolicSizesTest, ASizeOutsideTheIrFallsBackOnlyWhereAKernelNeedsIt) {
   // The runtime evaluates the opaque size, the fallback runs relu eagerly, and both outputs
   // match the interpreter at the hint and at other values of s0.
   for (int64_t s0 : {3, 2, 6}) {
-    exec::CheckOptions options;
+    check::CheckOptions options;
     options.symbols = {{"s0", s0}};
-    auto report = testing::CheckOnRuntime(*proto, *artifact, options);
+    auto report = check::CheckAgainstInterpreter(*proto, *artifact, options);
     ASSERT_TRUE(report.ok()) << report.status();
     EXPECT_TRUE(report->ok) << "s0=" << s0 << ": " << report->message;
     EXPECT_EQ(report->outputs, 2);
@@ -137,9 +138,9 @@ TEST(SymbolicSizesTest, KernelsIndexWithEveryForm) {
   EXPECT_EQ(artifact->summary().fallback_steps(), 0);
   EXPECT_GE(artifact->summary().kernels(), 1);
   for (int64_t s0 : {40, 2, 5, 8, 31, 33, 64}) {
-    exec::CheckOptions options;
+    check::CheckOptions options;
     options.symbols = {{"s0", s0}};
-    auto report = testing::CheckOnRuntime(*proto, *artifact, options);
+    auto report = check::CheckAgainstInterpreter(*proto, *artifact, options);
     ASSERT_TRUE(report.ok()) << report.status();
     EXPECT_TRUE(report->ok) << "s0=" << s0 << ": " << report->message;
     EXPECT_EQ(report->outputs, 3);
