@@ -178,8 +178,10 @@ Tensor SeedTensor(uint64_t v) {
 Tensor LseTensor(const std::vector<double>& lse, const Attention& a, std::vector<int64_t> sizes,
                  int64_t padded_l) {
   std::vector<double> v(static_cast<size_t>(a.bh() * padded_l), kInf);
+  // Without compute_log_sumexp (inference) the rows are empty: nothing to write.
+  const int64_t rows = std::min(a.l, padded_l);
   for (int64_t bh = 0; bh < a.bh(); ++bh) {
-    for (int64_t i = 0; i < a.l; ++i) {
+    for (int64_t i = 0; i < rows; ++i) {
       v[static_cast<size_t>(bh * padded_l + i)] = lse[static_cast<size_t>(bh * a.l + i)];
     }
   }
