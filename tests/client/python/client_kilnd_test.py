@@ -80,7 +80,10 @@ def test_ranks_that_diverge_get_an_error_naming_ranks_and_node(kilnd) -> None:
         assert sorted(e.ranks) == [[0], [1]]
         text = str(e)
         assert "ranks [0]" in text and "ranks [1]" in text
-        assert "first at node" in text and "aten.gelu.default vs aten.relu.default" in text, text
+        # Which rank's graph the server names first depends on which arrived first.
+        assert "first at node" in text, text
+        assert ("aten.gelu.default vs aten.relu.default" in text
+                or "aten.relu.default vs aten.gelu.default" in text), text
 
 
 def free_port() -> int:
