@@ -9,13 +9,14 @@
 #                       gzip keeps the bundle under 64 MiB; env.sh unpacks it once, into
 #                       $TMPDIR/kiln-native-<digest> (KILN_NATIVE_DIR overrides), so the
 #                       bundle folder itself never grows
-#   DIR/wheels/         the kiln wheel (pip install --no-deps DIR/wheels/kiln-*.whl)
+#   DIR/wheels/         the kiln wheel (pip install --no-deps DIR/wheels/kiln-*.whl), with the
+#                       runtime library (libkiln_runtime.so: loads cubins, launches kernels)
 #   DIR/python/         the same wheel unpacked, for PYTHONPATH use (entry point included)
 #   DIR/env.sh          source it from bash: puts kilnd on PATH and sets LD_LIBRARY_PATH and
 #                       PYTHONPATH; then `kilnd --data-dir D &` and `python train.py`
 #
 # Needs kilnd and the generated Python modules built first:
-#   cmake --build --preset release --target kilnd kiln_proto_python
+#   cmake --build --preset release --target kilnd kiln_proto_python kiln_runtime_c
 set -euo pipefail
 
 usage() { echo "usage: $0 DIR [BUILD_DIR]" >&2; exit 2; }
@@ -26,9 +27,11 @@ build=$(cd "${2:-$root/build/release}" 2>/dev/null && pwd) || {
   echo "no build folder ${2:-$root/build/release}" >&2; exit 1; }
 limit=$((64 * 1024 * 1024))
 kilnd=$build/server/kilnd
-for need in "$kilnd" "$build/python/kiln/v1/compile_pb2.py"; do
+runtime=$build/client/libkiln_runtime.so
+for need in "$kilnd" "$build/python/kiln/v1/compile_pb2.py" "$runtime"; do
   if [ ! -e "$need" ]; then
-    echo "missing $need: run cmake --build --preset release --target kilnd kiln_proto_python" >&2
+    echo "missing $need: run cmake --build --preset release --target kilnd kiln_proto_python" \
+      "kiln_runtime_c" >&2
     exit 1
   fi
 done
@@ -62,7 +65,7 @@ tar -czf "$stage/native.tar.gz" -C "$stage/native" .
 # The Python package: the wheel, and the wheel unpacked for PYTHONPATH.
 rm -rf "$out/wheels" "$out/python" "$out/native.tar.gz" "$out/native.sha256"
 wheel=$(/usr/bin/python3 "$root/client/python/build_wheel.py" --out "$out/wheels" \
-  --proto-python "$build/python")
+  --proto-python "$build/python" --runtime-library "$runtime")
 /usr/bin/python3 -m zipfile -e "$wheel" "$out/python"
 
 mv "$stage/native.tar.gz" "$out/native.tar.gz"

@@ -12,7 +12,7 @@ import os
 import pathlib
 import shutil
 
-from setuptools import setup
+from setuptools import Distribution, setup
 from setuptools.command.build_py import build_py
 
 try:
@@ -61,12 +61,15 @@ class BuildPy(build_py):
             shutil.copyfile(library, package / "lib" / RUNTIME_LIBRARY)
 
 
-class BdistWheel(bdist_wheel):
-    def finalize_options(self):
-        super().finalize_options()
-        if runtime_library() is not None:
-            self.root_is_pure = False
+class PlatformDistribution(Distribution):
+    """A distribution with native code: its files go to the wheel's root (platlib), where
+    an unpacked wheel on PYTHONPATH finds them, rather than under .data/purelib."""
 
+    def has_ext_modules(self):
+        return runtime_library() is not None
+
+
+class BdistWheel(bdist_wheel):
     def get_tag(self):
         python, abi, platform = super().get_tag()
         if runtime_library() is not None:
@@ -77,4 +80,5 @@ class BdistWheel(bdist_wheel):
 setup(
     packages=["kiln", "kiln.v1"] if STAGED_V1.is_dir() else ["kiln"],
     cmdclass={"build_py": BuildPy, "bdist_wheel": BdistWheel},
+    distclass=PlatformDistribution,
 )

@@ -164,11 +164,32 @@ absl::StatusOr<SymbolMap> ResolveSymbols(const v1::Graph& graph, const SymbolMap
   return out;
 }
 
+absl::StatusOr<std::map<std::string, std::pair<int64_t, int64_t>, std::less<>>> IntInputRanges(
+    const v1::Graph& graph, const RandomInputOptions& options) {
+  absl::StatusOr<SymbolMap> symbols = ResolveSymbols(graph, options.symbols);
+  if (!symbols.ok()) return symbols.status();
+  const RangeInference inferred(graph, *symbols);
+  std::map<std::string, std::pair<int64_t, int64_t>, std::less<>> out;
+  for (const v1::GraphInput& in : graph.inputs()) {
+    if (!in.meta().has_tensor()) continue;
+    const v1::DType dtype = in.meta().tensor().dtype();
+    if (IsFloating(dtype) || dtype == v1::DTYPE_BOOL) continue;
+    std::pair<int64_t, int64_t> range = {0, 2};
+    if (auto r = inferred.RangeOf(in.name())) range = *r;
+    if (auto it = options.int_ranges.find(in.name()); it != options.int_ranges.end()) {
+      range = it->second;
+    }
+    out[in.name()] = range;
+  }
+  return out;
+}
+
 absl::StatusOr<std::vector<Value>> MakeRandomInputs(const v1::Graph& graph,
                                                     const RandomInputOptions& options) {
   absl::StatusOr<SymbolMap> symbols = ResolveSymbols(graph, options.symbols);
   if (!symbols.ok()) return symbols.status();
-  const RangeInference ranges(graph, *symbols);
+  auto ranges = IntInputRanges(graph, options);
+  if (!ranges.ok()) return ranges.status();
   std::vector<Value> out;
   for (int i = 0; i < graph.inputs_size(); ++i) {
     const v1::GraphInput& in = graph.inputs(i);
@@ -216,11 +237,7 @@ absl::StatusOr<std::vector<Value>> MakeRandomInputs(const v1::Graph& graph,
       }
     } else {
       std::pair<int64_t, int64_t> range = {0, 2};
-      if (auto inferred = ranges.RangeOf(in.name())) range = *inferred;
-      if (auto it = options.int_ranges.find(in.name()); it != options.int_ranges.end()) {
-        range = it->second;
-      }
-      if (m.dtype() == v1::DTYPE_BOOL) range = {0, 2};
+      if (auto it = ranges->find(in.name()); it != ranges->end()) range = it->second;
       for (int64_t slot : slots) t.WriteInt(slot, rng.Int(range.first, range.second));
     }
     out.emplace_back(std::move(t));

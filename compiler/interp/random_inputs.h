@@ -36,6 +36,12 @@ struct RandomInputOptions {
 absl::StatusOr<std::map<std::string, int64_t, std::less<>>> ResolveSymbols(
     const v1::Graph& graph, const std::map<std::string, int64_t, std::less<>>& overrides);
 
+// [low, high) of the values MakeRandomInputs draws for each integer tensor input (bool
+// excluded: always [0, 2)), by input name: inferred from the input's uses, else [0, 2);
+// options.int_ranges overrides. For tools that make inputs of their own.
+absl::StatusOr<std::map<std::string, std::pair<int64_t, int64_t>, std::less<>>> IntInputRanges(
+    const v1::Graph& graph, const RandomInputOptions& options = {});
+
 // One value per graph input, in order.
 absl::StatusOr<std::vector<Value>> MakeRandomInputs(const v1::Graph& graph,
                                                     const RandomInputOptions& options = {});

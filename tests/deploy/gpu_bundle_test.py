@@ -48,8 +48,17 @@ def test_bundle_is_small_and_holds_kilnd_its_libraries_and_the_package(
     for expected in ("librocksdb.so", "libgrpc++.so", "libprotobuf.so", "libabsl_", "libssl.so"):
         assert any(lib.startswith(expected) for lib in libs), (expected, libs)
     assert not [lib for lib in libs if lib.startswith(SYSTEM)]
-    (wheel,) = (bundle / "wheels").glob("kiln-*-py3-none-any.whl")
+    # The wheel carries the native runtime library, so it is tagged for the platform.
+    (wheel,) = (bundle / "wheels").glob("kiln-*-py3-none-linux_x86_64.whl")
     assert (bundle / "python" / "kiln" / "v1" / "compile_pb2.py").is_file()
+    runtime = bundle / "python" / "kiln" / "lib" / "libkiln_runtime.so"
+    exported = subprocess.run(["nm", "-D", "--defined-only", str(runtime)], capture_output=True,
+                              text=True, check=True).stdout
+    functions = sorted(line.split()[-1] for line in exported.splitlines() if " T " in line)
+    assert functions and all(f.startswith("kiln_cuda_") for f in functions), functions
+    needed = subprocess.run(["readelf", "-d", str(runtime)], capture_output=True, text=True,
+                            check=True).stdout
+    assert "cuda" not in needed.lower(), "the driver is opened at run time, never linked"
     assert (bundle / "python" / "kiln-0.1.0.dist-info" / "entry_points.txt").is_file()
 
 

@@ -18,14 +18,12 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import pathlib
-import re
-import socket
 import subprocess
 import sys
 import time
-import urllib.request
+
+from kilnd_process import KilnServer
 
 STEPS = 5
 
@@ -62,73 +60,18 @@ print(json.dumps({"losses": losses, "warnings": caught}))
 '''
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def bundle_env(bundle: pathlib.Path) -> dict:
-    out = subprocess.run(["bash", "-c", f"source {bundle}/env.sh && env -0"], check=True,
-                         capture_output=True).stdout
-    env = dict(item.split("=", 1) for item in out.decode().split("\0") if "=" in item)
-    return env
-
-
-def find_nvjitlink() -> str:
-    import importlib.util
-    for pkg in ("nvidia.nvjitlink", "nvidia.cu13", "nvidia"):
-        try:
-            spec = importlib.util.find_spec(pkg)
-        except ModuleNotFoundError:
-            continue
-        for root in (spec.submodule_search_locations or []) if spec else []:
-            for p in pathlib.Path(root).rglob("libnvJitLink.so*"):
-                return str(p)
-    for p in pathlib.Path("/usr/local/cuda").rglob("libnvJitLink.so*") if pathlib.Path(
-            "/usr/local/cuda").exists() else []:
-        return str(p)
-    return ""
-
-
-def metrics(port: int) -> dict:
-    text = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10).read().decode()
-    out = {}
-    for line in text.splitlines():
-        m = re.match(r'(kiln_compile_requests_total|kiln_compiles_total)\{(\w+)="([^"]+)"\} (\S+)',
-                     line)
-        if m:
-            out[f"{m.group(1)}.{m.group(3)}"] = float(m.group(4))
-    return out
-
-
 def main() -> int:
     parser = argparse.ArgumentParser()
     parser.add_argument("--bundle", type=pathlib.Path, required=True)
     parser.add_argument("--out", type=pathlib.Path, required=True)
     args = parser.parse_args()
-    env = bundle_env(args.bundle.resolve())
-    nvjitlink = find_nvjitlink()
-    if nvjitlink:
-        env["KILN_NVJITLINK"] = nvjitlink
-    grpc_port, http_port = free_port(), free_port()
-    data = pathlib.Path("/tmp/kiln-smoke-data")
-    kilnd = subprocess.Popen(["kilnd", "--listen", f"127.0.0.1:{grpc_port}", "--metrics-listen",
-                              f"127.0.0.1:{http_port}", "--data-dir", str(data)], env=env,
-                             stdout=subprocess.DEVNULL, stderr=open(args.out / "kilnd.log", "w"))
-    report: dict = {"nvjitlink": nvjitlink, "runs": []}
-    try:
-        for _ in range(100):
-            try:
-                metrics(http_port)
-                break
-            except OSError:
-                time.sleep(0.1)
-        run_env = dict(env, KILN_SERVER=f"127.0.0.1:{grpc_port}", PYTHONUNBUFFERED="1")
+    with KilnServer(args.bundle, args.out) as server:
+        report: dict = {"nvjitlink": server.nvjitlink, "runs": []}
+        run_env = dict(server.env, PYTHONUNBUFFERED="1")
         for model in ("mlp", "nanogpt"):
             eager = None
             for mode in ("eager", "kiln", "kiln"):
-                before = metrics(http_port)
+                before = server.metrics()
                 start = time.time()
                 p = subprocess.run([sys.executable, "-c", TRAIN, model, mode, str(STEPS)],
                                    env=run_env, capture_output=True, text=True, timeout=500)
@@ -144,14 +87,11 @@ def main() -> int:
                                                                                 result["losses"]))
                 else:
                     entry["stderr"] = p.stderr[-3000:]
-                after = metrics(http_port)
+                after = server.metrics()
                 entry["server"] = {k: after.get(k, 0) - before.get(k, 0) for k in after
                                    if after.get(k, 0) != before.get(k, 0)}
                 report["runs"].append(entry)
                 print(json.dumps(entry)[:1500], flush=True)
-    finally:
-        kilnd.terminate()
-        kilnd.wait(timeout=30)
     (args.out / "backend_smoke.json").write_text(json.dumps(report, indent=1))
     return 0
 

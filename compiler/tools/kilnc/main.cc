@@ -3,24 +3,36 @@
 // interpreter at the symbols' hints and at other values inside their ranges that satisfy
 // the guards.
 //
-//   kilnc GRAPH [--target x86_64|cuda:sm_90] [--check]
+//   kilnc GRAPH [--target x86_64|cuda:sm_90] [--check] [-o ARTIFACT] [--input-ranges JSON]
+//         [--name-map JSON]
+//
+// -o writes the kiln.v1.CompiledGraph (binary); --input-ranges writes, as a JSON object, the
+// [low, high) each integer input's random values are drawn from (indices below the table
+// they index), so that tools making inputs of their own (the GPU tests) make valid ones;
+// --name-map writes {"%P": "node name"}: the graph's node behind each canonical name the
+// artifact uses (buffers, kernels' nodes), for tools that compare a plan's buffers with an
+// eager run of the graph.
 //
 // GRAPH is anything ReadGraphFile reads: a kiln.v1.Graph in binary or JSON, or FX capture
 // JSON. Exit codes: 0 compiled (and checked), 1 failed, 2 bad usage.
 
 #include <cstdio>
+#include <fstream>
 #include <string>
 #include <utility>
 #include <vector>
 
 #include "CLI/CLI.hpp"
+#include "absl/strings/escaping.h"
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
 #include "compiler/canon/compile_key.h"
 #include "compiler/codegen/target.h"
 #include "compiler/compile.h"
+#include "compiler/interp/random_inputs.h"
 #include "compiler/tools/check/runtime_check.h"
+#include "proto/base/serialize.h"
 #include "proto/graph_file.h"
 
 namespace {
@@ -36,7 +48,37 @@ struct Command {
   std::string graph_path;
   std::string target{kiln::codegen::kTargetX86_64};
   bool check = false;
+  std::string output_path;
+  std::string input_ranges_path;
+  std::string name_map_path;
 };
+
+bool WriteFile(const std::string& path, const std::string& bytes) {
+  std::ofstream out(path, std::ios::binary | std::ios::trunc);
+  out.write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
+  out.close();
+  if (!out) {
+    std::fprintf(stderr, "kilnc: cannot write %s\n", path.c_str());
+    return false;
+  }
+  return true;
+}
+
+// {"input name": [low, high], ...}; names are FX placeholder names (identifiers).
+bool WriteInputRanges(const kiln::v1::Graph& graph, const std::string& path) {
+  auto ranges = kiln::interp::IntInputRanges(graph);
+  if (!ranges.ok()) {
+    std::fprintf(stderr, "kilnc: %s\n", ranges.status().ToString().c_str());
+    return false;
+  }
+  std::string json = "{";
+  for (const auto& [name, range] : *ranges) {
+    absl::StrAppend(&json, json.size() > 1 ? ", " : "", "\"", absl::CEscape(name), "\": [",
+                    range.first, ", ", range.second, "]");
+  }
+  json += "}\n";
+  return WriteFile(path, json);
+}
 
 void PrintSummary(const kiln::v1::CompiledGraph& artifact) {
   const kiln::v1::CompileSummary& s = artifact.summary();
@@ -101,10 +143,26 @@ int Check(const kiln::v1::Graph& graph, const kiln::v1::CompiledGraph& artifact)
   return failures;
 }
 
+bool WriteNameMap(const kiln::canon::CanonicalGraph& canonical, const std::string& path) {
+  const kiln::graph::Graph& graph = canonical.graph();
+  std::string json = "{";
+  for (uint32_t node : canonical.order()) {
+    absl::StrAppend(&json, json.size() > 1 ? ", " : "", "\"%", canonical.position(node), "\": \"",
+                    absl::CEscape(graph.name(graph.node(node))), "\"");
+  }
+  json += "}\n";
+  return WriteFile(path, json);
+}
+
 int Run(const Command& command) {
   auto proto = kiln::ReadGraphFile(command.graph_path);
   if (!proto.ok()) {
     std::fprintf(stderr, "kilnc: %s\n", proto.status().ToString().c_str());
+    return kExitFailed;
+  }
+  // Before compiling: the ranges are of the graph, and tools want them for graphs that do
+  // not compile too.
+  if (!command.input_ranges_path.empty() && !WriteInputRanges(*proto, command.input_ranges_path)) {
     return kExitFailed;
   }
   kiln::v1::CompileOptions options;
@@ -112,6 +170,9 @@ int Run(const Command& command) {
   auto keyed = kiln::canon::KeyGraph(*proto, options);
   if (!keyed.ok()) {
     std::fprintf(stderr, "kilnc: %s\n", keyed.status().ToString().c_str());
+    return kExitFailed;
+  }
+  if (!command.name_map_path.empty() && !WriteNameMap(*keyed->canonical, command.name_map_path)) {
     return kExitFailed;
   }
   std::vector<std::pair<std::string, double>> phases;
@@ -131,6 +192,10 @@ int Run(const Command& command) {
   PrintSummary(*artifact);
   for (const auto& [phase, ms] : phases) std::printf("phase %-9s %8.2f ms\n", phase.c_str(), ms);
   std::printf("total        %8.2f ms\n", total_ms);
+  if (!command.output_path.empty() &&
+      !WriteFile(command.output_path, kiln::DeterministicBytes(*artifact))) {
+    return kExitFailed;
+  }
   if (!command.check) return 0;
   return Check(*proto, *artifact) == 0 ? 0 : kExitFailed;
 }
@@ -144,6 +209,11 @@ int main(int argc, char** argv) {
       ->required();
   app.add_option("--target", command.target, "x86_64 or cuda:sm_90")->capture_default_str();
   app.add_flag("--check", command.check, "run the artifact against the reference interpreter");
+  app.add_option("-o,--output", command.output_path, "write the CompiledGraph (binary) here");
+  app.add_option("--input-ranges", command.input_ranges_path,
+                 "write each integer input's [low, high) as JSON here");
+  app.add_option("--name-map", command.name_map_path,
+                 "write the node name behind each canonical name as JSON here");
   try {
     app.parse(argc, argv);
   } catch (const CLI::CallForHelp& e) {

@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 
 #include <fstream>
+#include <iterator>
 #include <string>
 #include <vector>
 
@@ -155,6 +156,47 @@ TEST(KilncTest, CheckThatCannotRunFails) {
   EXPECT_NE(Line(r.out, "fallbacks    1"), "") << r.out;
   EXPECT_TRUE(absl::StrContains(Line(r.out, "check hints "), " ERROR ")) << r.out;
   EXPECT_TRUE(absl::StrContains(r.out, "aten.not_an_op.default")) << r.out;
+}
+
+std::string ReadFile(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  return std::string(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
+}
+
+// -o writes the artifact the summary describes; the same graph writes the same bytes.
+TEST(KilncTest, WritesTheArtifact) {
+  testing::TempDir dir;
+  const std::string a = dir.path() + "/a.pb", b = dir.path() + "/b.pb";
+  const testing::RunResult r = Kilnc({GraphPath("mlp_fp32.fw.json"), "-o", a});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  ASSERT_EQ(Kilnc({GraphPath("mlp_fp32.fw.json"), "--output", b}).exit_code, 0);
+  v1::CompiledGraph artifact;
+  ASSERT_TRUE(artifact.ParseFromString(ReadFile(a)));
+  EXPECT_EQ(artifact.target(), "x86_64");
+  EXPECT_EQ(Line(r.out, "decision"), "decision     " + artifact.decision_digest());
+  EXPECT_EQ(ReadFile(a), ReadFile(b));
+}
+
+// --input-ranges: the embedding's indices stay below the table's rows, written even for a
+// graph that does not compile; --name-map: the node behind each canonical name.
+TEST(KilncTest, WritesInputRangesAndNameMap) {
+  testing::TempDir dir;
+  const std::string ranges = dir.path() + "/ranges.json", names = dir.path() + "/names.json";
+  const testing::RunResult r =
+      Kilnc({GraphPath("nanogpt_fp32.fw.json"), "--input-ranges", ranges, "--target", "riscv"});
+  EXPECT_EQ(r.exit_code, 1) << "riscv is no target";
+  EXPECT_EQ(ReadFile(ranges), "{\"primals_1\": [0, 1024], \"primals_31\": [0, 1024]}\n");
+  ASSERT_EQ(Kilnc({GraphPath("mlp_fp32.fw.json"), "--name-map", names}).exit_code, 0);
+  const std::string map = ReadFile(names);
+  EXPECT_TRUE(absl::StartsWith(map, "{\"%0\": \"")) << map;
+  EXPECT_TRUE(absl::StrContains(map, "\": \"native_layer_norm\"")) << map;
+}
+
+TEST(KilncTest, UnwritableOutputFailsNamingIt) {
+  const testing::RunResult r =
+      Kilnc({GraphPath("mlp_fp32.fw.json"), "-o", "/nonexistent/dir/a.pb"});
+  EXPECT_EQ(r.exit_code, 1);
+  EXPECT_TRUE(absl::StrContains(r.err, "kilnc: cannot write /nonexistent/dir/a.pb")) << r.err;
 }
 
 TEST(KilncTest, MissingFileFailsNamingIt) {

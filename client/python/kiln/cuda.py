@@ -1,0 +1,150 @@
+"""Kiln's CUDA runtime library (client/runtime/cuda/kiln_cuda.h) through ctypes.
+
+The library loads cubins into a device's primary context (PyTorch's) and launches their
+kernels on a given stream; it opens the CUDA driver itself, so this module imports on any
+machine and only a call that needs the driver fails there, with the driver's reason.
+
+Where the library comes from, in order: $KILN_RUNTIME_LIBRARY, the copy inside the package
+(kiln/lib/libkiln_runtime.so, see kiln.native), libkiln_runtime.so on the loader's path.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import os
+import threading
+from typing import Optional, Sequence
+
+from kiln.native import RUNTIME_LIBRARY, runtime_library
+
+MAX_PARAMS = 256
+_ERROR_BYTES = 1024
+
+
+class CudaError(RuntimeError):
+    """A failed runtime call: `code` is the driver's CUresult (or one of the library's own
+    codes above 100000) and the message names the call."""
+
+    def __init__(self, code: int, message: str) -> None:
+        super().__init__(message)
+        self.code = code
+
+
+class _Library:
+    def __init__(self, path: str) -> None:
+        lib = ctypes.CDLL(path, mode=ctypes.RTLD_LOCAL)
+        err = [ctypes.c_char_p, ctypes.c_size_t]
+        vp = ctypes.c_void_p
+        lib.kiln_cuda_open.argtypes = [ctypes.POINTER(ctypes.c_int)] + err
+        lib.kiln_cuda_module_load.argtypes = [ctypes.c_int, vp, ctypes.c_size_t,
+                                              ctypes.POINTER(vp)] + err
+        lib.kiln_cuda_module_unload.argtypes = [vp]
+        lib.kiln_cuda_module_unload.restype = None
+        lib.kiln_cuda_module_function.argtypes = [vp, ctypes.c_char_p, ctypes.POINTER(vp)] + err
+        lib.kiln_cuda_function_attributes.argtypes = [vp] + [ctypes.POINTER(ctypes.c_int)] * 3 + err
+        lib.kiln_cuda_launch.argtypes = [vp, ctypes.POINTER(ctypes.c_uint32),
+                                         ctypes.POINTER(ctypes.c_uint32), ctypes.c_uint32, vp,
+                                         ctypes.POINTER(ctypes.c_uint64), ctypes.c_size_t] + err
+        for fn in (lib.kiln_cuda_open, lib.kiln_cuda_module_load, lib.kiln_cuda_module_function,
+                   lib.kiln_cuda_function_attributes, lib.kiln_cuda_launch):
+            fn.restype = ctypes.c_int
+        self.lib = lib
+        self.path = path
+
+
+_lock = threading.Lock()
+_library: Optional[_Library] = None
+
+
+def library_path() -> str:
+    """The library this process loads (see the module's docstring)."""
+    explicit = os.environ.get("KILN_RUNTIME_LIBRARY")
+    if explicit:
+        return explicit
+    bundled = runtime_library()
+    return str(bundled) if bundled is not None else RUNTIME_LIBRARY
+
+
+def _lib() -> ctypes.CDLL:
+    global _library
+    with _lock:
+        if _library is None:
+            path = library_path()
+            try:
+                _library = _Library(path)
+            except OSError as e:
+                raise CudaError(-1, f"cannot load Kiln's runtime library {path}: {e}") from e
+        return _library.lib
+
+
+def _call(fn: ctypes._CFuncPtr, *args: object) -> None:  # type: ignore[name-defined]
+    buf = ctypes.create_string_buffer(_ERROR_BYTES)
+    code = fn(*args, buf, _ERROR_BYTES)
+    if code != 0:
+        raise CudaError(code, buf.value.decode("utf-8", "replace"))
+
+
+def driver_version() -> int:
+    """The CUDA driver's version (13000 for CUDA 13.0); opens the driver."""
+    version = ctypes.c_int(0)
+    _call(_lib().kiln_cuda_open, ctypes.byref(version))
+    return version.value
+
+
+class Function:
+    """A kernel entry of a loaded Module; valid while the module is."""
+
+    def __init__(self, module: "Module", handle: int, name: str) -> None:
+        self.module = module
+        self.handle = handle
+        self.name = name
+
+    def attributes(self) -> dict[str, int]:
+        """registers, static_shared_bytes and max_threads_per_block, as the driver says."""
+        values = [ctypes.c_int(0) for _ in range(3)]
+        _call(_lib().kiln_cuda_function_attributes, self.handle, *map(ctypes.byref, values))
+        return {"registers": values[0].value, "static_shared_bytes": values[1].value,
+                "max_threads_per_block": values[2].value}
+
+
+class Module:
+    """One cubin (or PTX) loaded on a device; unloaded by close() or when collected."""
+
+    def __init__(self, image: bytes, device: int = 0) -> None:
+        self._lib = _lib()
+        handle = ctypes.c_void_p()
+        self._image = image  # the driver copies it; kept only to pin the buffer during the call
+        _call(self._lib.kiln_cuda_module_load, device, image, len(image), ctypes.byref(handle))
+        self.handle: Optional[int] = handle.value
+        self.device = device
+
+    def function(self, name: str) -> Function:
+        if self.handle is None:
+            raise CudaError(-1, f"module is closed; cannot look up {name}")
+        handle = ctypes.c_void_p()
+        _call(self._lib.kiln_cuda_module_function, self.handle, name.encode(), ctypes.byref(handle))
+        return Function(self, handle.value or 0, name)
+
+    def close(self) -> None:
+        if self.handle is not None:
+            self._lib.kiln_cuda_module_unload(self.handle)
+            self.handle = None
+
+    def __del__(self) -> None:
+        try:
+            self.close()
+        except Exception:  # interpreter shutdown: the library may be gone already
+            pass
+
+
+def launch(function: Function, grid: Sequence[int], block: Sequence[int], shared_bytes: int,
+           stream: int, params: Sequence[int]) -> None:
+    """Launches `function` on `stream` (a cudaStream_t as an int; 0 is the legacy default
+    stream). `params` are the kernel's 8-byte parameters in order: device pointers and int64
+    values (negative ones are passed as their two's complement)."""
+    if len(params) > MAX_PARAMS:
+        raise CudaError(-1, f"{function.name}: {len(params)} parameters, more than {MAX_PARAMS}")
+    g = (ctypes.c_uint32 * 3)(*grid)
+    b = (ctypes.c_uint32 * 3)(*block)
+    p = (ctypes.c_uint64 * max(1, len(params)))(*(v & 0xFFFFFFFFFFFFFFFF for v in params))
+    _call(_lib().kiln_cuda_launch, function.handle, g, b, shared_bytes, stream, p, len(params))

@@ -1,0 +1,501 @@
+"""Runs a CompiledGraph for a CUDA target on PyTorch tensors.
+
+    runtime = GpuRuntime(artifact)          # a kiln.v1.CompiledGraph for cuda:sm_90
+    outputs = runtime.run([x, w, 16])       # tensors on the GPU, symbolic ints as ints
+
+Loading checks every module against its digest, loads the cubins (kiln.cuda) into the
+device's primary context, resolves every kernel and parses every expression once. A run
+binds the symbols from the inputs, checks the inputs against the plan, takes one arena for
+intermediates and workspaces and one allocation per output from PyTorch's caching
+allocator, and runs the steps in order on PyTorch's current stream: kernels through the
+driver, extern and fallback steps as ATen ops through PyTorch, copies and write-backs with
+copy_. Outputs are views with the sizes, strides and aliasing the plan gives; an output
+that aliases an input is a view of the caller's tensor.
+
+Kernels that draw random numbers (dropout) get the run's Philox seed and offset; the offset
+advances by the plan's increment every run, so runs draw fresh numbers. Extern and fallback
+ops draw from PyTorch's own generator.
+
+Errors: RuntimeLoadError for an artifact this runtime cannot run (wrong target, a module
+whose bytes do not match its digest, a kernel the cubin lacks, an expression that does not
+parse), InputMismatch for inputs that do not fit the plan (naming the input), and
+kiln.cuda.CudaError from the driver. A step that fails raises StepFailed naming the step
+(a driver error stays a CudaError, its message prefixed with the step).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import itertools
+import struct
+from dataclasses import dataclass, field
+from typing import Any, Callable, Optional, Sequence
+
+from kiln import cuda
+from kiln.aten import constant, resolve_op, torch_dtype
+from kiln.symexpr import Evaluator, ExprError, compile_expr, compile_symint
+
+_BUFFER_INPUT, _BUFFER_OUTPUT, _BUFFER_INTERMEDIATE, _BUFFER_WORKSPACE = 1, 2, 3, 4
+_PARAM_BUFFER, _PARAM_SYMBOL, _PARAM_SCALAR, _PARAM_RNG_SEED, _PARAM_RNG_OFFSET = 1, 2, 3, 4, 5
+_BINARY_CUBIN, _BINARY_PTX = 1, 2
+
+# Ops whose argument at this position is a storage offset into their first argument's
+# storage.
+_STORAGE_OFFSET_ARG = {"aten.as_strided.default": 3, "aten.as_strided_copy.default": 3,
+                       "aten.as_strided_scatter.default": 4}
+
+
+class RuntimeLoadError(ValueError):
+    """An artifact this runtime cannot run; the message says what and where."""
+
+
+class InputMismatch(ValueError):
+    """Inputs that do not fit the plan; the message names the input."""
+
+
+class StepFailed(RuntimeError):
+    """A plan step that failed; the message names the step, the cause is chained."""
+
+
+@dataclass
+class _View:
+    buffer: int
+    dtype: Any
+    itemsize: int
+    sizes: list[Evaluator]
+    strides: list[Evaluator]
+    offset: Evaluator
+
+
+@dataclass
+class _Kernel:
+    name: str
+    function: cuda.Function
+    params: list[tuple[int, Any]]
+    grid: list[Evaluator]
+    block: list[Evaluator]
+    shared_bytes: int
+
+
+@dataclass
+class _Buffer:
+    kind: int
+    size: Evaluator
+    offset: Evaluator
+    alignment: int
+    input_index: int
+    name: str
+
+
+@dataclass
+class _Call:
+    op: Callable[..., Any]
+    target: str
+    args: list[Any]
+    kwargs: list[tuple[str, Any]]
+    outputs: list[Optional[_View]]
+    collective: bool
+
+
+@dataclass
+class _Step:
+    kind: str
+    label: str
+    kernel: int = -1
+    call: Optional[_Call] = None
+    src: Optional[_View] = None
+    dst: Optional[_View] = None
+    input_index: int = -1
+
+
+@dataclass
+class _Output:
+    kind: str  # "none", "symbol" or "view"
+    view: Optional[_View] = None
+    symbol: Optional[Evaluator] = None
+
+
+@dataclass
+class _InputSpec:
+    name: str
+    symbolic: bool
+    dtype: Any = None
+    sizes: list[Evaluator] = field(default_factory=list)
+    strides: list[Evaluator] = field(default_factory=list)
+
+
+class GpuRuntime:
+    """A loaded CUDA CompiledGraph; run() may be called any number of times."""
+
+    def __init__(self, artifact: Any, device: Any = None,
+                 process_groups: Sequence[str] = ()) -> None:
+        import torch  # noqa: PLC0415
+
+        if not artifact.target.startswith("cuda:"):
+            raise RuntimeLoadError(f"artifact is for {artifact.target!r}, not a CUDA target")
+        self.device = torch.device(device if device is not None else "cuda")
+        if self.device.index is None:
+            self.device = torch.device("cuda", torch.cuda.current_device())
+        self.compile_key = artifact.compile_key
+        self.process_groups = list(process_groups)
+        self.symbols = list(artifact.symbols)
+        self._expr_cache: dict[str, Evaluator] = {}
+        self._modules = self._load_modules(artifact)
+        self.kernels = [self._kernel(artifact, i) for i in range(len(artifact.kernels))]
+        self.buffers = [self._buffer(b) for b in artifact.buffers]
+        self.steps = [self._step(artifact, i) for i in range(len(artifact.steps))]
+        self.outputs = [self._output(o) for o in artifact.outputs]
+        self.inputs = [self._input_spec(s) for s in artifact.inputs]
+        self.sources = [(s.input_index, s.dim, s.from_stride) for s in artifact.symbol_sources]
+        self.workspace = self._symint(artifact.cudagraph.workspace_bytes, "workspace bytes")
+        self.rng_increment = int(artifact.cudagraph.rng_offset_increment)
+        self._rng_offset = itertools.count(0, max(1, self.rng_increment))
+
+    # Loading.
+
+    def _expr(self, text: str, where: str) -> Evaluator:
+        try:
+            if text not in self._expr_cache:
+                self._expr_cache[text] = compile_expr(text, self.symbols)
+            return self._expr_cache[text]
+        except ExprError as e:
+            raise RuntimeLoadError(f"{where}: {e}") from e
+
+    def _symint(self, s: Any, where: str) -> Evaluator:
+        if s.WhichOneof("kind") == "expr":
+            return self._expr(s.expr, where)
+        return compile_symint(s, self.symbols)
+
+    def _load_modules(self, artifact: Any) -> dict[int, cuda.Module]:
+        used = {k.module for k in artifact.kernels}
+        modules: dict[int, cuda.Module] = {}
+        for i, m in enumerate(artifact.modules):
+            digest = hashlib.sha256(m.binary).hexdigest()
+            if digest != m.digest.hash or len(m.binary) != m.digest.size_bytes:
+                raise RuntimeLoadError(f"module {i}: its bytes do not match its digest "
+                                       f"({digest[:16]}... against {m.digest.hash[:16]}...)")
+            if i not in used:
+                continue
+            if m.kind not in (_BINARY_CUBIN, _BINARY_PTX):
+                raise RuntimeLoadError(f"module {i}: kind {m.kind} is neither cubin nor PTX")
+            modules[i] = cuda.Module(bytes(m.binary), self.device.index)
+        return modules
+
+    def _view(self, v: Any, where: str) -> Optional[_View]:
+        if v.buffer < 0:
+            return None
+        import torch  # noqa: PLC0415
+
+        dtype = torch_dtype(v.dtype)
+        return _View(v.buffer, dtype, torch.empty((), dtype=dtype).element_size(),
+                     [self._symint(x, where) for x in v.sizes],
+                     [self._symint(x, where) for x in v.strides], self._symint(v.offset, where))
+
+    def _kernel(self, artifact: Any, i: int) -> _Kernel:
+        k = artifact.kernels[i]
+        where = f"kernel {i} ({k.name})"
+        if k.module not in self._modules:
+            raise RuntimeLoadError(f"{where}: module {k.module} does not exist")
+        try:
+            function = self._modules[k.module].function(k.name)
+        except cuda.CudaError as e:
+            raise RuntimeLoadError(f"{where}: {e}") from e
+        params: list[tuple[int, Any]] = []
+        for p in k.params:
+            if p.kind == _PARAM_BUFFER:
+                params.append((p.kind, p.buffer))
+            elif p.kind == _PARAM_SYMBOL:
+                if p.symbol not in self.symbols:
+                    raise RuntimeLoadError(f"{where}: unknown symbol {p.symbol!r}")
+                params.append((p.kind, self.symbols.index(p.symbol)))
+            elif p.kind == _PARAM_SCALAR:
+                value = p.scalar
+                if value.WhichOneof("kind") == "float_value":
+                    params.append((p.kind, struct.unpack("<q", struct.pack("<d",
+                                                                           value.float_value))[0]))
+                else:
+                    params.append((p.kind, int(getattr(value, value.WhichOneof("kind") or
+                                                       "int_value"))))
+            elif p.kind in (_PARAM_RNG_SEED, _PARAM_RNG_OFFSET):
+                params.append((p.kind, None))
+            else:
+                raise RuntimeLoadError(f"{where}: parameter kind {p.kind} is not supported")
+        grid = [self._symint(g, where) for g in k.launch.grid]
+        block = [self._symint(b, where) for b in k.launch.block]
+        if len(grid) != 3 or len(block) != 3:
+            raise RuntimeLoadError(f"{where}: grid and block need three extents each")
+        return _Kernel(k.name, function, params, grid, block, int(k.launch.shared_memory_bytes))
+
+    def _buffer(self, b: Any) -> _Buffer:
+        where = f"buffer {b.name}"
+        return _Buffer(b.kind, self._symint(b.size_bytes, where),
+                       self._symint(b.arena_offset, where), max(1, b.alignment), b.input_index,
+                       b.name)
+
+    def _argument(self, a: Any, where: str) -> Any:
+        kind = a.WhichOneof("kind")
+        if kind == "tensor":
+            return ("view", self._view(a.tensor, where))
+        if kind == "list":
+            return ("list", [self._argument(x, where) for x in a.list.items])
+        return ("value", a.value)
+
+    def _call(self, c: Any, where: str, collective: bool) -> _Call:
+        try:
+            op = resolve_op(c.op)
+        except ValueError as e:
+            raise RuntimeLoadError(f"{where}: {e}") from e
+        return _Call(op, c.op, [self._argument(a, where) for a in c.args],
+                     [(k.name, self._argument(k.value, where)) for k in c.kwargs],
+                     [self._view(o, where) for o in c.outputs], collective)
+
+    def _step(self, artifact: Any, i: int) -> _Step:
+        s = artifact.steps[i]
+        kind = s.WhichOneof("kind")
+        if kind == "launch":
+            if not 0 <= s.launch.kernel < len(self.kernels):
+                raise RuntimeLoadError(f"step {i}: kernel {s.launch.kernel} does not exist")
+            return _Step("launch", f"step {i} (kernel {self.kernels[s.launch.kernel].name})",
+                         kernel=s.launch.kernel)
+        if kind in ("extern_call", "fallback"):
+            c = getattr(s, kind)
+            label = f"step {i} ({'extern' if kind == 'extern_call' else 'fallback'} {c.op}, " \
+                    f"node {c.node})"
+            return _Step("call", label, call=self._call(c, label, kind == "extern_call" and
+                                                         c.collective))
+        if kind == "copy":
+            return _Step("copy", f"step {i} (copy)", src=self._view(s.copy.src, f"step {i}"),
+                         dst=self._view(s.copy.dst, f"step {i}"))
+        if kind == "write_back":
+            return _Step("write_back", f"step {i} (write-back of input {s.write_back.input_index})",
+                         src=self._view(s.write_back.src, f"step {i}"),
+                         input_index=s.write_back.input_index)
+        if kind == "free":
+            return _Step("free", f"step {i} (free)")
+        raise RuntimeLoadError(f"step {i}: kind {kind} is not supported")
+
+    def _output(self, o: Any) -> _Output:
+        if o.none:
+            return _Output("none")
+        if o.symbol:
+            return _Output("symbol", symbol=self._expr(o.symbol, "output"))
+        return _Output("view", view=self._view(o.view, "output"))
+
+    def _input_spec(self, s: Any) -> _InputSpec:
+        if s.symbolic:
+            return _InputSpec(s.name, True)
+        if s.dtype == 0:
+            return _InputSpec(s.name, False)
+        return _InputSpec(s.name, False, torch_dtype(s.dtype),
+                          [self._symint(x, f"input {s.name}") for x in s.sizes],
+                          [self._symint(x, f"input {s.name}") for x in s.strides])
+
+    # Running.
+
+    def bind_symbols(self, inputs: Sequence[Any]) -> list[int]:
+        """The symbols' values, read from the inputs as the plan's symbol sources say."""
+        values = [0] * len(self.symbols)
+        for sym, (index, dim, from_stride) in enumerate(self.sources):
+            if index >= len(inputs):
+                raise InputMismatch(f"{len(inputs)} inputs given; symbol {self.symbols[sym]} "
+                                    f"is read from input {index}")
+            x = inputs[index]
+            if dim < 0:
+                values[sym] = int(x)
+            else:
+                values[sym] = int(x.stride(dim) if from_stride else x.size(dim))
+        return values
+
+    def _check_inputs(self, inputs: Sequence[Any], s: list[int]) -> None:
+        import torch  # noqa: PLC0415
+
+        if self.inputs and len(inputs) != len(self.inputs):
+            raise InputMismatch(f"the plan takes {len(self.inputs)} inputs, {len(inputs)} given")
+        for spec, x in zip(self.inputs, inputs):
+            if spec.dtype is None:
+                continue
+            if not isinstance(x, torch.Tensor):
+                raise InputMismatch(f"input {spec.name}: expected a tensor, got {type(x).__name__}")
+            if x.dtype != spec.dtype:
+                raise InputMismatch(f"input {spec.name}: dtype {x.dtype}, the plan expects "
+                                    f"{spec.dtype}")
+            if x.device != self.device:
+                raise InputMismatch(f"input {spec.name}: on {x.device}, the plan runs on "
+                                    f"{self.device}")
+            sizes = [e(s) for e in spec.sizes]
+            if list(x.shape) != sizes:
+                raise InputMismatch(f"input {spec.name}: sizes {list(x.shape)}, the plan "
+                                    f"expects {sizes}")
+            strides = [e(s) for e in spec.strides]
+            for d, (size, stride) in enumerate(zip(sizes, strides)):
+                if size > 1 and x.stride(d) != stride:
+                    raise InputMismatch(f"input {spec.name}: strides {list(x.stride())}, the "
+                                        f"plan expects {strides}")
+
+    def run(self, inputs: Sequence[Any], rng_seed: Optional[int] = None,
+            rng_offset: Optional[int] = None,
+            after_step: Optional[Callable[[int, Callable[..., Any]], None]] = None) -> list[Any]:
+        """Runs the plan on `inputs` (one per graph input, in order) and returns the outputs.
+        `after_step(i, buffer_view)`, for debugging, is called after step i with a function
+        buffer_view(buffer, dtype, sizes, strides) viewing a buffer's memory as a tensor."""
+        import torch  # noqa: PLC0415
+
+        s = self.bind_symbols(inputs)
+        self._check_inputs(inputs, s)
+        if rng_seed is None:
+            rng_seed = torch.initial_seed()
+        if rng_offset is None:
+            rng_offset = next(self._rng_offset)
+        arena_bytes = max(0, self.workspace(s))
+        arena = torch.empty(arena_bytes, dtype=torch.uint8, device=self.device)
+        storages: list[Any] = []
+        bases: list[int] = []
+        for b in self.buffers:
+            if b.kind == _BUFFER_INPUT:
+                # An input buffer starts at the tensor's first element, its storage offset
+                # applied; views of it reach back no further.
+                x = inputs[b.input_index]
+                storages.append(x.untyped_storage())
+                bases.append(x.storage_offset() * x.element_size())
+            elif b.kind == _BUFFER_OUTPUT:
+                size = max(0, b.size(s))
+                size = -(-size // b.alignment) * b.alignment
+                storages.append(torch.empty(size, dtype=torch.uint8,
+                                            device=self.device).untyped_storage())
+                bases.append(0)
+            else:
+                storages.append(arena.untyped_storage())
+                bases.append(b.offset(s))
+        pointers = [st.data_ptr() + base for st, base in zip(storages, bases)]
+        stream = torch.cuda.current_stream(self.device).cuda_stream
+
+        # Results that ops return on the CPU (attention's philox seed and offset), by buffer:
+        # the plan's buffers are all on the GPU, but the ops that read such values back
+        # expect them where they were made.
+        host_values: dict[int, Any] = {}
+
+        def view(v: _View) -> Any:
+            storage = host_values[v.buffer].untyped_storage() if v.buffer in host_values \
+                else storages[v.buffer]
+            base = 0 if v.buffer in host_values else bases[v.buffer]
+            t = torch.empty(0, dtype=v.dtype, device=storage.device)
+            return t.set_(storage, base // v.itemsize + v.offset(s), [e(s) for e in v.sizes],
+                          [e(s) for e in v.strides])
+
+        def buffer_view(buffer: int, dtype: Any, sizes: Sequence[int],
+                        strides: Sequence[int]) -> Any:
+            itemsize = torch.empty((), dtype=dtype).element_size()
+            t = torch.empty(0, dtype=dtype, device=self.device)
+            return t.set_(storages[buffer], bases[buffer] // itemsize, list(sizes), list(strides))
+
+        symbol_values = dict(zip(self.symbols, s))
+        for index, step in enumerate(self.steps):
+            try:
+                if step.kind == "launch":
+                    self._launch(self.kernels[step.kernel], s, pointers, stream, rng_seed,
+                                 rng_offset)
+                elif step.kind == "call":
+                    assert step.call is not None
+                    self._run_call(step.call, view, symbol_values, host_values, bases)
+                elif step.kind == "copy":
+                    assert step.src is not None and step.dst is not None
+                    view(step.dst).copy_(view(step.src))
+                elif step.kind == "write_back":
+                    assert step.src is not None
+                    inputs[step.input_index].copy_(view(step.src))
+            except cuda.CudaError as e:
+                raise cuda.CudaError(e.code, f"{step.label}: {e}") from e
+            except (RuntimeError, ValueError, TypeError) as e:
+                raise StepFailed(f"{step.label}: {type(e).__name__}: {e}") from e
+            if after_step is not None:
+                after_step(index, buffer_view)
+        out: list[Any] = []
+        for o in self.outputs:
+            if o.kind == "none":
+                out.append(None)
+            elif o.kind == "symbol":
+                assert o.symbol is not None
+                out.append(o.symbol(s))
+            else:
+                assert o.view is not None
+                out.append(view(o.view))
+        return out
+
+    def _launch(self, k: _Kernel, s: list[int], pointers: list[int], stream: int, seed: int,
+                offset: int) -> None:
+        grid = [e(s) for e in k.grid]
+        if min(grid) <= 0:
+            return  # nothing to compute: a dimension of size 0
+        block = [e(s) for e in k.block]
+        params = []
+        for kind, payload in k.params:
+            if kind == _PARAM_BUFFER:
+                params.append(pointers[payload])
+            elif kind == _PARAM_SYMBOL:
+                params.append(s[payload])
+            elif kind == _PARAM_SCALAR:
+                params.append(payload)
+            elif kind == _PARAM_RNG_SEED:
+                params.append(seed)
+            else:
+                params.append(offset)
+        cuda.launch(k.function, grid, block, k.shared_bytes, stream, params)
+
+    def _value(self, a: tuple[str, Any], view: Callable[[_View], Any],
+               symbols: dict[str, int]) -> Any:
+        kind, payload = a
+        if kind == "view":
+            return view(payload) if payload is not None else None
+        if kind == "list":
+            return [self._value(x, view, symbols) for x in payload]
+        return constant(payload, lambda r: None, symbols, self.device)
+
+    def _run_call(self, c: _Call, view: Callable[[_View], Any], symbols: dict[str, int],
+                  host_values: dict[int, Any], bases: list[int]) -> None:
+        args = [self._value(a, view, symbols) for a in c.args]
+        if c.target in _STORAGE_OFFSET_ARG and len(args) > _STORAGE_OFFSET_ARG[c.target]:
+            # The graph's storage_offset counts from the start of self's storage; here self
+            # lives at an offset inside the arena (or an output allocation).
+            self_arg = c.args[0]
+            if self_arg[0] == "view" and self_arg[1] is not None and \
+                    self.buffers[self_arg[1].buffer].kind != _BUFFER_INPUT:
+                i = _STORAGE_OFFSET_ARG[c.target]
+                args[i] = (args[i] or 0) + bases[self_arg[1].buffer] // self_arg[1].itemsize
+        kwargs = {name: self._value(a, view, symbols) for name, a in c.kwargs}
+        if c.collective:
+            args, kwargs = self._bind_groups(c.target, args, kwargs)
+        result = c.op(*args, **kwargs)
+        if c.collective and c.target.startswith("_c10d_functional.") and \
+                "wait_tensor" not in c.target:
+            import torch  # noqa: PLC0415
+
+            result = torch.ops._c10d_functional.wait_tensor.default(result)
+        results = list(result) if isinstance(result, (list, tuple)) else [result]
+        if len(c.outputs) == 1 and len(results) != 1:
+            results = [result]
+        for out, r in zip(c.outputs, results):
+            if out is None:
+                continue
+            if getattr(r, "device", None) is not None and r.device.type == "cpu":
+                host_values[out.buffer] = r.contiguous()
+                continue
+            host_values.pop(out.buffer, None)
+            target = view(out)
+            if isinstance(r, (list, tuple)):
+                raise ValueError(f"{c.target} returned a list where one tensor was expected")
+            target.copy_(r)
+
+    def _bind_groups(self, target: str, args: list[Any],
+                     kwargs: dict[str, Any]) -> tuple[list[Any], dict[str, Any]]:
+        """Canonical group names pgN become this process's N-th group."""
+
+        def real(v: Any) -> Any:
+            if isinstance(v, str) and v.startswith("pg") and v[2:].isdigit():
+                n = int(v[2:])
+                if n >= len(self.process_groups):
+                    raise ValueError(f"{target} uses process group {v}, but the runtime was "
+                                     f"given {len(self.process_groups)} group(s)")
+                return self.process_groups[n]
+            return v
+
+        return [real(a) for a in args], {k: real(v) for k, v in kwargs.items()}

@@ -1,0 +1,271 @@
+// The C ABI of kiln_cuda.h over the driver entry points of driver.h.
+
+#include "client/runtime/cuda/kiln_cuda.h"
+
+#include <algorithm>
+#include <atomic>
+#include <cstring>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "client/runtime/cuda/driver.h"
+
+using kiln::runtime::cuda::CUcontext;
+using kiln::runtime::cuda::CUdevice;
+using kiln::runtime::cuda::CUfunction;
+using kiln::runtime::cuda::CUmodule;
+using kiln::runtime::cuda::CUresult;
+using kiln::runtime::cuda::CUstream;
+using kiln::runtime::cuda::DescribeError;
+using kiln::runtime::cuda::Driver;
+using kiln::runtime::cuda::kCudaSuccess;
+
+struct kiln_cuda_function {
+  CUfunction function = nullptr;
+  kiln_cuda_module* module = nullptr;
+  // The dynamic shared memory the function has been allowed beyond the default 48 KiB.
+  std::atomic<int> shared_allowed{48 * 1024};
+};
+
+struct kiln_cuda_module {
+  CUmodule module = nullptr;
+  CUcontext context = nullptr;
+  CUdevice device = 0;
+  std::mutex mu;
+  std::vector<std::unique_ptr<kiln_cuda_function>> functions;  // freed with the module
+};
+
+namespace {
+
+int Fail(int code, const std::string& message, char* error, size_t error_size) {
+  if (error != nullptr && error_size > 0) {
+    const size_t n = std::min(message.size(), error_size - 1);
+    std::memcpy(error, message.data(), n);
+    error[n] = '\0';
+  }
+  return code;
+}
+
+// The driver, or nullptr with the failure written out through `code`.
+const Driver* Open(int* code, char* error, size_t error_size) {
+  std::string why;
+  CUresult r = kCudaSuccess;
+  const Driver* d = kiln::runtime::cuda::OpenDriver(&why, &r);
+  if (d == nullptr)
+    *code = Fail(r != kCudaSuccess ? r : KILN_CUDA_ERROR_NO_DRIVER, why, error, error_size);
+  return d;
+}
+
+// Makes `context` current on this thread for the object's lifetime, then restores the
+// previous one.
+class PushedContext {
+ public:
+  PushedContext(const Driver& d, CUcontext context) : d_(d), result_(d.CtxPushCurrent(context)) {}
+  ~PushedContext() {
+    CUcontext popped = nullptr;
+    if (result_ == kCudaSuccess) d_.CtxPopCurrent(&popped);
+  }
+  PushedContext(const PushedContext&) = delete;
+  PushedContext& operator=(const PushedContext&) = delete;
+  CUresult result() const { return result_; }
+
+ private:
+  const Driver& d_;
+  const CUresult result_;
+};
+
+}  // namespace
+
+extern "C" {
+
+int kiln_cuda_open(int* version, char* error, size_t error_size) {
+  int code = 0;
+  const Driver* d = Open(&code, error, error_size);
+  if (d == nullptr) return code;
+  if (version != nullptr) *version = d->version;
+  return 0;
+}
+
+int kiln_cuda_module_load(int device, const void* image, size_t size, kiln_cuda_module** module,
+                          char* error, size_t error_size) {
+  if (image == nullptr || size == 0 || module == nullptr) {
+    return Fail(KILN_CUDA_ERROR_BAD_ARGUMENT, "kiln_cuda_module_load: no image or no result", error,
+                error_size);
+  }
+  int code = 0;
+  const Driver* d = Open(&code, error, error_size);
+  if (d == nullptr) return code;
+  CUdevice dev = 0;
+  if (CUresult r = d->DeviceGet(&dev, device); r != kCudaSuccess) {
+    return Fail(r, DescribeError(*d, "cuDeviceGet", r) + " for device " + std::to_string(device),
+                error, error_size);
+  }
+  CUcontext context = nullptr;
+  if (CUresult r = d->DevicePrimaryCtxRetain(&context, dev); r != kCudaSuccess) {
+    return Fail(r, DescribeError(*d, "cuDevicePrimaryCtxRetain", r), error, error_size);
+  }
+  // cuModuleLoadData reads the image without its size: a PTX image must end in a NUL, and a
+  // cubin says its own size in its ELF header. Copy PTX that lacks the NUL.
+  std::string ptx;
+  const auto* bytes = static_cast<const unsigned char*>(image);
+  const bool elf = size >= 4 && std::memcmp(bytes,
+                                            "\x7f"
+                                            "ELF",
+                                            4) == 0;
+  if (!elf && bytes[size - 1] != '\0') {
+    ptx.assign(static_cast<const char*>(image), size);
+    image = ptx.c_str();
+  }
+  CUmodule loaded = nullptr;
+  CUresult r = kCudaSuccess;
+  const char* call = "cuCtxPushCurrent";
+  {
+    PushedContext pushed(*d, context);
+    r = pushed.result();
+    if (r == kCudaSuccess) {
+      call = "cuModuleLoadData";
+      r = d->ModuleLoadData(&loaded, image);
+    }
+  }
+  if (r != kCudaSuccess) {
+    d->DevicePrimaryCtxRelease(dev);
+    return Fail(r, DescribeError(*d, call, r), error, error_size);
+  }
+  auto* out = new kiln_cuda_module;
+  out->module = loaded;
+  out->context = context;
+  out->device = dev;
+  *module = out;
+  return 0;
+}
+
+void kiln_cuda_module_unload(kiln_cuda_module* module) {
+  if (module == nullptr) return;
+  int code = 0;
+  if (const Driver* d = Open(&code, nullptr, 0); d != nullptr) {
+    {
+      PushedContext pushed(*d, module->context);
+      d->ModuleUnload(module->module);
+    }
+    d->DevicePrimaryCtxRelease(module->device);
+  }
+  delete module;
+}
+
+int kiln_cuda_module_function(kiln_cuda_module* module, const char* name,
+                              kiln_cuda_function** function, char* error, size_t error_size) {
+  if (module == nullptr || name == nullptr || function == nullptr) {
+    return Fail(KILN_CUDA_ERROR_BAD_ARGUMENT, "kiln_cuda_module_function: a NULL argument", error,
+                error_size);
+  }
+  int code = 0;
+  const Driver* d = Open(&code, error, error_size);
+  if (d == nullptr) return code;
+  CUfunction f = nullptr;
+  if (CUresult r = d->ModuleGetFunction(&f, module->module, name); r != kCudaSuccess) {
+    return Fail(r, DescribeError(*d, "cuModuleGetFunction", r) + " for kernel " + name, error,
+                error_size);
+  }
+  auto out = std::make_unique<kiln_cuda_function>();
+  out->function = f;
+  out->module = module;
+  *function = out.get();
+  std::lock_guard<std::mutex> lock(module->mu);
+  module->functions.push_back(std::move(out));
+  return 0;
+}
+
+int kiln_cuda_function_attributes(kiln_cuda_function* function, int* registers,
+                                  int* static_shared_bytes, int* max_threads_per_block, char* error,
+                                  size_t error_size) {
+  if (function == nullptr) {
+    return Fail(KILN_CUDA_ERROR_BAD_ARGUMENT, "kiln_cuda_function_attributes: no function", error,
+                error_size);
+  }
+  int code = 0;
+  const Driver* d = Open(&code, error, error_size);
+  if (d == nullptr) return code;
+  struct Query {
+    int* out;
+    int attribute;
+    const char* what;
+  };
+  const Query queries[] = {
+      {registers, kiln::runtime::cuda::kFuncNumRegs, "registers"},
+      {static_shared_bytes, kiln::runtime::cuda::kFuncSharedSizeBytes, "static shared memory"},
+      {max_threads_per_block, kiln::runtime::cuda::kFuncMaxThreadsPerBlock, "threads per block"}};
+  for (const Query& q : queries) {
+    if (q.out == nullptr) continue;
+    if (CUresult r = d->FuncGetAttribute(q.out, q.attribute, function->function);
+        r != kCudaSuccess) {
+      return Fail(r, DescribeError(*d, "cuFuncGetAttribute", r) + " (" + q.what + ")", error,
+                  error_size);
+    }
+  }
+  return 0;
+}
+
+int kiln_cuda_launch(kiln_cuda_function* function, const uint32_t grid[3], const uint32_t block[3],
+                     uint32_t shared_bytes, void* stream, const uint64_t* params,
+                     size_t param_count, char* error, size_t error_size) {
+  if (function == nullptr || grid == nullptr || block == nullptr ||
+      (params == nullptr && param_count > 0)) {
+    return Fail(KILN_CUDA_ERROR_BAD_ARGUMENT, "kiln_cuda_launch: a NULL argument", error,
+                error_size);
+  }
+  if (param_count > KILN_CUDA_MAX_PARAMS) {
+    return Fail(KILN_CUDA_ERROR_BAD_ARGUMENT,
+                "kiln_cuda_launch: " + std::to_string(param_count) + " parameters, more than " +
+                    std::to_string(KILN_CUDA_MAX_PARAMS),
+                error, error_size);
+  }
+  for (int i = 0; i < 3; ++i) {
+    if (grid[i] == 0 || block[i] == 0) {
+      return Fail(KILN_CUDA_ERROR_BAD_ARGUMENT,
+                  "kiln_cuda_launch: grid " + std::to_string(grid[0]) + "x" +
+                      std::to_string(grid[1]) + "x" + std::to_string(grid[2]) + ", block " +
+                      std::to_string(block[0]) + "x" + std::to_string(block[1]) + "x" +
+                      std::to_string(block[2]) + " has an empty extent",
+                  error, error_size);
+    }
+  }
+  int code = 0;
+  const Driver* d = Open(&code, error, error_size);
+  if (d == nullptr) return code;
+  CUcontext current = nullptr;
+  if (d->CtxGetCurrent(&current) == kCudaSuccess && current == nullptr) {
+    if (CUresult r = d->CtxSetCurrent(function->module->context); r != kCudaSuccess) {
+      return Fail(r, DescribeError(*d, "cuCtxSetCurrent", r), error, error_size);
+    }
+  }
+  const int shared = static_cast<int>(shared_bytes);
+  if (shared > function->shared_allowed.load(std::memory_order_relaxed)) {
+    if (CUresult r = d->FuncSetAttribute(
+            function->function, kiln::runtime::cuda::kFuncMaxDynamicSharedSizeBytes, shared);
+        r != kCudaSuccess) {
+      return Fail(r,
+                  DescribeError(*d, "cuFuncSetAttribute", r) + " (" + std::to_string(shared) +
+                      " bytes of dynamic shared memory)",
+                  error, error_size);
+    }
+    function->shared_allowed.store(shared, std::memory_order_relaxed);
+  }
+  // cuLaunchKernel takes a pointer to each parameter's value.
+  void* pointers[KILN_CUDA_MAX_PARAMS];
+  uint64_t values[KILN_CUDA_MAX_PARAMS];
+  for (size_t i = 0; i < param_count; ++i) {
+    values[i] = params[i];
+    pointers[i] = &values[i];
+  }
+  if (CUresult r =
+          d->LaunchKernel(function->function, grid[0], grid[1], grid[2], block[0], block[1],
+                          block[2], shared_bytes, static_cast<CUstream>(stream), pointers, nullptr);
+      r != kCudaSuccess) {
+    return Fail(r, DescribeError(*d, "cuLaunchKernel", r), error, error_size);
+  }
+  return 0;
+}
+
+}  // extern "C"

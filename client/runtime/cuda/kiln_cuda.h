@@ -1,0 +1,79 @@
+#ifndef KILN_CLIENT_RUNTIME_CUDA_KILN_CUDA_H_
+#define KILN_CLIENT_RUNTIME_CUDA_KILN_CUDA_H_
+
+/* The CUDA part of Kiln's runtime, as a C ABI: load sm_90 cubins and launch their kernels on
+ * the caller's stream. It is what the trainer's Python side (kiln.cuda) calls through ctypes,
+ * so one build serves every Python version; it links nothing but libc, libdl and the C++
+ * runtime, and opens the CUDA driver (libcuda.so.1, or the file $KILN_LIBCUDA names) the
+ * first time it is needed, so a process without a GPU can load it and gets a clear error.
+ *
+ * Modules load into the device's primary context, the one PyTorch uses, so kernels run on
+ * PyTorch's streams and read its tensors. A launch on a thread with no current context
+ * (PyTorch's autograd threads make one current before they run a backward) makes the
+ * module's context current first.
+ *
+ * Every call that can fail returns 0 on success; otherwise the driver's error code (or
+ * KILN_CUDA_ERROR_* below) and, when `error` is not NULL, a NUL-terminated message in it,
+ * cut to `error_size` bytes, naming the call and what the driver said. Thread-safe: modules
+ * and functions may be used from any thread; unloading a module while another thread
+ * launches one of its kernels is the caller's error. */
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* The library is built with hidden visibility; these are its only exported symbols. */
+#define KILN_CUDA_API __attribute__((visibility("default")))
+
+/* Failures that are not the driver's own codes. */
+#define KILN_CUDA_ERROR_NO_DRIVER 100001    /* libcuda could not be opened or lacks a call */
+#define KILN_CUDA_ERROR_BAD_ARGUMENT 100002 /* a NULL pointer, a zero extent, too many params */
+
+/* The most parameters one kernel takes. */
+#define KILN_CUDA_MAX_PARAMS 256
+
+typedef struct kiln_cuda_module kiln_cuda_module;
+typedef struct kiln_cuda_function kiln_cuda_function;
+
+/* Opens the driver and initializes it (cuInit); repeated calls are cheap. `version` (may be
+ * NULL) receives the driver's CUDA version, e.g. 13000. */
+KILN_CUDA_API int kiln_cuda_open(int* version, char* error, size_t error_size);
+
+/* Loads a cubin (or NUL-terminated PTX, which the driver compiles) into the primary context
+ * of device `device`. The image is copied; the caller keeps its buffer. */
+KILN_CUDA_API int kiln_cuda_module_load(int device, const void* image, size_t size,
+                                        kiln_cuda_module** module, char* error, size_t error_size);
+
+/* Unloads a module; its functions become invalid. NULL is allowed. */
+KILN_CUDA_API void kiln_cuda_module_unload(kiln_cuda_module* module);
+
+/* The kernel entry `name` of a module. The function lives as long as its module. */
+KILN_CUDA_API int kiln_cuda_module_function(kiln_cuda_module* module, const char* name,
+                                            kiln_cuda_function** function, char* error,
+                                            size_t error_size);
+
+/* What the driver knows of a loaded kernel: registers per thread, static shared memory bytes
+ * and the most threads a block may have. Any pointer may be NULL. */
+KILN_CUDA_API int kiln_cuda_function_attributes(kiln_cuda_function* function, int* registers,
+                                                int* static_shared_bytes,
+                                                int* max_threads_per_block, char* error,
+                                                size_t error_size);
+
+/* Launches `function` on `stream` (a CUstream/cudaStream_t; NULL is the legacy default
+ * stream) with grid and block extents x, y, z and `shared_bytes` of dynamic shared memory.
+ * Every kernel parameter Kiln generates is 8 bytes (a device pointer or an int64), so
+ * `params` holds their values in order. Asynchronous: errors of the kernel itself surface
+ * at the stream's next synchronization. */
+KILN_CUDA_API int kiln_cuda_launch(kiln_cuda_function* function, const uint32_t grid[3],
+                                   const uint32_t block[3], uint32_t shared_bytes, void* stream,
+                                   const uint64_t* params, size_t param_count, char* error,
+                                   size_t error_size);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* KILN_CLIENT_RUNTIME_CUDA_KILN_CUDA_H_ */

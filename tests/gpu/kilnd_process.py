@@ -1,0 +1,98 @@
+"""kilnd started from a GPU bundle (deploy/gpu-bundle.sh), for the scripts in tests/gpu/.
+
+    with KilnServer(bundle, out_dir) as server:      # kilnd on free loopback ports
+        server.env                                    # the bundle's environment, KILN_SERVER set
+        server.metrics()                              # compile counters from /metrics
+
+kilnd's log goes to out_dir/kilnd.log; nvJitLink is found in PyTorch's CUDA wheels when the
+machine has no CUDA toolkit.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import pathlib
+import re
+import socket
+import subprocess
+import tempfile
+import time
+import urllib.request
+from typing import Any, Optional
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def bundle_env(bundle: pathlib.Path) -> dict:
+    out = subprocess.run(["bash", "-c", f"source {bundle}/env.sh && env -0"], check=True,
+                         capture_output=True).stdout
+    return dict(item.split("=", 1) for item in out.decode().split("\0") if "=" in item)
+
+
+def find_nvjitlink() -> str:
+    for pkg in ("nvidia.nvjitlink", "nvidia.cu13", "nvidia"):
+        try:
+            spec = importlib.util.find_spec(pkg)
+        except ModuleNotFoundError:
+            continue
+        for root in (spec.submodule_search_locations or []) if spec else []:
+            for p in pathlib.Path(root).rglob("libnvJitLink.so*"):
+                return str(p)
+    cuda = pathlib.Path("/usr/local/cuda")
+    for p in cuda.rglob("libnvJitLink.so*") if cuda.exists() else []:
+        return str(p)
+    return ""
+
+
+def read_metrics(port: int) -> dict:
+    text = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10).read().decode()
+    out = {}
+    for line in text.splitlines():
+        m = re.match(r'(kiln_compile_requests_total|kiln_compiles_total)\{(\w+)="([^"]+)"\} (\S+)',
+                     line)
+        if m:
+            out[f"{m.group(1)}.{m.group(3)}"] = float(m.group(4))
+    return out
+
+
+class KilnServer:
+    def __init__(self, bundle: pathlib.Path, out_dir: pathlib.Path,
+                 data_dir: Optional[pathlib.Path] = None) -> None:
+        self.env = bundle_env(bundle.resolve())
+        self.nvjitlink = find_nvjitlink()
+        if self.nvjitlink:
+            self.env["KILN_NVJITLINK"] = self.nvjitlink
+        self.grpc_port, self.http_port = free_port(), free_port()
+        self.address = f"127.0.0.1:{self.grpc_port}"
+        self.env["KILN_SERVER"] = self.address
+        self.data_dir = data_dir or pathlib.Path(tempfile.mkdtemp(prefix="kiln-data-"))
+        self.log = out_dir / "kilnd.log"
+        self.process: Optional[subprocess.Popen] = None
+
+    def __enter__(self) -> "KilnServer":
+        self.process = subprocess.Popen(
+            ["kilnd", "--listen", self.address, "--metrics-listen",
+             f"127.0.0.1:{self.http_port}", "--data-dir", str(self.data_dir)],
+            env=self.env, stdout=subprocess.DEVNULL, stderr=open(self.log, "w"))
+        for _ in range(300):
+            try:
+                self.metrics()
+                return self
+            except OSError:
+                if self.process.poll() is not None:
+                    raise RuntimeError(f"kilnd exited with {self.process.returncode}; see "
+                                       f"{self.log}")
+                time.sleep(0.1)
+        raise RuntimeError(f"kilnd did not answer on {self.http_port} within 30 s")
+
+    def __exit__(self, *exc: Any) -> None:
+        if self.process is not None:
+            self.process.terminate()
+            self.process.wait(timeout=30)
+
+    def metrics(self) -> dict:
+        return read_metrics(self.http_port)
