@@ -14,11 +14,10 @@ torch.distributed when it is initialized) and the rank's compile sequence number
 divergence that kilnd reports is raised as kiln.errors.RankDivergence before the graph
 ever runs. Any other failure warns once and the graph runs per `fallback`.
 
-What it does not do yet: load and run the kernels kilnd returns. The runtime that would
-(client/runtime, a native library) is not part of this package, so even a graph kilnd
-compiled runs per `fallback` (eagerly under fallback=error), and the backend says so once.
-Until then it exercises everything up to loading: settings, capture, requests, rendezvous,
-artifact verification, divergence errors and the fallback paths.
+A graph kilnd compiled for a CUDA target runs on Kiln's runtime (kiln.gpu_runtime: the
+cubins through the bundled native library, extern and fallback steps through ATen); a
+graph compiled for x86_64 (CPU tensors) runs per `fallback`, since the package has no CPU
+runtime binding, and so does one whose artifact the runtime cannot load (said once).
 
 Importing this module needs no PyTorch, and GraphCompiler, which holds the decisions,
 needs none either; PyTorch is imported when the backend is called or registered.
@@ -32,7 +31,7 @@ import threading
 from typing import Any, Callable, Optional, Sequence
 
 from kiln.errors import CaptureFailed, KilnError
-from kiln.fallback import EAGER, INDUCTOR, Decision, FallbackPolicy
+from kiln.fallback import EAGER, INDUCTOR, KILN, Decision, FallbackPolicy
 from kiln.settings import Settings
 
 NAME = "kiln"
@@ -61,7 +60,9 @@ class GraphCompiler:
             return self.policy.after_failure(e, name)
         log.info("graph %s: %s, key %s, trace %s", name, result.outcome, result.compile_key,
                  result.trace_id)
-        return self.policy.after_success(result.compile_key, result.outcome, name)
+        return self.policy.after_success(result.compile_key, result.outcome, name,
+                                         loadable=target.startswith("cuda:"),
+                                         artifact=result.compiled_graph)
 
     def capture_failed(self, error: Exception, name: str) -> Decision:
         """How a graph that could not be made into a request runs."""
@@ -146,11 +147,46 @@ def _compile_aot_graph(compiler: GraphCompiler, settings: Settings, gm: Any,
         rank, world_size = _rank_and_world_size()
         decision = compiler.compile(graph, name, settings.target or _target_of(inputs), rank,
                                     world_size)
-    return _runner(decision, gm, inputs, kind)
+    return _runner(decision, gm, inputs, kind, compiler.policy, name)
 
 
-def _runner(decision: Decision, gm: Any, inputs: Sequence[Any], kind: str) -> Callable:
+def _kiln_runner(decision: Decision, inputs: Sequence[Any]) -> Callable:
+    """Kiln's runtime running the artifact, as AOTAutograd calls a compiled graph."""
+    import torch  # noqa: PLC0415
     from functorch.compile import make_boxed_func  # noqa: PLC0415
+
+    from kiln.gpu_runtime import GpuRuntime  # noqa: PLC0415
+    from kiln.v1 import artifact_pb2  # noqa: PLC0415
+
+    device = next((x.device for x in inputs if isinstance(x, torch.Tensor) and
+                   x.device.type == "cuda"), None)
+    runtime = GpuRuntime(artifact_pb2.CompiledGraph.FromString(decision.artifact), device,
+                         process_groups=_process_groups())
+
+    def run(*args: Any) -> list:
+        return runtime.run(args)
+
+    return make_boxed_func(run)
+
+
+def _process_groups() -> list[str]:
+    """This process's groups in the order kilnd numbers them (pg0 is the default group)."""
+    import torch.distributed as dist  # noqa: PLC0415
+
+    if dist.is_available() and dist.is_initialized():
+        return [dist.group.WORLD.group_name]
+    return []
+
+
+def _runner(decision: Decision, gm: Any, inputs: Sequence[Any], kind: str,
+            policy: FallbackPolicy, name: str) -> Callable:
+    from functorch.compile import make_boxed_func  # noqa: PLC0415
+
+    if decision.runner == KILN:
+        try:
+            return _kiln_runner(decision, inputs)
+        except Exception as e:  # a runtime that cannot load is no reason to stop training
+            decision = policy.after_load_failure(e, name)
 
     if decision.runner == INDUCTOR:
         from torch._inductor.compile_fx import compile_fx_inner  # noqa: PLC0415

@@ -7,6 +7,10 @@ Training is never stopped by kilnd being unreachable, slow, or failing a compile
 
 Each kind of failure (unreachable, timeout, each rejection code, damaged artifact) warns
 once per process, as a KilnWarning; every later fallback is logged to the "kiln" logger.
+A graph kilnd compiled for a CUDA target runs on Kiln's runtime (kiln.gpu_runtime); one it
+compiled for a target this package has no runtime for, or whose artifact the runtime cannot
+load, runs per `fallback` too.
+
 Thread-safe. Needs no PyTorch: the decisions are names of runners, which the backend runs.
 """
 
@@ -15,7 +19,7 @@ from __future__ import annotations
 import logging
 import threading
 import warnings
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Callable, Optional
 
 from kiln.errors import (ArtifactMismatch, CaptureFailed, CompileFailed, CompileTimeout,
@@ -24,6 +28,7 @@ from kiln.errors import (ArtifactMismatch, CaptureFailed, CompileFailed, Compile
 EAGER = "eager"
 INDUCTOR = "inductor"
 ERROR = "error"
+KILN = "kiln"  # the decision to run kilnd's artifact with Kiln's runtime
 RUNNER_WORDS = {EAGER: "eagerly", INDUCTOR: "with inductor"}
 
 log = logging.getLogger("kiln")
@@ -35,10 +40,12 @@ class KilnWarning(UserWarning):
 
 @dataclass(frozen=True)
 class Decision:
-    """How one graph runs: `runner` is "eager" or "inductor"; `reason` says why, in a line."""
+    """How one graph runs: `runner` is "kiln" (kilnd's artifact, whose bytes are
+    `artifact`, on Kiln's runtime), "eager" or "inductor"; `reason` says why, in a line."""
 
     runner: str
     reason: str
+    artifact: bytes = field(default=b"", repr=False, compare=False)
 
 
 class FallbackPolicy:
@@ -69,19 +76,38 @@ class FallbackPolicy:
         log.info("graph %s runs %s: %s", graph, words, reason)
         return Decision(self.fallback, reason)
 
-    def after_success(self, compile_key: str, outcome: str, graph: str) -> Decision:
-        """The runner for `graph` after kilnd answered with a verified artifact. This
-        package has no runtime for Kiln's kernels yet, so the graph runs per the fallback
-        setting (eagerly under fallback=error, since nothing failed); said once."""
+    def after_success(self, compile_key: str, outcome: str, graph: str,
+                      loadable: bool = True, artifact: bytes = b"") -> Decision:
+        """The runner for `graph` after kilnd answered with a verified artifact: Kiln's
+        runtime when this package can load it (`loadable`: its runtime runs CUDA targets),
+        else the fallback setting (eagerly under fallback=error, since nothing failed),
+        said once."""
+        reason = f"kilnd compiled it (key {compile_key[:12]}, {outcome})"
+        if loadable:
+            log.info("graph %s runs on Kiln's runtime: %s", graph, reason)
+            return Decision(KILN, reason, artifact)
         runner = EAGER if self.fallback == ERROR else self.fallback
         words = RUNNER_WORDS[runner]
-        reason = f"kilnd compiled it (key {compile_key[:12]}, {outcome})"
         self._once(("no runtime",),
                    f"kiln: kilnd compiles this model's graphs (graph {graph}: {reason}), but "
-                   "this kiln package cannot load Kiln's kernels yet (its runtime is not "
-                   f"part of the package); the graphs run {words}.")
-        log.info("graph %s runs %s: %s, no runtime to load it", graph, words, reason)
+                   "this kiln package runs Kiln's kernels on CUDA GPUs only; the graphs "
+                   f"run {words}.")
+        log.info("graph %s runs %s: %s, no runtime for its target", graph, words, reason)
         return Decision(runner, reason)
+
+    def after_load_failure(self, error: Exception, graph: str) -> Decision:
+        """The runner for `graph` when Kiln's runtime cannot load kilnd's artifact (no
+        runtime library, a driver error, an artifact it cannot run). Raises under
+        fallback=error."""
+        if self.fallback == ERROR:
+            raise error
+        words = RUNNER_WORDS[self.fallback]
+        reason = f"Kiln's runtime cannot load the compiled graph ({type(error).__name__}: {error})"
+        self._once(("load", type(error).__name__),
+                   f"kiln: {reason}; graph {graph} and any other graph that fails this way "
+                   f"run {words} (fallback={self.fallback}), training goes on.")
+        log.info("graph %s runs %s: %s", graph, words, reason)
+        return Decision(self.fallback, reason)
 
     def _once(self, kind: tuple[str, ...], message: str) -> None:
         with self._lock:

@@ -148,6 +148,10 @@ class GpuRuntime:
         self.inputs = [self._input_spec(s) for s in artifact.inputs]
         self.sources = [(s.input_index, s.dim, s.from_stride) for s in artifact.symbol_sources]
         self.workspace = self._symint(artifact.cudagraph.workspace_bytes, "workspace bytes")
+        # Inputs some kernel reads or writes: those must be on the plan's device.
+        self._kernel_inputs = {self.buffers[b].input_index for k in self.kernels
+                               for kind, b in k.params
+                               if kind == _PARAM_BUFFER and self.buffers[b].kind == _BUFFER_INPUT}
         self.rng_increment = int(artifact.cudagraph.rng_offset_increment)
         self._rng_offset = itertools.count(0, max(1, self.rng_increment))
 
@@ -311,7 +315,7 @@ class GpuRuntime:
 
         if self.inputs and len(inputs) != len(self.inputs):
             raise InputMismatch(f"the plan takes {len(self.inputs)} inputs, {len(inputs)} given")
-        for spec, x in zip(self.inputs, inputs):
+        for index, (spec, x) in enumerate(zip(self.inputs, inputs)):
             if spec.dtype is None:
                 continue
             if not isinstance(x, torch.Tensor):
@@ -319,7 +323,10 @@ class GpuRuntime:
             if x.dtype != spec.dtype:
                 raise InputMismatch(f"input {spec.name}: dtype {x.dtype}, the plan expects "
                                     f"{spec.dtype}")
-            if x.device != self.device:
+            # CPU tensors (attention's philox seed and offset, saved by the forward) reach
+            # only extern and fallback ops, which take them where they are; a kernel cannot.
+            if x.device != self.device and (x.device.type != "cpu" or
+                                            index in self._kernel_inputs):
                 raise InputMismatch(f"input {spec.name}: on {x.device}, the plan runs on "
                                     f"{self.device}")
             sizes = [e(s) for e in spec.sizes]

@@ -9,7 +9,7 @@ import pytest
 
 from kiln.errors import (ArtifactMismatch, CaptureFailed, CompileRejected, CompileTimeout,
                          RankDivergence, ServerUnreachable, SettingsError)
-from kiln.fallback import Decision, FallbackPolicy, KilnWarning
+from kiln.fallback import KILN, Decision, FallbackPolicy, KilnWarning
 from kiln.v1 import errors_pb2
 
 
@@ -83,15 +83,39 @@ def test_errors_that_are_not_compile_failures_are_raised() -> None:
         policy.after_failure(SettingsError("job_id", "KILN_JOB_ID", "missing"), "g")
 
 
-def test_success_runs_per_fallback_and_says_once_that_kernels_are_not_loaded() -> None:
+def test_success_on_a_cuda_target_runs_kilns_runtime_and_says_nothing() -> None:
+    for runner in ("eager", "inductor", "error"):
+        said: list[str] = []
+        policy = FallbackPolicy(runner, warn=said.append)
+        decision = policy.after_success("ab" * 32, "miss", "frame 0.fw", loadable=True,
+                                        artifact=b"bytes")
+        assert decision == Decision(KILN, "kilnd compiled it (key abababababab, miss)")
+        assert decision.artifact == b"bytes"
+        assert said == []
+
+
+def test_success_without_a_runtime_for_the_target_runs_per_fallback_and_says_so_once() -> None:
     for runner, expected in (("eager", "eager"), ("inductor", "inductor"), ("error", "eager")):
         said: list[str] = []
         policy = FallbackPolicy(runner, warn=said.append)
-        first = policy.after_success("ab" * 32, "miss", "frame 0.fw")
-        again = policy.after_success("cd" * 32, "hit", "frame 0.bw")
+        first = policy.after_success("ab" * 32, "miss", "frame 0.fw", loadable=False)
+        again = policy.after_success("cd" * 32, "hit", "frame 0.bw", loadable=False)
         assert first == Decision(expected, "kilnd compiled it (key abababababab, miss)")
         assert again.runner == expected
-        assert len(said) == 1 and "cannot load Kiln's kernels yet" in said[0]
+        assert len(said) == 1 and "runs Kiln's kernels on CUDA GPUs only" in said[0]
+
+
+def test_an_artifact_the_runtime_cannot_load_runs_per_fallback_or_raises() -> None:
+    said: list[str] = []
+    policy = FallbackPolicy("inductor", warn=said.append)
+    error = OSError("cannot load Kiln's runtime library libkiln_runtime.so")
+    first = policy.after_load_failure(error, "frame 0.fw")
+    again = policy.after_load_failure(error, "frame 0.bw")
+    assert first.runner == again.runner == "inductor"
+    assert "cannot load the compiled graph (OSError: cannot load Kiln's runtime" in first.reason
+    assert len(said) == 1 and "frame 0.fw" in said[0]
+    with pytest.raises(OSError):
+        FallbackPolicy("error", warn=said.append).after_load_failure(error, "frame 1.fw")
 
 
 def test_unknown_policy() -> None:
