@@ -40,8 +40,7 @@ class KernelEmitter final : public ParallelSpace {
   llvm::Value* launch_param(size_t i) override { return launch_[i]; }
   llvm::Value* Extent(size_t d) override { return Index(k_.parallel[d]); }
   void Bind(size_t d, llvm::Value* index) override { vars_[d] = index; }
-  // Emits `for (iv = lo; iv < hi; ++iv) body(iv)` and leaves the builder after the loop.
-  absl::Status Loop(llvm::Value* lo, llvm::Value* hi,
+  absl::Status Loop(llvm::Value* lo, llvm::Value* hi, llvm::Value* step,
                     const std::function<absl::Status(llvm::Value* iv)>& body,
                     bool innermost) override {
     llvm::Function* f = b_.GetInsertBlock()->getParent();
@@ -56,7 +55,7 @@ class KernelEmitter final : public ParallelSpace {
     b_.CreateCondBr(b_.CreateICmpSLT(iv, hi), bodyb, exit);
     b_.SetInsertPoint(bodyb);
     if (absl::Status s = body(iv); !s.ok()) return s;
-    llvm::Value* next = b_.CreateAdd(iv, b_.getInt64(1), "", true, true);
+    llvm::Value* next = b_.CreateAdd(iv, step, "", true, true);
     llvm::BranchInst* back = b_.CreateBr(header);
     iv->addIncoming(next, b_.GetInsertBlock());
     if (innermost) {
@@ -312,7 +311,7 @@ absl::Status KernelEmitter::ReductionLoops(size_t d, const loop::Stage& s) {
   const size_t np = k_.parallel.size();
   if (d == k_.reduction.size()) return Body(s.begin, s.end, true);
   return Loop(
-      b_.getInt64(0), Index(k_.reduction[d]),
+      b_.getInt64(0), Index(k_.reduction[d]), b_.getInt64(1),
       [&](llvm::Value* iv) -> absl::Status {
         vars_[np + d] = iv;
         return ReductionLoops(d + 1, s);
@@ -431,6 +430,17 @@ absl::Status KernelEmitter::Emit() {
 }
 
 }  // namespace
+
+void ParallelSpace::BindRowMajor(llvm::Value* flat, size_t dims) {
+  if (dims == 0) return;
+  llvm::IRBuilder<>& b = builder();
+  for (size_t d = dims - 1; d > 0; --d) {
+    llvm::Value* extent = Extent(d);
+    Bind(d, b.CreateURem(flat, extent));
+    flat = b.CreateUDiv(flat, extent);
+  }
+  Bind(0, flat);
+}
 
 absl::Status EmitKernel(llvm::Module& module, const loop::Program& program,
                         const loop::Kernel& kernel, const std::string& name, const KernelAbi& abi) {

@@ -36,11 +36,14 @@ class ParallelSpace {
   virtual llvm::Value* Extent(size_t d) = 0;
   // Makes `index` the value of parallel variable p<d> for what is emitted next.
   virtual void Bind(size_t d, llvm::Value* index) = 0;
-  // Emits `for (iv = lo; iv < hi; ++iv) body(iv)` and leaves the insertion point after the
-  // loop; `innermost` marks a loop the vectorizer should widen.
-  virtual absl::Status Loop(llvm::Value* lo, llvm::Value* hi,
+  // Emits `for (iv = lo; iv < hi; iv += step) body(iv)` (step > 0) and leaves the insertion
+  // point after the loop; `innermost` marks a loop the vectorizer should widen.
+  virtual absl::Status Loop(llvm::Value* lo, llvm::Value* hi, llvm::Value* step,
                             const std::function<absl::Status(llvm::Value* iv)>& body,
                             bool innermost) = 0;
+  // Binds p0..p{dims-1} to the position of `flat` in the row-major order of the first `dims`
+  // parallel dimensions (p0 outermost), computed at the insertion point.
+  void BindRowMajor(llvm::Value* flat, size_t dims);
   // Emits the kernel's stages for the point whose parallel variables are bound.
   virtual absl::Status EmitPoint() = 0;
 };

@@ -32,10 +32,7 @@ class NvptxBackend final : public codegen::Backend {
 
   absl::StatusOr<GeneratedCode> Generate(const loop::Program& program,
                                          const GenerateOptions& options) const override {
-    CodegenOptions codegen;
-    codegen.emit_llvm_ir = options.emit_llvm_ir;
-    codegen.threads = options.threads;
-    absl::StatusOr<CodegenResult> result = GenerateCubins(program, codegen);
+    absl::StatusOr<CodegenResult> result = GenerateCubins(program, CodegenOptionsFor(options));
     if (!result.ok()) return result.status();
     GeneratedCode out;
     for (KernelBinary& k : result->kernels) {

@@ -15,19 +15,13 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "compiler/codegen/llvm/codegen_options.h"
 #include "compiler/loop/ir.h"
 
 namespace kiln::codegen::nvptx {
 
 inline constexpr char kTargetTriple[] = "nvptx64-nvidia-cuda";
 inline constexpr char kPtxFeatures[] = "+ptx78";
-
-struct CodegenOptions {
-  int opt_level = 2;          // 0..3
-  bool emit_llvm_ir = false;  // also return the optimized IR text (for tests and debugging)
-  // Kernels compile in parallel on this many threads; <= 0: one per hardware thread.
-  int threads = 0;
-};
 
 // One kernel's code.
 struct KernelBinary {

@@ -45,7 +45,6 @@ void GpuKernelAbi::EmitEntry(llvm::Module& module, const std::string& name,
 absl::Status GpuKernelAbi::EmitParallel(ParallelSpace& space) const {
   const loop::Kernel& k = space.kernel();
   llvm::IRBuilder<>& b = space.builder();
-  llvm::LLVMContext& ctx = b.getContext();
   const size_t np = k.parallel.size();
   llvm::Value* points = b.getInt64(1);
   for (size_t d = 0; d < np; ++d) points = b.CreateMul(points, space.Extent(d), "", true, true);
@@ -57,35 +56,14 @@ absl::Status GpuKernelAbi::EmitParallel(ParallelSpace& space) const {
       b.CreateAdd(b.CreateMul(block, threads, "", true, true), thread, "", true, true);
   llvm::Value* stride = b.CreateMul(blocks, threads, "", true, true);
 
-  // for (i = first; i < points; i += stride): the grid-stride loop.
-  llvm::Function* f = b.GetInsertBlock()->getParent();
-  llvm::BasicBlock* pre = b.GetInsertBlock();
-  llvm::BasicBlock* header = llvm::BasicBlock::Create(ctx, "point", f);
-  llvm::BasicBlock* body = llvm::BasicBlock::Create(ctx, "point.body", f);
-  llvm::BasicBlock* exit = llvm::BasicBlock::Create(ctx, "point.exit", f);
-  b.CreateBr(header);
-  b.SetInsertPoint(header);
-  llvm::PHINode* i = b.CreatePHI(b.getInt64Ty(), 2);
-  i->addIncoming(first, pre);
-  b.CreateCondBr(b.CreateICmpSLT(i, points), body, exit);
-  b.SetInsertPoint(body);
-  // Unflatten row-major into p0..p{np-1}.
-  llvm::Value* rest = i;
-  for (size_t d = np; d-- > 0;) {
-    if (d == 0) {
-      space.Bind(0, rest);
-      break;
-    }
-    llvm::Value* ext = space.Extent(d);
-    space.Bind(d, b.CreateURem(rest, ext));
-    rest = b.CreateUDiv(rest, ext);
-  }
-  if (absl::Status s = space.EmitPoint(); !s.ok()) return s;
-  llvm::Value* next = b.CreateAdd(i, stride, "", true, true);
-  i->addIncoming(next, b.GetInsertBlock());
-  b.CreateBr(header);
-  b.SetInsertPoint(exit);
-  return absl::OkStatus();
+  // The grid-stride loop over the flattened range, p0 outermost.
+  return space.Loop(
+      first, points, stride,
+      [&](llvm::Value* i) -> absl::Status {
+        space.BindRowMajor(i, np);
+        return space.EmitPoint();
+      },
+      /*innermost=*/false);
 }
 
 }  // namespace kiln::codegen::nvptx

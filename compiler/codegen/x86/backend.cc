@@ -32,10 +32,8 @@ class X86Backend final : public codegen::Backend {
 
   absl::StatusOr<GeneratedCode> Generate(const loop::Program& program,
                                          const GenerateOptions& options) const override {
-    CodegenOptions codegen;
-    codegen.emit_llvm_ir = options.emit_llvm_ir;
-    codegen.threads = options.threads;
-    absl::StatusOr<CodegenResult> result = GenerateSharedObject(program, codegen);
+    absl::StatusOr<CodegenResult> result =
+        GenerateSharedObject(program, CodegenOptionsFor(options));
     if (!result.ok()) return result.status();
     GeneratedCode out;
     out.modules.push_back({v1::BINARY_KIND_SHARED_OBJECT, std::move(result->shared_object)});

@@ -19,20 +19,13 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "compiler/codegen/llvm/codegen_options.h"
 #include "compiler/loop/ir.h"
 
 namespace kiln::codegen::x86 {
 
 inline constexpr char kTargetCpu[] = "x86-64-v3";
 inline constexpr char kTargetTriple[] = "x86_64-unknown-linux-gnu";
-
-struct CodegenOptions {
-  int opt_level = 2;          // 0..3
-  bool emit_llvm_ir = false;  // also return the optimized IR text (for tests and debugging)
-  // Kernels compile in parallel on this many threads; <= 0: one per hardware thread. The
-  // bytes do not depend on it.
-  int threads = 0;
-};
 
 struct CodegenResult {
   std::string shared_object;           // ELF bytes

@@ -21,7 +21,7 @@ absl::Status InnerDims(ParallelSpace& space, size_t d, size_t np, const LaunchSp
     hi = b.CreateSelect(b.CreateICmpSLT(lim, hi), lim, hi);
   }
   return space.Loop(
-      lo, hi,
+      lo, hi, b.getInt64(1),
       [&](llvm::Value* iv) -> absl::Status {
         space.Bind(d, iv);
         return InnerDims(space, d + 1, np, split, outer);
@@ -69,20 +69,11 @@ absl::Status CpuKernelAbi::EmitParallel(ParallelSpace& space) const {
   const size_t np = k.parallel.size();
   llvm::IRBuilder<>& b = space.builder();
   return space.Loop(
-      space.launch_param(0), space.launch_param(1),
+      space.launch_param(0), space.launch_param(1), b.getInt64(1),
       [&](llvm::Value* o) -> absl::Status {
         if (split.chunk > 0) return InnerDims(space, 0, np, split, o);
-        // Unflatten the outer index into p0..p{outer_dims-1}, row-major.
-        llvm::Value* rest = o;
-        for (int32_t d = split.outer_dims; d-- > 0;) {
-          if (d == 0) {
-            space.Bind(0, rest);
-            break;
-          }
-          llvm::Value* ext = space.Extent(static_cast<size_t>(d));
-          space.Bind(static_cast<size_t>(d), b.CreateURem(rest, ext));
-          rest = b.CreateUDiv(rest, ext);
-        }
+        // The outer index is p0..p{outer_dims-1}, flattened row-major.
+        space.BindRowMajor(o, static_cast<size_t>(split.outer_dims));
         return InnerDims(space, static_cast<size_t>(split.outer_dims), np, split, o);
       },
       /*innermost=*/false);

@@ -11,6 +11,7 @@
 
 #include "compiler/codegen/x86/kernel_abi.h"
 #include "llvm/IR/Function.h"
+#include "llvm/IR/Instructions.h"
 #include "llvm/IR/LLVMContext.h"
 #include "llvm/IR/Module.h"
 #include "llvm/IR/Verifier.h"
@@ -46,6 +47,34 @@ class ThreadPerPointAbi final : public KernelAbi {
       space.Bind(d, b.CreateCall(thread_index, {b.getInt32(static_cast<uint32_t>(d))}));
     }
     return space.EmitPoint();
+  }
+};
+
+// Walks the flattened parallel space as a grid-stride loop does: from 0 in steps of the
+// body's one launch parameter, p0 outermost.
+class SteppedAbi final : public KernelAbi {
+ public:
+  std::vector<llvm::Type*> LaunchParams(llvm::LLVMContext& context) const override {
+    return {llvm::Type::getInt64Ty(context)};
+  }
+
+  void EmitEntry(llvm::Module& module, const std::string& name, const plan::KernelParams& params,
+                 llvm::Function* body) const override {
+    ThreadPerPointAbi().EmitEntry(module, name, params, body);
+  }
+
+  absl::Status EmitParallel(ParallelSpace& space) const override {
+    llvm::IRBuilder<>& b = space.builder();
+    const size_t np = space.kernel().parallel.size();
+    llvm::Value* points = b.getInt64(1);
+    for (size_t d = 0; d < np; ++d) points = b.CreateMul(points, space.Extent(d));
+    return space.Loop(
+        b.getInt64(0), points, space.launch_param(0),
+        [&](llvm::Value* i) -> absl::Status {
+          space.BindRowMajor(i, np);
+          return space.EmitPoint();
+        },
+        /*innermost=*/false);
   }
 };
 
@@ -94,6 +123,35 @@ TEST(KernelEmitterTest, EmitsEveryKernelForAnyEntryAbi) {
       }
     }
   }
+}
+
+// A loop's induction variable advances by the step it was given (here the body's launch
+// parameter), and a flat index unflattened row-major binds every parallel dimension: the
+// modules of kernels with several dimensions are valid.
+TEST(KernelEmitterTest, LoopsAdvanceByTheirStep) {
+  absl::StatusOr<loop::Program> program = testing::FuseSharedGraph("nanogpt_fp32.bw.json");
+  ASSERT_TRUE(program.ok()) << program.status();
+  size_t multi_dimensional = 0;
+  for (size_t i = 0; i < program->kernels.size(); ++i) {
+    const loop::Kernel& kernel = program->kernels[i];
+    multi_dimensional += kernel.parallel.size() > 1;
+    const std::string name = "kiln_k" + std::to_string(i);
+    llvm::LLVMContext ctx;
+    llvm::Module module(name, ctx);
+    ASSERT_TRUE(EmitKernel(module, *program, kernel, name, SteppedAbi()).ok()) << name;
+    EXPECT_EQ(Verify(module), "") << name;
+    const llvm::Function* body = module.getFunction(name + "_body");
+    ASSERT_NE(body, nullptr) << name;
+    const llvm::Argument* step = body->getArg(body->arg_size() - 1);
+    bool stepped = false;
+    for (const llvm::User* user : step->users()) {
+      const auto* add = llvm::dyn_cast<llvm::BinaryOperator>(user);
+      stepped |= add != nullptr && add->getOpcode() == llvm::Instruction::Add &&
+                 llvm::isa<llvm::PHINode>(add->getOperand(0));
+    }
+    EXPECT_TRUE(stepped) << name << ": no induction variable advances by the step";
+  }
+  EXPECT_GT(multi_dimensional, 0u);
 }
 
 }  // namespace

@@ -14,9 +14,9 @@ TEST(CodegenTest, BytesDoNotDependOnThreads) {
   auto program = testing::FuseSharedGraph("nanogpt_fp32.fw.json");
   ASSERT_TRUE(program.ok()) << program.status();
   ASSERT_GT(program->kernels.size(), 4u);
-  codegen::x86::CodegenOptions one;
+  codegen::CodegenOptions one;
   one.threads = 1;
-  codegen::x86::CodegenOptions many;
+  codegen::CodegenOptions many;
   many.threads = 5;
   auto a = codegen::x86::GenerateSharedObject(*program, one);
   auto b = codegen::x86::GenerateSharedObject(*program, many);
@@ -49,7 +49,7 @@ TEST(CodegenTest, Float32LoopsVectorize) {
 TEST(CodegenTest, IrOfEveryKernelInOrder) {
   auto program = testing::FuseSharedGraph("mlp_fp32.fw.json");
   ASSERT_TRUE(program.ok()) << program.status();
-  codegen::x86::CodegenOptions options;
+  codegen::CodegenOptions options;
   options.emit_llvm_ir = true;
   options.threads = 3;
   auto code = codegen::x86::GenerateSharedObject(*program, options);
