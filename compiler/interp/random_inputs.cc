@@ -4,6 +4,7 @@
 #include <optional>
 #include <unordered_map>
 #include <unordered_set>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "proto/base/int_expr.h"
@@ -47,14 +48,50 @@ bool PassesValues(absl::string_view target) {
   return ops->contains(std::string(target));
 }
 
+// Ops whose result is their first argument's elements in the same order and shape.
+bool KeepsElements(absl::string_view target) {
+  static const std::unordered_set<std::string>* ops = new std::unordered_set<std::string>{
+      "aten.alias.default",    "aten.detach.default",          "aten.clone.default",
+      "aten._to_copy.default", "aten.lift_fresh_copy.default", "aten.contiguous.default",
+  };
+  return ops->contains(std::string(target));
+}
+
+// The window of a max_pool2d whose indices an input holds, and the pooled plane's size: an
+// index saved by the forward pool always lies in its own output's window, and the backward
+// may rely on it (PyTorch's CUDA kernel, like Kiln's lowering, gathers from the windows that
+// cover each input element, so an index outside its window is never found).
+struct PoolWindow {
+  int64_t kh = 1, kw = 1, sh = 1, sw = 1, ph = 0, pw = 0, dh = 1, dw = 1;
+  int64_t height = 0, width = 0;
+
+  // An index inside the window of output (i, j) and inside the plane; draws uniformly among
+  // the window's positions inside it.
+  int64_t Draw(int64_t i, int64_t j, Random& rng) const {
+    std::vector<int64_t> inside;
+    for (int64_t a = 0; a < kh; ++a) {
+      const int64_t h = i * sh - ph + a * dh;
+      if (h < 0 || h >= height) continue;
+      for (int64_t b = 0; b < kw; ++b) {
+        const int64_t w = j * sw - pw + b * dw;
+        if (w >= 0 && w < width) inside.push_back(h * width + w);
+      }
+    }
+    if (inside.empty()) return 0;
+    return inside[static_cast<size_t>(rng.Int(0, static_cast<int64_t>(inside.size())))];
+  }
+};
+
 class RangeInference {
  public:
   RangeInference(const v1::Graph& graph, const SymbolMap& symbols) : symbols_(symbols) {
     for (const v1::GraphInput& in : graph.inputs()) {
       origin_[in.name()] = in.name();
       meta_[in.name()] = {&in.meta()};
+      inputs_.insert(in.name());
     }
     for (const v1::Node& node : graph.nodes()) {
+      nodes_[node.name()] = &node;
       std::vector<const v1::ValueMeta*> metas;
       for (const v1::ValueMeta& m : node.outputs()) metas.push_back(&m);
       meta_[node.name()] = metas;
@@ -70,6 +107,11 @@ class RangeInference {
     auto it = ranges_.find(input);
     if (it == ranges_.end()) return std::nullopt;
     return it->second;
+  }
+
+  const PoolWindow* PoolWindowOf(const std::string& input) const {
+    auto it = windows_.find(input);
+    return it == windows_.end() ? nullptr : &it->second;
   }
 
  private:
@@ -114,6 +156,56 @@ class RangeInference {
     r->second.second = inserted ? *high : std::min(r->second.second, *high);
   }
 
+  std::optional<std::vector<int64_t>> IntsArg(const v1::Node& node, int pos) const {
+    if (pos >= node.args_size()) return std::nullopt;
+    const v1::Argument& a = node.args(pos);
+    if (a.kind_case() == v1::Argument::kIntValue) return std::vector<int64_t>{a.int_value()};
+    if (a.kind_case() != v1::Argument::kList) return std::nullopt;
+    std::vector<int64_t> out;
+    for (const v1::Argument& item : a.list().items()) {
+      if (item.kind_case() != v1::Argument::kIntValue) return std::nullopt;
+      out.push_back(item.int_value());
+    }
+    return out;
+  }
+
+  // The graph input whose elements argument `pos` of `node` is, in the same order and shape.
+  std::optional<std::string> InputOf(const v1::Node& node, int pos) const {
+    if (pos >= node.args_size() || !node.args(pos).has_ref()) return std::nullopt;
+    std::string name = node.args(pos).ref().node();
+    while (!inputs_.contains(name)) {
+      auto it = nodes_.find(name);
+      if (it == nodes_.end() || !KeepsElements(it->second->target()) ||
+          it->second->args_size() == 0 || !it->second->args(0).has_ref()) {
+        return std::nullopt;
+      }
+      name = it->second->args(0).ref().node();
+    }
+    return name;
+  }
+
+  // max_pool2d_with_indices_backward(grad_output, self, kernel_size, stride, padding,
+  // dilation, ceil_mode, indices).
+  void InferPoolWindow(const v1::Node& node) {
+    const std::optional<std::string> input = InputOf(node, 7);
+    const auto h = SizeOf(node.args(1), -2), w = SizeOf(node.args(1), -1);
+    if (!input.has_value() || !h || !w) return;
+    auto pair = [&](int pos, std::vector<int64_t> dflt) -> std::optional<std::vector<int64_t>> {
+      std::optional<std::vector<int64_t>> v = IntsArg(node, pos);
+      if (!v.has_value() && pos < node.args_size()) return std::nullopt;
+      if (!v.has_value() || v->empty()) v = std::move(dflt);
+      if (v->size() == 1) v->push_back((*v)[0]);
+      if (v->size() != 2) return std::nullopt;
+      return v;
+    };
+    const auto k = pair(2, {});
+    if (!k.has_value()) return;
+    const auto st = pair(3, *k), pad = pair(4, {0}), dil = pair(5, {1});
+    if (!st || !pad || !dil) return;
+    windows_[*input] = PoolWindow{(*k)[0],   (*k)[1],   (*st)[0],  (*st)[1], (*pad)[0],
+                                  (*pad)[1], (*dil)[0], (*dil)[1], *h,       *w};
+  }
+
   void Infer(const v1::Node& node) {
     const std::string& t = node.target();
     if (t == "aten.embedding.default") {
@@ -134,6 +226,7 @@ class RangeInference {
       const auto h = SizeOf(node.args(1), -2);
       const auto w = SizeOf(node.args(1), -1);
       if (h && w) Limit(node, 7, *h * *w);
+      InferPoolWindow(node);
     }
   }
 
@@ -141,6 +234,9 @@ class RangeInference {
   std::unordered_map<std::string, std::string> origin_;
   std::unordered_map<std::string, std::vector<const v1::ValueMeta*>> meta_;
   std::unordered_map<std::string, std::pair<int64_t, int64_t>> ranges_;
+  std::unordered_map<std::string, PoolWindow> windows_;
+  std::unordered_set<std::string> inputs_;
+  std::unordered_map<std::string, const v1::Node*> nodes_;
 };
 
 absl::StatusOr<int64_t> Eval(const v1::SymInt& s, const SymbolMap& symbols) {
@@ -190,6 +286,7 @@ absl::StatusOr<std::vector<Value>> MakeRandomInputs(const v1::Graph& graph,
   if (!symbols.ok()) return symbols.status();
   auto ranges = IntInputRanges(graph, options);
   if (!ranges.ok()) return ranges.status();
+  const RangeInference inference(graph, *symbols);
   std::vector<Value> out;
   for (int i = 0; i < graph.inputs_size(); ++i) {
     const v1::GraphInput& in = graph.inputs(i);
@@ -238,7 +335,18 @@ absl::StatusOr<std::vector<Value>> MakeRandomInputs(const v1::Graph& graph,
     } else {
       std::pair<int64_t, int64_t> range = {0, 2};
       if (auto it = ranges->find(in.name()); it != ranges->end()) range = it->second;
-      for (int64_t slot : slots) t.WriteInt(slot, rng.Int(range.first, range.second));
+      const PoolWindow* window = inference.PoolWindowOf(in.name());
+      if (options.int_ranges.contains(in.name()) || sizes.size() < 2) window = nullptr;
+      for (size_t k = 0; k < slots.size(); ++k) {
+        if (window != nullptr) {
+          // Element k of [.., oh, ow] in row-major order is output (i, j) of its plane.
+          const int64_t ow = sizes.back(), oh = sizes[sizes.size() - 2];
+          const int64_t e = static_cast<int64_t>(k);
+          t.WriteInt(slots[k], window->Draw(e / ow % oh, e % ow, rng));
+        } else {
+          t.WriteInt(slots[k], rng.Int(range.first, range.second));
+        }
+      }
     }
     out.emplace_back(std::move(t));
   }

@@ -4,9 +4,9 @@
 // sizes, strides, storage offset and dtype; symbolic ints with their values. Deterministic
 // for a given seed. Integer tensors get values valid for how the graph uses them
 // (embedding indices below the table's rows, nll targets below the class count, gather /
-// index_select / scatter indices below the indexed size, pooling indices inside the
-// plane), found by following the input through views to its consumers; callers can give
-// ranges explicitly instead.
+// index_select / scatter indices below the indexed size, max-pooling indices inside their
+// output's window, as the forward pool saves them), found by following the input through
+// views to its consumers; callers can give ranges explicitly instead.
 
 #include <cstdint>
 #include <map>

@@ -48,6 +48,8 @@ v1::CallArgument Arg(const loop::CallArg& a, const std::vector<std::string>& sym
       out.mutable_value()->mutable_none();
       break;
     case loop::CallArg::Kind::kList:
+      // Set even when empty: an empty list (new_ones(x, [])) is not a missing argument.
+      out.mutable_list();
       for (const loop::CallArg& x : a.items) *out.mutable_list()->add_items() = Arg(x, syms);
       break;
   }

@@ -354,6 +354,28 @@ TEST(PlanTest, CollectivesCpuInputsAndMutatedUserInputsBlockCapture) {
   EXPECT_EQ(g.summary().extern_steps(), 1);
 }
 
+TEST(PlanTest, AnEmptyListArgumentStaysAList) {
+  // new_ones(x, []) makes a 0-d tensor: an empty size list is a value, not a missing argument.
+  loop::Program p = Chain();
+  loop::Step step = Extern("aten.new_ones.default", 1, /*fallback=*/true);
+  loop::CallArg empty;
+  empty.kind = loop::CallArg::Kind::kList;
+  loop::CallArg nested = empty;
+  nested.items.push_back(empty);
+  step.call.args.push_back(empty);
+  step.call.args.push_back(nested);
+  p.steps.insert(p.steps.begin() + 1, step);
+  const v1::CompiledGraph g = MustPlan(p);
+  ASSERT_TRUE(g.steps(1).has_fallback());
+  const v1::FallbackStep& call = g.steps(1).fallback();
+  ASSERT_EQ(call.args_size(), 3);
+  EXPECT_TRUE(call.args(1).has_list());
+  EXPECT_EQ(call.args(1).list().items_size(), 0);
+  ASSERT_TRUE(call.args(2).has_list());
+  ASSERT_EQ(call.args(2).list().items_size(), 1);
+  EXPECT_TRUE(call.args(2).list().items(0).has_list());
+}
+
 TEST(PlanTest, ToSymIntKeepsConstantsAsValues) {
   const std::vector<std::string> syms = {"s0"};
   EXPECT_EQ(ToSymInt(C(12), syms).value(), 12);
