@@ -13,6 +13,7 @@
 #include "compiler/interp/random_inputs.h"
 #include "compiler/sym/expr.h"
 #include "compiler/sym/guards.h"
+#include "compiler/tools/check/compare.h"
 #include "compiler/tools/check/interp_bridge.h"
 
 namespace kiln::check {
@@ -73,6 +74,24 @@ absl::StatusOr<std::vector<interp::Value>> RunOnRuntime(const v1::CompiledGraph&
   return values;
 }
 
+// Whether any input or node value of `graph` is bfloat16 or float16.
+bool HasLowPrecisionValues(const v1::Graph& graph) {
+  auto low = [](const v1::ValueMeta& meta) {
+    if (!meta.has_tensor()) return false;
+    const v1::DType d = meta.tensor().dtype();
+    return d == v1::DTYPE_BFLOAT16 || d == v1::DTYPE_FLOAT16;
+  };
+  for (const v1::GraphInput& in : graph.inputs()) {
+    if (low(in.meta())) return true;
+  }
+  for (const v1::Node& node : graph.nodes()) {
+    for (const v1::ValueMeta& meta : node.outputs()) {
+      if (low(meta)) return true;
+    }
+  }
+  return false;
+}
+
 }  // namespace
 
 double RelativeTolerance(v1::DType dtype) {
@@ -116,6 +135,8 @@ absl::StatusOr<CheckReport> CheckAgainstInterpreter(const v1::Graph& graph,
     report.message = absl::StrCat("output count ", actual->size(), " != ", expected->size());
     return report;
   }
+  const bool low_precision = HasLowPrecisionValues(graph);
+  std::vector<interp::Value> exact;
   auto fail = [&](size_t i, const std::string& what) {
     if (report.ok) report.message = absl::StrCat("output ", i, ": ", what);
     report.ok = false;
@@ -140,27 +161,26 @@ absl::StatusOr<CheckReport> CheckAgainstInterpreter(const v1::Graph& graph,
       fail(i, absl::StrCat("sizes ", at->DebugString(), " != ", et->DebugString()));
       continue;
     }
-    const v1::DType dt = et->dtype();
-    const std::vector<double> ev = et->ToDoubles(), av = at->ToDoubles();
-    const double rtol = RelativeTolerance(dt) * options.tolerance_scale;
-    double scale = 0;
-    for (double x : ev) {
-      if (std::isfinite(x)) scale = std::max(scale, std::fabs(x));
-    }
-    for (size_t k = 0; k < ev.size(); ++k) {
-      const double x = ev[k], y = av[k];
-      if (std::isnan(x) && std::isnan(y)) continue;
-      if (x == y) continue;
-      const double tol = rtol * (std::fabs(x) + scale);
-      const double err = std::fabs(x - y);
-      if (!(err <= tol)) {
-        fail(i, absl::StrCat(et->DebugString(), " element ", k, ": got ", y, ", expected ", x,
-                             " (tolerance ", tol, ")"));
-        report.worst = std::max(report.worst, tol > 0 ? err / tol : INFINITY);
-        break;
+    Expectation expectation;
+    expectation.expected = *et;
+    expectation.rtol = RelativeTolerance(et->dtype()) * options.tolerance_scale;
+    Verdict verdict = CompareTensor(*at, expectation);
+    if (!verdict.ok && low_precision) {
+      // The graph without rounding, run once, when an output needs it (compare.h).
+      if (exact.empty()) {
+        std::vector<interp::Value> x_inputs;
+        for (const interp::Value& v : *inputs) x_inputs.push_back(Copy(v));
+        interp::RunOptions xo = ro;
+        xo.round_to_dtype = false;
+        auto values = interp::Run(graph, x_inputs, xo);
+        if (!values.ok()) return values.status();
+        exact = *std::move(values);
       }
-      if (tol > 0) report.worst = std::max(report.worst, err / tol);
+      if (const auto* xt = std::get_if<interp::Tensor>(&exact[i])) expectation.exact = *xt;
+      verdict = CompareTensor(*at, expectation);
     }
+    report.worst = std::max(report.worst, verdict.worst);
+    if (!verdict.ok) fail(i, verdict.message);
   }
   return report;
 }
