@@ -99,7 +99,7 @@ Verdict CompareTensor(const interp::Tensor& actual, const Expectation& e) {
   std::vector<double> bound(ev.size());
   for (size_t k = 0; k < ev.size(); ++k) {
     const double x = ev[k], y = av[k];
-    bound[k] = e.rtol * (std::fabs(x) + scale);
+    bound[k] = e.rtol * (std::fabs(x) * std::max(1.0, e.logit_scale) + scale);
     const double err = std::isfinite(x) && std::isfinite(y) ? std::fabs(x - y) : 0;
     if (!Within(x, y, bound[k])) {
       if (v.ok) {

@@ -7,6 +7,14 @@
 // being the largest finite magnitude in the expected tensor; exact types must be equal, and
 // NaN matches only NaN.
 //
+// A softmax's probabilities are bounded by their logits' magnitude L instead:
+// `rtol * (|expected| * max(1, L) + scale)`. p_i is proportional to exp(z_i), so logits
+// off by d move p_i by a factor e^d: the logits' absolute error is the probabilities'
+// relative error, and float32 computes logits to a few ulps of L, not of 1. T5 does not
+// scale its attention logits by 1/sqrt(d); they reach 145, and float32 rounding in the
+// layers before them moves a probability by 2.4e-4 of itself, 1.2 times the bound
+// relative to the probabilities alone.
+//
 // Graphs with bfloat16 or float16 values get a second chance, because there the interpreter
 // is not the only right answer. It rounds every op's result to its dtype, as eager PyTorch
 // does (tests/compiler/interp/reference_test.cc); compiled kernels keep float32 between the
@@ -43,6 +51,8 @@ struct Expectation {
   // bfloat16 or float16 values; undefined otherwise.
   interp::Tensor exact;
   double rtol = 0;  // relative to |expected| + scale; 0 for exact types
+  // For softmax probabilities, the largest finite magnitude of their logits; 0 otherwise.
+  double logit_scale = 0;
 };
 
 struct Verdict {

@@ -62,6 +62,19 @@ TEST(CompareTest, AnInfiniteExpectedValueTakesNoFiniteResult) {
   EXPECT_FALSE(CompareTensor(F32({INFINITY, 2}), e).ok);
 }
 
+// Logits of magnitude 100 computed to 5e-6 of it move a probability by 5e-4 of itself.
+TEST(CompareTest, SoftmaxProbabilitiesAreBoundedByTheirLogitsMagnitude) {
+  Expectation e;
+  e.expected = F32({0.25, 0.75});
+  e.rtol = 1e-5;
+  const interp::Tensor actual = F32({0.25 * (1 + 5e-4), 0.75 - 0.25 * 5e-4});
+  EXPECT_FALSE(CompareTensor(actual, e).ok);
+  e.logit_scale = 100;
+  const Verdict v = CompareTensor(actual, e);
+  EXPECT_TRUE(v.ok) << v.message;
+  EXPECT_FALSE(CompareTensor(F32({0.25 * 1.01, 0.75}), e).ok);
+}
+
 TEST(CompareTest, AsCloseToTheExactValueAsEagerRoundingPasses) {
   const Expectation e = Autocast({1 + 1.0 / 32, 2, 3 - 1.0 / 32, 4}, {1, 2, 3, 4});
   const Verdict v = CompareTensor(F32({1, 2 + 1.0 / 32, 3 + 1.0 / 64, 4}), e);

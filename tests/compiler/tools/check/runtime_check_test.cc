@@ -143,6 +143,56 @@ TEST(RuntimeCheckTest, AutocastGraphComputedWrongIsAMismatch) {
   EXPECT_GT(report->worst, 1);
 }
 
+// softmax(x * slope + 150) over rows of 16, x float32 [8, 16] in [-1, 1): logits near 150
+// whose probabilities spread over the row.
+v1::Graph SoftmaxGraph(double slope) {
+  const std::string meta =
+      R"("meta": {"shape": [8, 16], "stride": [16, 1], "dtype": "torch.float32", "device": "cpu",
+                  "storage_offset": 0})";
+  const std::string capture = R"({"model": "synthetic", "kind": "fw", "nodes": [
+    {"name": "x", "op": "placeholder", "target": "x", "args": [], "kwargs": {}, )" +
+                              meta + R"(},
+    {"name": "scaled", "op": "call_function", "target": "aten.mul.Tensor",
+     "args": [{"node": "x"}, )" +
+                              std::to_string(slope) + R"(], "kwargs": {}, )" + meta + R"(},
+    {"name": "logits", "op": "call_function", "target": "aten.add.Tensor",
+     "args": [{"node": "scaled"}, 150.0], "kwargs": {}, )" +
+                              meta + R"(},
+    {"name": "p", "op": "call_function", "target": "aten._softmax.default",
+     "args": [{"node": "logits"}, -1, false], "kwargs": {}, )" +
+                              meta + R"(},
+    {"name": "view", "op": "call_function", "target": "aten.view.default",
+     "args": [{"node": "p"}, [128]], "kwargs": {},
+     "meta": {"shape": [128], "stride": [1], "dtype": "torch.float32", "device": "cpu",
+              "storage_offset": 0}},
+    {"name": "output", "op": "output", "target": "output", "args": [[{"node": "view"}]],
+     "kwargs": {}, "meta": null}]})";
+  absl::StatusOr<v1::Graph> g = fx::ImportCapture(capture);
+  EXPECT_TRUE(g.ok()) << g.status();
+  return g.ok() ? *g : v1::Graph();
+}
+
+// Logits near 150 off by 1e-6 of their magnitude (1.5e-4: the float32 rounding a few layers
+// leave) move the probabilities by up to 3e-4 of themselves, within the bound the logits'
+// magnitude sets, far past one relative to the probabilities alone. Off by 10%, they are
+// wrong.
+TEST(RuntimeCheckTest, SoftmaxOfLargeLogitsIsBoundedByTheirMagnitude) {
+  const v1::Graph graph = SoftmaxGraph(1);
+  auto rounded = testing::CompileForCpu(SoftmaxGraph(1 + 1.5e-4));
+  ASSERT_TRUE(rounded.ok()) << rounded.status();
+  auto report = CheckAgainstInterpreter(graph, *rounded);
+  ASSERT_TRUE(report.ok()) << report.status();
+  EXPECT_TRUE(report->ok) << report->message;
+  EXPECT_LE(report->worst, 1);
+
+  auto wrong = testing::CompileForCpu(SoftmaxGraph(1.1));
+  ASSERT_TRUE(wrong.ok()) << wrong.status();
+  report = CheckAgainstInterpreter(graph, *wrong);
+  ASSERT_TRUE(report.ok()) << report.status();
+  EXPECT_FALSE(report->ok);
+  EXPECT_TRUE(absl::StrContains(report->message, "output 0: float32[128]")) << report->message;
+}
+
 TEST(RuntimeCheckTest, RelativeTolerancePerDtype) {
   EXPECT_EQ(RelativeTolerance(v1::DTYPE_FLOAT32), 1e-5);
   EXPECT_EQ(RelativeTolerance(v1::DTYPE_BFLOAT16), 1e-2);
