@@ -1,15 +1,18 @@
 // Scaled-dot-product attention on the CPU by the math path: the memory-efficient and cuDNN
 // forward and backward ops, with causal masks (aligned top-left: query i sees keys j <= i),
-// an optional additive bias, and a custom scale. Dropout is outside this runtime's scope
-// (dropout_p must be 0). Computation is in float32 (float64 for float64 tensors) on dense
-// copies; the backward rebuilds probabilities from the saved logsumexp and uses the saved
-// output, as the kernels it stands in for do. Rows are split across threads and every sum
-// runs in a fixed order, so results do not depend on threads.
+// an optional additive bias, a custom scale and dropout of the probabilities, drawn over
+// their [B, H, L, S] positions from the op's Philox stream (dropout.h); the forward returns
+// the seed and stream as philox_seed and philox_offset, and the backward replays them.
+// Computation is in float32 (float64 for float64 tensors) on dense copies; the backward
+// rebuilds probabilities from the saved logsumexp and uses the saved output, as the kernels
+// it stands in for do. Rows are split across threads and every sum runs in a fixed order, so
+// results do not depend on threads.
 
 #include <cmath>
 #include <limits>
 #include <vector>
 
+#include "client/runtime/dropout.h"
 #include "client/runtime/extern_args.h"
 #include "proto/ops/registry.h"
 
@@ -22,7 +25,13 @@ struct Attention {
   T scale = 1;
   bool causal = false;
   std::vector<T> q, k, v, bias;  // dense [B, H, *, *]; bias empty or [B, H, L, S]
+  Dropout dropout{0, 0, 0};
   int64_t bh() const { return b * h; }
+
+  // What probability (i, j) of head `hd` is multiplied by after dropout.
+  T Keep(int64_t hd, int64_t i, int64_t j) const {
+    return static_cast<T>(dropout.Factor(static_cast<uint64_t>((hd * l + i) * s + j)));
+  }
 
   // Scores of query row i of head `hd` against every key; -inf where masked.
   void Scores(int64_t hd, int64_t i, T* out) const {
@@ -58,9 +67,10 @@ Tensor Broadcast(const Tensor& t, const std::vector<int64_t>& to, ArgReader& r) 
   return t.AsStrided(to, strides, t.offset());
 }
 
+// Reads the inputs; dropout draws from `stream` under `seed`.
 template <typename T>
 bool Load(ArgReader& r, const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& bias,
-          bool causal, double dropout_p, Attention<T>& a) {
+          bool causal, double dropout_p, uint64_t seed, uint64_t stream, Attention<T>& a) {
   if (!r.Check(q.dim() == 4 && k.dim() == 4 && v.dim() == 4,
                "query, key and value must be 4-d [B, H, L, E]") ||
       !r.Check(q.dtype() == k.dtype() && q.dtype() == v.dtype(),
@@ -79,12 +89,10 @@ bool Load(ArgReader& r, const Tensor& q, const Tensor& k, const Tensor& v, const
                " do not match")) {
     return false;
   }
-  if (dropout_p != 0) {
-    r.FailUnimplemented("dropout_p must be 0 in the CPU runtime");
-    return false;
-  }
+  if (!r.Check(dropout_p >= 0 && dropout_p <= 1, "dropout_p must be in [0, 1]")) return false;
   a.scale = static_cast<T>(r.GetDouble(-1, "scale", 1.0 / std::sqrt(static_cast<double>(a.e))));
   a.causal = causal;
+  a.dropout = Dropout(dropout_p, seed, stream);
   a.q = ToDense<T>(q);
   a.k = ToDense<T>(k);
   a.v = ToDense<T>(v);
@@ -128,9 +136,14 @@ bool ReadLse(ArgReader& r, const Tensor& t, const Attention<T>& a, std::vector<T
   return true;
 }
 
+// Philox seeds and streams are 64-bit: an int64 tensor holds them exactly.
 void WriteInt(const Tensor& t, int64_t value) {
-  if (t.defined() && t.numel() == 1)
+  if (!t.defined() || t.numel() != 1) return;
+  if (t.dtype() == v1::DTYPE_INT64) {
+    *t.data_as<int64_t>() = value;
+  } else {
     StoreFromDouble(t.data(), t.dtype(), static_cast<double>(value));
+  }
 }
 
 template <typename T>
@@ -155,7 +168,7 @@ void Forward(const Attention<T>& a, const ExternContext& ctx, std::vector<T>& ou
       T* oi = out.data() + row * a.ev;
       const T inv = T(1) / sum;
       for (int64_t j = 0; j < a.s; ++j) {
-        const T p = sc[static_cast<size_t>(j)] * inv;
+        const T p = sc[static_cast<size_t>(j)] * inv * a.Keep(hd, i, j);
         if (p == 0) continue;
         const T* vj = a.v.data() + (hd * a.s + j) * a.ev;
         for (int64_t c = 0; c < a.ev; ++c) oi[c] += p * vj[c];
@@ -176,6 +189,7 @@ void Backward(const Attention<T>& a, const std::vector<T>& dout, const std::vect
   g.dk.assign(a.k.size(), T(0));
   g.dv.assign(a.v.size(), T(0));
   if (want_bias) g.dbias.assign(static_cast<size_t>(a.bh() * a.l * a.s), T(0));
+  // p holds the probabilities after dropout, ds the score gradients.
   std::vector<T> p(static_cast<size_t>(a.l * a.s)), ds(static_cast<size_t>(a.l * a.s));
   for (int64_t hd = 0; hd < a.bh(); ++hd) {
     // Pass 1, by query row: probabilities, score gradients and dq.
@@ -197,11 +211,15 @@ void Backward(const Attention<T>& a, const std::vector<T>& dout, const std::vect
             pi[j] = dsi[j] = 0;
             continue;
           }
-          pi[j] = std::exp(x - li);
+          // out = (P * Z) v with Z the dropout factors: dV = (P * Z)^T dout, and
+          // dS = P * (Z * dP - rowsum(dout * out)).
+          const T pij = std::exp(x - li);
+          const T z = a.Keep(hd, i, j);
+          pi[j] = pij * z;
           const T* vj = a.v.data() + (hd * a.s + j) * a.ev;
           T dp = 0;
           for (int64_t c = 0; c < a.ev; ++c) dp += doi[c] * vj[c];
-          dsi[j] = pi[j] * (dp - d);
+          dsi[j] = pij * (dp * z - d);
           const T* kj = a.k.data() + (hd * a.s + j) * a.e;
           const T f = a.scale * dsi[j];
           for (int64_t c = 0; c < a.e; ++c) dqi[c] += f * kj[c];
@@ -261,7 +279,10 @@ absl::Status ForwardOp(ArgReader& r, const ExternCall& call, const ops::Attentio
   const bool causal = r.GetBool(at.is_causal, "is_causal", false);
   if (!r.ok()) return r.status();
   Attention<T> a;
-  if (!Load(r, q, k, v, bias, causal, dropout_p, a)) return r.status();
+  const ExternContext& ctx = *call.context;
+  if (!Load(r, q, k, v, bias, causal, dropout_p, ctx.rng_seed, ctx.rng_offset, a)) {
+    return r.status();
+  }
   r.CheckOutput(0, {a.b, a.h, a.l, a.ev}, q.dtype());
   if (!r.ok()) return r.status();
   std::vector<T> out, lse;
@@ -294,8 +315,21 @@ absl::Status BackwardOp(ArgReader& r, const ExternCall& call, const ops::Op& op)
                : std::vector<bool>{true, true, true, false};
   if (!r.ok()) return r.status();
   if (!r.Check(mask.size() == 4, "grad_input_mask must have 4 entries")) return r.status();
+  // Without dropout the kernels leave the seed and offset unread (and unwritten).
+  const Tensor seed = r.GetOptTensor(at.philox_seed, "philox_seed");
+  const Tensor stream = r.GetOptTensor(at.philox_offset, "philox_offset");
+  if (!r.ok()) return r.status();
+  if (dropout_p != 0 &&
+      !r.Check(seed.defined() && stream.defined() && seed.numel() == 1 && stream.numel() == 1,
+               "philox_seed and philox_offset must hold one value each")) {
+    return r.status();
+  }
   Attention<T> a;
-  if (!Load(r, q, k, v, bias, causal, dropout_p, a)) return r.status();
+  if (!Load(r, q, k, v, bias, causal, dropout_p,
+            dropout_p != 0 ? static_cast<uint64_t>(seed.ItemInt()) : 0,
+            dropout_p != 0 ? static_cast<uint64_t>(stream.ItemInt()) : 0, a)) {
+    return r.status();
+  }
   r.Check(out.sizes() == std::vector<int64_t>{a.b, a.h, a.l, a.ev}, "out ", out.DebugString(),
           " does not match the query and value");
   const Tensor dout_full = Broadcast(dout, out.sizes(), r);

@@ -57,12 +57,14 @@ struct Tolerance {
     return rtol * std::fabs(reference) + atol * scale;
   }
   // Whether `actual` agrees with `reference`: equal (infinities of one sign included), both
-  // NaN, or within the bound.
+  // NaN, or both finite and within the bound (an infinite reference's bound is infinite, and
+  // no finite value may pass for it).
   bool Allows(double reference, double actual, double scale) const {
     if (reference == actual) return true;
     if (std::isnan(reference) || std::isnan(actual)) {
       return std::isnan(reference) && std::isnan(actual);
     }
+    if (std::isinf(reference) || std::isinf(actual)) return false;
     return std::fabs(reference - actual) <= Bound(reference, scale);
   }
   // The bound for the sum of `n` values whose magnitudes sum to `abs_sum`.

@@ -2,7 +2,11 @@
 
 #include <algorithm>
 #include <cmath>
+#include <functional>
+#include <map>
 #include <memory>
+#include <optional>
+#include <string>
 #include <utility>
 #include <variant>
 
@@ -13,7 +17,9 @@
 #include "compiler/interp/random_inputs.h"
 #include "compiler/sym/expr.h"
 #include "compiler/sym/guards.h"
+#include "compiler/tools/check/compare.h"
 #include "compiler/tools/check/interp_bridge.h"
+#include "proto/ops/registry.h"
 
 namespace kiln::check {
 namespace {
@@ -73,6 +79,83 @@ absl::StatusOr<std::vector<interp::Value>> RunOnRuntime(const v1::CompiledGraph&
   return values;
 }
 
+// Ops whose result holds some of their first argument's values (views within its elements,
+// copies, casts): a softmax's probabilities seen through them are still probabilities.
+bool KeepsValues(absl::string_view target) {
+  const ops::Op* op = ops::FindOp(target);
+  if (op != nullptr && op->view_of == 0 && op->view_within_base) return true;
+  return target == "aten.clone.default" || target == "aten._to_copy.default" ||
+         target == "aten.contiguous.default";
+}
+
+bool IsSoftmax(absl::string_view target) {
+  return target == "aten._softmax.default" || target == "aten._safe_softmax.default";
+}
+
+// For each output of `graph` as the interpreter flattens them, the logits of the softmax
+// whose probabilities it holds, if it holds a softmax's probabilities.
+std::vector<std::optional<v1::Argument>> SoftmaxLogits(const v1::Graph& graph) {
+  std::map<std::string, const v1::Node*, std::less<>> nodes;
+  for (const v1::Node& n : graph.nodes()) nodes[n.name()] = &n;
+  auto logits = [&](const v1::Argument& output) -> std::optional<v1::Argument> {
+    const v1::Argument* a = &output;
+    while (a->has_ref()) {
+      auto it = nodes.find(a->ref().node());
+      if (it == nodes.end() || it->second->args_size() == 0) return std::nullopt;
+      const v1::Node& n = *it->second;
+      if (IsSoftmax(n.target())) return n.args(0);
+      if (!KeepsValues(n.target())) return std::nullopt;
+      a = &n.args(0);
+    }
+    return std::nullopt;
+  };
+  std::vector<std::optional<v1::Argument>> out;
+  std::function<void(const v1::Argument&)> flatten = [&](const v1::Argument& a) {
+    if (a.kind_case() == v1::Argument::kList) {
+      for (const v1::Argument& item : a.list().items()) flatten(item);
+      return;
+    }
+    // A reference to a whole multi-output node stands for all its values.
+    auto it = a.has_ref() && !a.ref().has_output() ? nodes.find(a.ref().node()) : nodes.end();
+    if (it != nodes.end() && it->second->outputs_size() > 1) {
+      out.resize(out.size() + static_cast<size_t>(it->second->outputs_size()));
+      return;
+    }
+    out.push_back(logits(a));
+  };
+  flatten(graph.output());
+  return out;
+}
+
+// The largest finite magnitude in `v` (0 for anything but a tensor).
+double LargestMagnitude(const interp::Value& v) {
+  const auto* t = std::get_if<interp::Tensor>(&v);
+  if (t == nullptr || !t->defined()) return 0;
+  double m = 0;
+  for (double x : t->ToDoubles()) {
+    if (std::isfinite(x)) m = std::max(m, std::fabs(x));
+  }
+  return m;
+}
+
+// Whether any input or node value of `graph` is bfloat16 or float16.
+bool HasLowPrecisionValues(const v1::Graph& graph) {
+  auto low = [](const v1::ValueMeta& meta) {
+    if (!meta.has_tensor()) return false;
+    const v1::DType d = meta.tensor().dtype();
+    return d == v1::DTYPE_BFLOAT16 || d == v1::DTYPE_FLOAT16;
+  };
+  for (const v1::GraphInput& in : graph.inputs()) {
+    if (low(in.meta())) return true;
+  }
+  for (const v1::Node& node : graph.nodes()) {
+    for (const v1::ValueMeta& meta : node.outputs()) {
+      if (low(meta)) return true;
+    }
+  }
+  return false;
+}
+
 }  // namespace
 
 double RelativeTolerance(v1::DType dtype) {
@@ -106,8 +189,29 @@ absl::StatusOr<CheckReport> CheckAgainstInterpreter(const v1::Graph& graph,
   ro.symbols = options.symbols;
   ro.rng_seed = options.rng_seed;
   ro.rng_offset = options.rng_offset;
-  auto expected = interp::Run(graph, a_inputs, ro);
+  // The logits of outputs that are a softmax's probabilities join the outputs, so one run
+  // gives their magnitudes (compare.h).
+  const std::vector<std::optional<v1::Argument>> logits = SoftmaxLogits(graph);
+  v1::Graph with_logits = graph;
+  std::vector<size_t> logit_outputs;
+  for (size_t i = 0; i < logits.size(); ++i) {
+    if (!logits[i].has_value()) continue;
+    if (logit_outputs.empty() && !with_logits.output().has_list()) {
+      v1::Argument list;
+      *list.mutable_list()->add_items() = graph.output();
+      *with_logits.mutable_output() = std::move(list);
+    }
+    *with_logits.mutable_output()->mutable_list()->add_items() = *logits[i];
+    logit_outputs.push_back(i);
+  }
+  auto expected = interp::Run(with_logits, a_inputs, ro);
   if (!expected.ok()) return expected.status();
+  std::vector<double> logit_scale(expected->size(), 0);
+  for (size_t k = 0; k < logit_outputs.size(); ++k) {
+    const size_t extra = expected->size() - logit_outputs.size() + k;
+    logit_scale[logit_outputs[k]] = LargestMagnitude((*expected)[extra]);
+  }
+  expected->resize(expected->size() - logit_outputs.size());
   auto actual = RunOnRuntime(artifact, b_inputs, options);
   if (!actual.ok()) return actual.status();
   CheckReport report;
@@ -116,6 +220,8 @@ absl::StatusOr<CheckReport> CheckAgainstInterpreter(const v1::Graph& graph,
     report.message = absl::StrCat("output count ", actual->size(), " != ", expected->size());
     return report;
   }
+  const bool low_precision = HasLowPrecisionValues(graph);
+  std::vector<interp::Value> exact;
   auto fail = [&](size_t i, const std::string& what) {
     if (report.ok) report.message = absl::StrCat("output ", i, ": ", what);
     report.ok = false;
@@ -140,27 +246,27 @@ absl::StatusOr<CheckReport> CheckAgainstInterpreter(const v1::Graph& graph,
       fail(i, absl::StrCat("sizes ", at->DebugString(), " != ", et->DebugString()));
       continue;
     }
-    const v1::DType dt = et->dtype();
-    const std::vector<double> ev = et->ToDoubles(), av = at->ToDoubles();
-    const double rtol = RelativeTolerance(dt) * options.tolerance_scale;
-    double scale = 0;
-    for (double x : ev) {
-      if (std::isfinite(x)) scale = std::max(scale, std::fabs(x));
-    }
-    for (size_t k = 0; k < ev.size(); ++k) {
-      const double x = ev[k], y = av[k];
-      if (std::isnan(x) && std::isnan(y)) continue;
-      if (x == y) continue;
-      const double tol = rtol * (std::fabs(x) + scale);
-      const double err = std::fabs(x - y);
-      if (!(err <= tol)) {
-        fail(i, absl::StrCat(et->DebugString(), " element ", k, ": got ", y, ", expected ", x,
-                             " (tolerance ", tol, ")"));
-        report.worst = std::max(report.worst, tol > 0 ? err / tol : INFINITY);
-        break;
+    Expectation expectation;
+    expectation.expected = *et;
+    expectation.rtol = RelativeTolerance(et->dtype()) * options.tolerance_scale;
+    expectation.logit_scale = logit_scale[i];
+    Verdict verdict = CompareTensor(*at, expectation);
+    if (!verdict.ok && low_precision) {
+      // The graph without rounding, run once, when an output needs it (compare.h).
+      if (exact.empty()) {
+        std::vector<interp::Value> x_inputs;
+        for (const interp::Value& v : *inputs) x_inputs.push_back(Copy(v));
+        interp::RunOptions xo = ro;
+        xo.round_to_dtype = false;
+        auto values = interp::Run(graph, x_inputs, xo);
+        if (!values.ok()) return values.status();
+        exact = *std::move(values);
       }
-      if (tol > 0) report.worst = std::max(report.worst, err / tol);
+      if (const auto* xt = std::get_if<interp::Tensor>(&exact[i])) expectation.exact = *xt;
+      verdict = CompareTensor(*at, expectation);
     }
+    report.worst = std::max(report.worst, verdict.worst);
+    if (!verdict.ok) fail(i, verdict.message);
   }
   return report;
 }

@@ -56,7 +56,10 @@ class ExternOpsTest : public ::testing::Test {
   std::vector<Tensor> Check(const std::string& op, std::vector<CallValue> args, Kwargs kwargs,
                             Layout out_layout = Layout::kContiguous, int threads = 0,
                             double tol_scale = 1.0) {
-    absl::StatusOr<std::vector<interp::Value>> want = testing::RunInterp(op, args, kwargs);
+    interp::RunOptions options;
+    options.rng_seed = rng_seed_;
+    options.rng_offset = rng_stream_;
+    absl::StatusOr<std::vector<interp::Value>> want = testing::RunInterp(op, args, kwargs, options);
     EXPECT_TRUE(want.ok()) << op << ": " << want.status();
     if (!want.ok()) return {};
     std::vector<Tensor> outs;
@@ -72,6 +75,8 @@ class ExternOpsTest : public ::testing::Test {
     ExternContext ctx;
     ctx.pool = &pool_;
     ctx.max_threads = threads;
+    ctx.rng_seed = rng_seed_;
+    ctx.rng_offset = rng_stream_;
     const absl::Status s =
         RunExternOp({.op = op, .args = args, .kwargs = kwargs, .outputs = outs, .context = &ctx});
     EXPECT_TRUE(s.ok()) << op << ": " << s;
@@ -90,6 +95,9 @@ class ExternOpsTest : public ::testing::Test {
 
   ThreadPool pool_{ThreadPoolOptions::ForLoops(4)};
   std::mt19937_64 rng_{1234};
+  // The Philox seed and stream both sides draw from (attention dropout).
+  uint64_t rng_seed_ = 0;
+  uint64_t rng_stream_ = 0;
 };
 
 TEST_F(ExternOpsTest, MmAgainstInterpreter) {
@@ -261,16 +269,51 @@ TEST_F(ExternOpsTest, AttentionForwardAndBackwardAgainstInterpreter) {
   }
 }
 
-TEST_F(ExternOpsTest, AttentionDropoutIsOutOfScope) {
-  const Tensor q = RandomTensor({1, 1, 2, 2}, kF32, Layout::kContiguous, rng_);
-  std::vector<CallValue> args = {V(q), V(q), V(q), None(), B(false), V(0.1), B(false)};
-  std::vector<Tensor> outs = {Tensor::Empty({1, 1, 2, 2}, kF32)};
-  ExternContext ctx;
-  ctx.pool = &pool_;
-  const absl::Status s =
-      RunDirect("aten._scaled_dot_product_efficient_attention.default", args, outs, ctx);
-  EXPECT_EQ(s.code(), absl::StatusCode::kUnimplemented);
-  EXPECT_NE(s.message().find("dropout_p"), std::string::npos) << s;
+// Dropout keeps exactly the probabilities the interpreter keeps: the same Philox bits over
+// the [B, H, L, S] positions, under a seed that needs all 64 bits, in the forward and, from
+// the philox_seed and philox_offset the forward returned, in the backward.
+TEST_F(ExternOpsTest, AttentionDropoutAgainstInterpreter) {
+  rng_seed_ = 0x9E3779B97F4A7C15ull;
+  rng_stream_ = 5;
+  const AttentionCase c = {2, 3, 9, 11, 4, 6, false, true, 0};
+  for (DType dtype : {kF32, kF64}) {
+    for (bool causal : {false, true}) {
+      for (double p : {0.3, 1.0}) {
+        SCOPED_TRACE(::testing::Message()
+                     << "dtype " << dtype << " causal " << causal << " p " << p);
+        const Tensor q = RandomTensor({c.b, c.h, c.l, c.e}, dtype, Layout::kContiguous, rng_);
+        const Tensor k = RandomTensor({c.b, c.h, c.s, c.e}, dtype, Layout::kStrided, rng_);
+        const Tensor v = RandomTensor({c.b, c.h, c.s, c.ev}, dtype, Layout::kContiguous, rng_);
+        const Tensor bias = RandomTensor({1, c.h, c.l, c.s}, dtype, Layout::kContiguous, rng_);
+        const std::string fw = "aten._scaled_dot_product_efficient_attention.default";
+        const std::vector<CallValue> fw_args = {V(q),    V(k), V(v),     V(bias),
+                                                B(true), V(p), B(causal)};
+        std::vector<Tensor> outs = Check(fw, fw_args, {});
+        ASSERT_EQ(outs.size(), 4u);
+        EXPECT_EQ(outs[2].ItemInt(), static_cast<int64_t>(rng_seed_));
+        EXPECT_EQ(outs[3].ItemInt(), static_cast<int64_t>(rng_stream_));
+        // Not the output without dropout: the mask did something.
+        const std::vector<double> kept = outs[0].ToDoubles();
+        absl::StatusOr<std::vector<interp::Value>> all_kept =
+            testing::RunInterp(fw, {V(q), V(k), V(v), V(bias), B(true), V(0.0), B(causal)});
+        ASSERT_TRUE(all_kept.ok()) << all_kept.status();
+        EXPECT_GT(MaxAbs(std::get<interp::Tensor>((*all_kept)[0]).ToDoubles()), 0);
+        EXPECT_NE(kept, std::get<interp::Tensor>((*all_kept)[0]).ToDoubles());
+        // The backward replays the stream from the forward's seed and offset, whatever the
+        // run's own are.
+        const Tensor dout = RandomTensor(outs[0].sizes(), dtype, Layout::kContiguous, rng_);
+        const uint64_t run_seed = rng_seed_, run_stream = rng_stream_;
+        rng_seed_ = 1;
+        rng_stream_ = 2;
+        Check("aten._scaled_dot_product_efficient_attention_backward.default",
+              {V(dout), V(q), V(k), V(v), V(bias), V(outs[0]), V(outs[1]), V(outs[2]), V(outs[3]),
+               V(p), Bools({true, true, true, true}), B(causal)},
+              {}, Layout::kStrided);
+        rng_seed_ = run_seed;
+        rng_stream_ = run_stream;
+      }
+    }
+  }
 }
 
 TEST_F(ExternOpsTest, CollectivesForOneRankAreTheIdentity) {

@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "absl/strings/match.h"
+#include "proto/fx/capture_import.h"
 #include "tests/compiler/graph_testing.h"
 
 namespace kiln::check {
@@ -82,6 +83,114 @@ TEST(RuntimeCheckTest, ArtifactTheRuntimeRefusesIsAnError) {
   artifact->set_target("cuda:sm_90");
   auto report = CheckAgainstInterpreter(graph, *artifact);
   EXPECT_EQ(report.status().code(), absl::StatusCode::kInvalidArgument);
+}
+
+// out = b + (a * a * a) * factor with a bfloat16 and b float32 [512], as autocast writes it:
+// eager PyTorch rounds each product to bfloat16, a fused kernel keeps them in float32.
+v1::Graph AutocastGraph(double factor) {
+  const std::string meta_bf16 =
+      R"("meta": {"shape": [512], "stride": [1], "dtype": "torch.bfloat16", "device": "cpu",
+                  "storage_offset": 0})";
+  const std::string meta_f32 =
+      R"("meta": {"shape": [512], "stride": [1], "dtype": "torch.float32", "device": "cpu",
+                  "storage_offset": 0})";
+  const std::string capture = R"({"model": "synthetic", "kind": "fw", "nodes": [
+    {"name": "a", "op": "placeholder", "target": "a", "args": [], "kwargs": {}, )" +
+                              meta_bf16 + R"(},
+    {"name": "b", "op": "placeholder", "target": "b", "args": [], "kwargs": {}, )" +
+                              meta_f32 + R"(},
+    {"name": "sq", "op": "call_function", "target": "aten.mul.Tensor",
+     "args": [{"node": "a"}, {"node": "a"}], "kwargs": {}, )" +
+                              meta_bf16 + R"(},
+    {"name": "cube", "op": "call_function", "target": "aten.mul.Tensor",
+     "args": [{"node": "sq"}, {"node": "a"}], "kwargs": {}, )" +
+                              meta_bf16 + R"(},
+    {"name": "scaled", "op": "call_function", "target": "aten.mul.Tensor",
+     "args": [{"node": "cube"}, )" +
+                              std::to_string(factor) + R"(], "kwargs": {}, )" + meta_bf16 + R"(},
+    {"name": "out", "op": "call_function", "target": "aten.add.Tensor",
+     "args": [{"node": "b"}, {"node": "scaled"}], "kwargs": {}, )" +
+                              meta_f32 + R"(},
+    {"name": "output", "op": "output", "target": "output", "args": [[{"node": "out"}]],
+     "kwargs": {}, "meta": null}]})";
+  absl::StatusOr<v1::Graph> g = fx::ImportCapture(capture);
+  EXPECT_TRUE(g.ok()) << g.status();
+  return g.ok() ? *g : v1::Graph();
+}
+
+// The float32 output differs from the interpreter's by bfloat16 roundings, far past float32's
+// tolerance, and is as close to the exact value as eager rounding is: it passes.
+TEST(RuntimeCheckTest, AutocastGraphIsAsAccurateAsEager) {
+  const v1::Graph graph = AutocastGraph(1.5);
+  auto artifact = testing::CompileForCpu(graph);
+  ASSERT_TRUE(artifact.ok()) << artifact.status();
+  ASSERT_EQ(artifact->summary().kernels(), 1) << "the three products fused into one kernel";
+  auto report = CheckAgainstInterpreter(graph, *artifact);
+  ASSERT_TRUE(report.ok()) << report.status();
+  EXPECT_TRUE(report->ok) << report->message;
+  EXPECT_LE(report->worst, 1);
+}
+
+// 3% off is a wrong kernel, not rounding: a mismatch, which says how far from the exact
+// value each side is.
+TEST(RuntimeCheckTest, AutocastGraphComputedWrongIsAMismatch) {
+  auto artifact = testing::CompileForCpu(AutocastGraph(1.5 * 1.03));
+  ASSERT_TRUE(artifact.ok()) << artifact.status();
+  auto report = CheckAgainstInterpreter(AutocastGraph(1.5), *artifact);
+  ASSERT_TRUE(report.ok()) << report.status();
+  EXPECT_FALSE(report->ok);
+  EXPECT_TRUE(absl::StrContains(report->message, "from the exact value")) << report->message;
+  EXPECT_GT(report->worst, 1);
+}
+
+// softmax(x * slope + 150) over rows of 16, x float32 [8, 16] in [-1, 1): logits near 150
+// whose probabilities spread over the row.
+v1::Graph SoftmaxGraph(double slope) {
+  const std::string meta =
+      R"("meta": {"shape": [8, 16], "stride": [16, 1], "dtype": "torch.float32", "device": "cpu",
+                  "storage_offset": 0})";
+  const std::string capture = R"({"model": "synthetic", "kind": "fw", "nodes": [
+    {"name": "x", "op": "placeholder", "target": "x", "args": [], "kwargs": {}, )" +
+                              meta + R"(},
+    {"name": "scaled", "op": "call_function", "target": "aten.mul.Tensor",
+     "args": [{"node": "x"}, )" +
+                              std::to_string(slope) + R"(], "kwargs": {}, )" + meta + R"(},
+    {"name": "logits", "op": "call_function", "target": "aten.add.Tensor",
+     "args": [{"node": "scaled"}, 150.0], "kwargs": {}, )" +
+                              meta + R"(},
+    {"name": "p", "op": "call_function", "target": "aten._softmax.default",
+     "args": [{"node": "logits"}, -1, false], "kwargs": {}, )" +
+                              meta + R"(},
+    {"name": "view", "op": "call_function", "target": "aten.view.default",
+     "args": [{"node": "p"}, [128]], "kwargs": {},
+     "meta": {"shape": [128], "stride": [1], "dtype": "torch.float32", "device": "cpu",
+              "storage_offset": 0}},
+    {"name": "output", "op": "output", "target": "output", "args": [[{"node": "view"}]],
+     "kwargs": {}, "meta": null}]})";
+  absl::StatusOr<v1::Graph> g = fx::ImportCapture(capture);
+  EXPECT_TRUE(g.ok()) << g.status();
+  return g.ok() ? *g : v1::Graph();
+}
+
+// Logits near 150 off by 1e-6 of their magnitude (1.5e-4: the float32 rounding a few layers
+// leave) move the probabilities by up to 3e-4 of themselves, within the bound the logits'
+// magnitude sets, far past one relative to the probabilities alone. Off by 10%, they are
+// wrong.
+TEST(RuntimeCheckTest, SoftmaxOfLargeLogitsIsBoundedByTheirMagnitude) {
+  const v1::Graph graph = SoftmaxGraph(1);
+  auto rounded = testing::CompileForCpu(SoftmaxGraph(1 + 1.5e-4));
+  ASSERT_TRUE(rounded.ok()) << rounded.status();
+  auto report = CheckAgainstInterpreter(graph, *rounded);
+  ASSERT_TRUE(report.ok()) << report.status();
+  EXPECT_TRUE(report->ok) << report->message;
+  EXPECT_LE(report->worst, 1);
+
+  auto wrong = testing::CompileForCpu(SoftmaxGraph(1.1));
+  ASSERT_TRUE(wrong.ok()) << wrong.status();
+  report = CheckAgainstInterpreter(graph, *wrong);
+  ASSERT_TRUE(report.ok()) << report.status();
+  EXPECT_FALSE(report->ok);
+  EXPECT_TRUE(absl::StrContains(report->message, "output 0: float32[128]")) << report->message;
 }
 
 TEST(RuntimeCheckTest, RelativeTolerancePerDtype) {
