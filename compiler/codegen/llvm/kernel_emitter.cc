@@ -69,6 +69,11 @@ class KernelEmitter final : public ParallelSpace {
     return absl::OkStatus();
   }
 
+  std::pair<llvm::Value*, llvm::Value*> Accumulate(ReduceKind kind, ScalarType t, llvm::Value* cur,
+                                                   llvm::Value* cur_i, llvm::Value* x,
+                                                   llvm::Value* x_i) override;
+  llvm::Value* Identity(ReduceKind kind, ScalarType t) override;
+
   absl::Status EmitPoint() override {
     for (const loop::Stage& s : k_.stages) {
       if (absl::Status st = Stage(s); !st.ok()) return st;
@@ -152,6 +157,9 @@ class KernelEmitter final : public ParallelSpace {
   absl::Status Body(int32_t begin, int32_t end, bool loops);
   absl::Status Stage(const loop::Stage& s);
   absl::Status ReductionLoops(size_t d, const loop::Stage& s);
+  // The stage's reduction space flattened and split among the point's threads as the ABI
+  // says, then every accumulator combined across them.
+  absl::Status SplitReductionLoop(const loop::Stage& s);
 
   llvm::Module& m_;
   llvm::LLVMContext& ctx_;
@@ -216,74 +224,13 @@ absl::Status KernelEmitter::Body(int32_t begin, int32_t end, bool loops) {
       case Opcode::kReduce: {
         if (!loops) return absl::InternalError("reduce outside a reduction loop");
         llvm::AllocaInst* acc = acc_[static_cast<size_t>(i)];
+        llvm::AllocaInst* ai = acc_index_[static_cast<size_t>(i)];
         llvm::Value* cur = b_.CreateLoad(acc->getAllocatedType(), acc);
-        llvm::Value* x = v(in.a);
-        const ScalarType t = k_.insts[static_cast<size_t>(in.a)].type;
-        const bool fl = loop::IsFloat(t);
-        llvm::Value* next = nullptr;
-        llvm::FastMathFlags reassoc;
-        reassoc.setAllowReassoc();
-        switch (in.reduce) {
-          case ReduceKind::kSum:
-            if (fl) {
-              next = b_.CreateFAdd(cur, x);
-              llvm::cast<llvm::Instruction>(next)->setFastMathFlags(reassoc);
-            } else {
-              next = b_.CreateAdd(cur, x);
-            }
-            break;
-          case ReduceKind::kProd:
-            if (fl) {
-              next = b_.CreateFMul(cur, x);
-              llvm::cast<llvm::Instruction>(next)->setFastMathFlags(reassoc);
-            } else {
-              next = b_.CreateMul(cur, x);
-            }
-            break;
-          case ReduceKind::kMax:
-          case ReduceKind::kMin: {
-            const bool mx = in.reduce == ReduceKind::kMax;
-            if (fl) {
-              next = ops_.NanMax(cur, x, mx);
-            } else {
-              const bool u = ops_.Unsigned(t);
-              next = ops_.Intrinsic(mx ? (u ? llvm::Intrinsic::umax : llvm::Intrinsic::smax)
-                                       : (u ? llvm::Intrinsic::umin : llvm::Intrinsic::smin),
-                                    cur, x);
-            }
-            break;
-          }
-          case ReduceKind::kAny:
-            next = b_.CreateOr(cur, x);
-            break;
-          case ReduceKind::kAll:
-            next = b_.CreateAnd(cur, x);
-            break;
-          case ReduceKind::kArgMax:
-          case ReduceKind::kArgMin: {
-            const bool mx = in.reduce == ReduceKind::kArgMax;
-            llvm::Value* better;
-            if (fl) {
-              better = mx ? b_.CreateFCmpOGT(x, cur) : b_.CreateFCmpOLT(x, cur);
-              llvm::Value* nan_new =
-                  b_.CreateAnd(b_.CreateFCmpUNO(x, x), b_.CreateFCmpORD(cur, cur));
-              better = b_.CreateOr(better, nan_new);
-            } else {
-              const bool u = ops_.Unsigned(t);
-              better = mx ? (u ? b_.CreateICmpUGT(x, cur) : b_.CreateICmpSGT(x, cur))
-                          : (u ? b_.CreateICmpULT(x, cur) : b_.CreateICmpSLT(x, cur));
-            }
-            // The first position wins ties: the first element always replaces the initial value.
-            llvm::AllocaInst* ai = acc_index_[static_cast<size_t>(i)];
-            llvm::Value* cur_i = b_.CreateLoad(ops_.I64(), ai);
-            llvm::Value* first = b_.CreateICmpSLT(cur_i, b_.getInt64(0));
-            better = b_.CreateOr(better, first);
-            next = b_.CreateSelect(better, x, cur);
-            b_.CreateStore(b_.CreateSelect(better, v(in.b), cur_i), ai);
-            break;
-          }
-        }
+        llvm::Value* cur_i = ai != nullptr ? b_.CreateLoad(ops_.I64(), ai) : nullptr;
+        auto [next, next_i] = Accumulate(in.reduce, k_.insts[static_cast<size_t>(in.a)].type, cur,
+                                         cur_i, v(in.a), ai != nullptr ? v(in.b) : nullptr);
         b_.CreateStore(next, acc);
+        if (ai != nullptr) b_.CreateStore(next_i, ai);
         out = nullptr;
         break;
       }
@@ -319,6 +266,132 @@ absl::Status KernelEmitter::ReductionLoops(size_t d, const loop::Stage& s) {
       d + 1 == k_.reduction.size());
 }
 
+absl::Status KernelEmitter::SplitReductionLoop(const loop::Stage& s) {
+  const size_t np = k_.parallel.size();
+  const size_t nr = k_.reduction.size();
+  llvm::Value* total = b_.getInt64(1);
+  for (const IndexExpr& e : k_.reduction) total = b_.CreateMul(total, Index(e), "", true, true);
+  auto [first, step] = abi_.ReductionStart(*this);
+  absl::Status st = Loop(
+      first, total, step,
+      [&](llvm::Value* flat) -> absl::Status {
+        for (size_t d = nr; d-- > 1;) {
+          llvm::Value* extent = Index(k_.reduction[d]);
+          vars_[np + d] = b_.CreateURem(flat, extent);
+          flat = b_.CreateUDiv(flat, extent);
+        }
+        if (nr > 0) vars_[np] = flat;
+        return Body(s.begin, s.end, true);
+      },
+      /*innermost=*/true);
+  if (!st.ok()) return st;
+  for (int32_t i = s.begin; i < s.end; ++i) {
+    const Inst& in = k_.insts[static_cast<size_t>(i)];
+    if (in.op != Opcode::kReduce) continue;
+    llvm::AllocaInst* acc = acc_[static_cast<size_t>(i)];
+    llvm::AllocaInst* ai = acc_index_[static_cast<size_t>(i)];
+    llvm::Value* value = b_.CreateLoad(acc->getAllocatedType(), acc);
+    llvm::Value* index = ai != nullptr ? b_.CreateLoad(ops_.I64(), ai) : nullptr;
+    if (absl::Status c =
+            abi_.CombinePartials(*this, in.reduce, k_.insts[static_cast<size_t>(in.a)].type, &value,
+                                 ai != nullptr ? &index : nullptr);
+        !c.ok()) {
+      return c;
+    }
+    b_.CreateStore(value, acc);
+    if (ai != nullptr) b_.CreateStore(index, ai);
+  }
+  return absl::OkStatus();
+}
+
+llvm::Value* KernelEmitter::Identity(ReduceKind kind, ScalarType t) {
+  llvm::Type* ty = ops_.LlvmType(t);
+  const bool fl = loop::IsFloat(t);
+  const bool u = ops_.Unsigned(t);
+  const int bits = fl ? 0 : static_cast<int>(ty->getIntegerBitWidth());
+  switch (kind) {
+    case ReduceKind::kSum:
+      return ops_.Zero(t);
+    case ReduceKind::kProd:
+      return ops_.ConstOf(t, 1, 1);
+    case ReduceKind::kMax:
+    case ReduceKind::kArgMax:
+      return fl ? llvm::ConstantFP::getInfinity(ty, true)
+                : llvm::ConstantInt::get(ty, u ? llvm::APInt::getMinValue(bits)
+                                               : llvm::APInt::getSignedMinValue(bits));
+    case ReduceKind::kMin:
+    case ReduceKind::kArgMin:
+      return fl ? llvm::ConstantFP::getInfinity(ty, false)
+                : llvm::ConstantInt::get(ty, u ? llvm::APInt::getMaxValue(bits)
+                                               : llvm::APInt::getSignedMaxValue(bits));
+    case ReduceKind::kAny:
+      return b_.getFalse();
+    case ReduceKind::kAll:
+      return b_.getTrue();
+  }
+  return ops_.Zero(t);
+}
+
+std::pair<llvm::Value*, llvm::Value*> KernelEmitter::Accumulate(ReduceKind kind, ScalarType t,
+                                                                llvm::Value* cur,
+                                                                llvm::Value* cur_i, llvm::Value* x,
+                                                                llvm::Value* x_i) {
+  const bool fl = loop::IsFloat(t);
+  llvm::FastMathFlags reassoc;
+  reassoc.setAllowReassoc();
+  switch (kind) {
+    case ReduceKind::kSum:
+    case ReduceKind::kProd: {
+      const bool sum = kind == ReduceKind::kSum;
+      if (!fl) return {sum ? b_.CreateAdd(cur, x) : b_.CreateMul(cur, x), nullptr};
+      llvm::Value* next = sum ? b_.CreateFAdd(cur, x) : b_.CreateFMul(cur, x);
+      llvm::cast<llvm::Instruction>(next)->setFastMathFlags(reassoc);
+      return {next, nullptr};
+    }
+    case ReduceKind::kMax:
+    case ReduceKind::kMin: {
+      const bool mx = kind == ReduceKind::kMax;
+      if (fl) return {ops_.NanMax(cur, x, mx), nullptr};
+      const bool u = ops_.Unsigned(t);
+      return {ops_.Intrinsic(mx ? (u ? llvm::Intrinsic::umax : llvm::Intrinsic::smax)
+                                : (u ? llvm::Intrinsic::umin : llvm::Intrinsic::smin),
+                             cur, x),
+              nullptr};
+    }
+    case ReduceKind::kAny:
+      return {b_.CreateOr(cur, x), nullptr};
+    case ReduceKind::kAll:
+      return {b_.CreateAnd(cur, x), nullptr};
+    case ReduceKind::kArgMax:
+    case ReduceKind::kArgMin: {
+      const bool mx = kind == ReduceKind::kArgMax;
+      llvm::Value* better;
+      llvm::Value* equal;
+      if (fl) {
+        better = mx ? b_.CreateFCmpOGT(x, cur) : b_.CreateFCmpOLT(x, cur);
+        llvm::Value* nan_new = b_.CreateAnd(b_.CreateFCmpUNO(x, x), b_.CreateFCmpORD(cur, cur));
+        better = b_.CreateOr(better, nan_new);
+        // Equal, or both NaN (a NaN beats every number, and the earliest NaN wins).
+        equal = b_.CreateOr(b_.CreateFCmpOEQ(x, cur),
+                            b_.CreateAnd(b_.CreateFCmpUNO(x, x), b_.CreateFCmpUNO(cur, cur)));
+      } else {
+        const bool u = ops_.Unsigned(t);
+        better = mx ? (u ? b_.CreateICmpUGT(x, cur) : b_.CreateICmpSGT(x, cur))
+                    : (u ? b_.CreateICmpULT(x, cur) : b_.CreateICmpSLT(x, cur));
+        equal = b_.CreateICmpEQ(x, cur);
+      }
+      // An empty partial (position < 0) loses to anything and beats nothing; among equal
+      // values the earliest position wins (walking in order, the one found first).
+      llvm::Value* cur_empty = b_.CreateICmpSLT(cur_i, b_.getInt64(0));
+      llvm::Value* x_valid = b_.CreateICmpSGE(x_i, b_.getInt64(0));
+      llvm::Value* earlier = b_.CreateAnd(equal, b_.CreateICmpSLT(x_i, cur_i));
+      better = b_.CreateAnd(b_.CreateOr(b_.CreateOr(better, cur_empty), earlier), x_valid);
+      return {b_.CreateSelect(better, x, cur), b_.CreateSelect(better, x_i, cur_i)};
+    }
+  }
+  return {cur, cur_i};
+}
+
 absl::Status KernelEmitter::Stage(const loop::Stage& s) {
   if (!s.loops) return Body(s.begin, s.end, false);
   // Accumulators start at the reduction's identity.
@@ -326,40 +399,10 @@ absl::Status KernelEmitter::Stage(const loop::Stage& s) {
     const Inst& in = k_.insts[static_cast<size_t>(i)];
     if (in.op != Opcode::kReduce) continue;
     const ScalarType t = k_.insts[static_cast<size_t>(in.a)].type;
-    llvm::Type* ty = ops_.LlvmType(t);
     llvm::IRBuilder<> eb(entry_, entry_->begin());
-    llvm::AllocaInst* acc = eb.CreateAlloca(ty);
+    llvm::AllocaInst* acc = eb.CreateAlloca(ops_.LlvmType(t));
     acc_[static_cast<size_t>(i)] = acc;
-    llvm::Value* init = nullptr;
-    const bool fl = loop::IsFloat(t);
-    const bool u = ops_.Unsigned(t);
-    const int bits = fl ? 0 : ty->getIntegerBitWidth();
-    switch (in.reduce) {
-      case ReduceKind::kSum:
-        init = ops_.Zero(t);
-        break;
-      case ReduceKind::kProd:
-        init = ops_.ConstOf(t, 1, 1);
-        break;
-      case ReduceKind::kMax:
-      case ReduceKind::kArgMax:
-        init = fl ? llvm::ConstantFP::getInfinity(ty, true)
-                  : llvm::ConstantInt::get(ty, u ? llvm::APInt::getMinValue(bits)
-                                                 : llvm::APInt::getSignedMinValue(bits));
-        break;
-      case ReduceKind::kMin:
-      case ReduceKind::kArgMin:
-        init = fl ? llvm::ConstantFP::getInfinity(ty, false)
-                  : llvm::ConstantInt::get(ty, u ? llvm::APInt::getMaxValue(bits)
-                                                 : llvm::APInt::getSignedMaxValue(bits));
-        break;
-      case ReduceKind::kAny:
-        init = b_.getFalse();
-        break;
-      case ReduceKind::kAll:
-        init = b_.getTrue();
-        break;
-    }
+    llvm::Value* init = Identity(in.reduce, t);
     b_.CreateStore(init, acc);
     if (in.reduce == ReduceKind::kArgMax || in.reduce == ReduceKind::kArgMin) {
       llvm::AllocaInst* ai = eb.CreateAlloca(ops_.I64());
@@ -367,7 +410,11 @@ absl::Status KernelEmitter::Stage(const loop::Stage& s) {
       b_.CreateStore(b_.getInt64(-1), ai);
     }
   }
-  if (absl::Status st = ReductionLoops(0, s); !st.ok()) return st;
+  if (abi_.SplitsReductions(k_)) {
+    if (absl::Status st = SplitReductionLoop(s); !st.ok()) return st;
+  } else if (absl::Status st = ReductionLoops(0, s); !st.ok()) {
+    return st;
+  }
   for (int32_t i = s.begin; i < s.end; ++i) {
     const Inst& in = k_.insts[static_cast<size_t>(i)];
     if (in.op != Opcode::kReduce) continue;

@@ -13,6 +13,7 @@
 
 #include <functional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/status/status.h"
@@ -46,6 +47,18 @@ class ParallelSpace {
   void BindRowMajor(llvm::Value* flat, size_t dims);
   // Emits the kernel's stages for the point whose parallel variables are bound.
   virtual absl::Status EmitPoint() = 0;
+
+  // One step of a reduction: `cur` (with its position `cur_index` for arg reductions, else
+  // null) combined with `x` (at `x_index`), where `type` is the values' type. Returns the new
+  // value and position. Arg reductions keep the earliest position among equal values, and a
+  // negative position marks an empty partial, so partial results combine in any order to the
+  // value one thread walking the whole space in order finds.
+  virtual std::pair<llvm::Value*, llvm::Value*> Accumulate(loop::ReduceKind kind,
+                                                           loop::ScalarType type, llvm::Value* cur,
+                                                           llvm::Value* cur_index, llvm::Value* x,
+                                                           llvm::Value* x_index) = 0;
+  // The identity value of a reduction over `type` (its starting value).
+  virtual llvm::Value* Identity(loop::ReduceKind kind, loop::ScalarType type) = 0;
 };
 
 // A target's part of a kernel's code.
@@ -66,6 +79,22 @@ class KernelAbi {
   // Emits, at the start of the body, the walk over the kernel's parallel space: binds the
   // parallel variables and emits the point at each of them.
   virtual absl::Status EmitParallel(ParallelSpace& space) const = 0;
+
+  // Whether several threads share each point of `kernel` and split its reduction loops
+  // (flattened row-major), each from ReductionStart stepping by its second value; their
+  // partial results are then made one by CombinePartials. By default one thread walks a
+  // point's whole reduction space in order.
+  virtual bool SplitsReductions(const loop::Kernel& kernel) const { return false; }
+  virtual std::pair<llvm::Value*, llvm::Value*> ReductionStart(ParallelSpace& space) const {
+    return {nullptr, nullptr};
+  }
+  // Makes this thread's partial `*value` (and `*index` for arg reductions, else null) the
+  // reduction over every thread of the point, in every one of them.
+  virtual absl::Status CombinePartials(ParallelSpace& space, loop::ReduceKind kind,
+                                       loop::ScalarType type, llvm::Value** value,
+                                       llvm::Value** index) const {
+    return absl::OkStatus();
+  }
 };
 
 // Emits `kernel` of `program` into `module`: its body and, through `abi`, its entry `name`.

@@ -5,7 +5,8 @@
 // order, each by value: a buffer's device address as a pointer, a symbol and the RNG seed and
 // offset as int64. cuLaunchKernel's kernelParams[i] then points at the i-th value, as
 // params[i] does on x86-64. The body walks the kernel's flattened parallel range with a
-// grid-stride loop (launch.h), its index math in int64.
+// grid-stride loop (launch.h), its index math in int64; kernels with long reductions give
+// each point a block.
 
 #include <string>
 #include <vector>
@@ -21,6 +22,15 @@ class GpuKernelAbi final : public KernelAbi {
   void EmitEntry(llvm::Module& module, const std::string& name, const plan::KernelParams& params,
                  llvm::Function* body) const override;
   absl::Status EmitParallel(ParallelSpace& space) const override;
+
+  // Long reductions (launch.h ReductionThreads): a block per point, thread t taking elements
+  // t, t + blockDim.x, ... of each reduction; partials combine by butterfly shuffles within
+  // each warp, then through shared memory across warps, so every thread holds the result.
+  // The order is fixed by the block size, so results do not vary between runs.
+  bool SplitsReductions(const loop::Kernel& kernel) const override;
+  std::pair<llvm::Value*, llvm::Value*> ReductionStart(ParallelSpace& space) const override;
+  absl::Status CombinePartials(ParallelSpace& space, loop::ReduceKind kind, loop::ScalarType type,
+                               llvm::Value** value, llvm::Value** index) const override;
 };
 
 }  // namespace kiln::codegen::nvptx

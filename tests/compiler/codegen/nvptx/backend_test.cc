@@ -110,11 +110,79 @@ TEST(NvptxLaunchTest, SymbolicRangesGetOneThreadPerPoint) {
       continue;
     }
     ++symbolic;
+    if (ReductionThreads(program->kernels[i]) > 0) {
+      // A block per point, up to the cap.
+      EXPECT_EQ(grid, loop::IndexExpr::Min({points, loop::IndexExpr::Const(kMaxBlocks)}, nullptr))
+          << "kernel " << i;
+      continue;
+    }
     EXPECT_EQ(grid, loop::IndexExpr::FloorDiv(points + loop::IndexExpr::Const(kBlockThreads - 1),
                                               loop::IndexExpr::Const(kBlockThreads), nullptr))
         << "kernel " << i;
   }
   EXPECT_GT(symbolic, 0) << "the graph has symbolic sizes";
+}
+
+// A kernel of `points` rows reducing `length` elements each, in one looping stage.
+loop::Kernel ReductionKernel(loop::IndexExpr points, loop::IndexExpr length, bool fusible = true) {
+  loop::Kernel k;
+  k.parallel = {std::move(points)};
+  k.reduction = {std::move(length)};
+  k.stages.push_back({true, 0, 0});
+  k.fusible = fusible;
+  return k;
+}
+
+TEST(NvptxLaunchTest, LongReductionsGetABlockPerPoint) {
+  using loop::IndexExpr;
+  EXPECT_EQ(ReductionThreads(ReductionKernel(IndexExpr::Const(512), IndexExpr::Const(1024))),
+            kBlockThreads);
+  EXPECT_EQ(ReductionThreads(ReductionKernel(IndexExpr::Const(512), IndexExpr::Const(100))), 128);
+  EXPECT_EQ(ReductionThreads(ReductionKernel(IndexExpr::Const(512), IndexExpr::Const(64))), 64);
+  // Short rows stay one thread's; a scatter's threads own whole columns.
+  EXPECT_EQ(ReductionThreads(ReductionKernel(IndexExpr::Const(512), IndexExpr::Const(63))), 0);
+  EXPECT_EQ(ReductionThreads(ReductionKernel(IndexExpr::Const(512), IndexExpr::Const(4096),
+                                             /*fusible=*/false)),
+            0);
+  loop::Kernel pointwise;
+  pointwise.parallel = {IndexExpr::Const(1 << 20)};
+  pointwise.stages.push_back({false, 0, 0});
+  EXPECT_EQ(ReductionThreads(pointwise), 0);
+
+  const KernelSchedule rows =
+      ScheduleKernel(ReductionKernel(IndexExpr::Const(512), IndexExpr::Const(100)));
+  EXPECT_EQ(rows.grid[0], IndexExpr::Const(512));
+  EXPECT_EQ(rows.block[0], IndexExpr::Const(128));
+  EXPECT_EQ(
+      ScheduleKernel(ReductionKernel(IndexExpr::Const(1 << 20), IndexExpr::Const(4096))).grid[0],
+      IndexExpr::Const(kMaxBlocks));
+  // A symbolic row length gets a full block.
+  const IndexExpr s0 = IndexExpr::Sym(0);
+  const KernelSchedule symbolic = ScheduleKernel(ReductionKernel(IndexExpr::Const(8), s0));
+  EXPECT_EQ(symbolic.grid[0], IndexExpr::Const(8));
+  EXPECT_EQ(symbolic.block[0], IndexExpr::Const(kBlockThreads));
+}
+
+// nanoGPT's layer norms, softmax and loss reduce rows across a block: warp shuffles, then the
+// warps' partials through shared memory between two barriers.
+TEST(NvptxCodegenTest, LongRowsReduceAcrossTheBlock) {
+  absl::StatusOr<loop::Program> program = testing::FuseSharedGraph("nanogpt_fp32.fw.json");
+  ASSERT_TRUE(program.ok()) << program.status();
+  absl::StatusOr<CodegenResult> result = GenerateCubins(*program, CodegenOptions());
+  ASSERT_TRUE(result.ok()) << result.status();
+  int cooperative = 0;
+  for (size_t i = 0; i < program->kernels.size(); ++i) {
+    const std::string& ptx = result->kernels[i].ptx;
+    if (ReductionThreads(program->kernels[i]) == 0) {
+      EXPECT_THAT(ptx, Not(HasSubstr("shfl.sync"))) << "kernel " << i;
+      continue;
+    }
+    ++cooperative;
+    EXPECT_THAT(ptx, HasSubstr("shfl.sync.bfly.b32")) << "kernel " << i;
+    EXPECT_THAT(ptx, HasSubstr("bar.sync")) << "kernel " << i;
+    EXPECT_THAT(ptx, HasSubstr(".shared .align 8 .b8 kiln_reduce_values[256]")) << "kernel " << i;
+  }
+  EXPECT_GT(cooperative, 0);
 }
 
 TEST(NvptxLaunchTest, ThePlanCarriesLaunchesAsExpressionsOverTheSymbols) {
