@@ -196,13 +196,20 @@ def kernel_time_ms(fn: Any, repeat: int = 5) -> dict:
             fn()
         torch.cuda.synchronize()
     out = {"generated": 0.0, "other": 0.0}
+    by_kernel: dict = {}
     for e in prof.events():
         if e.device_type != torch.autograd.DeviceType.CUDA:
             continue
-        us = e.device_time if hasattr(e, "device_time") else e.cuda_time
-        key = "generated" if e.name.startswith(("kiln_k", "triton_")) else "other"
-        out[key] += us / 1000.0 / repeat
-    return {k: round(v, 4) for k, v in out.items()}
+        ms = (e.device_time if hasattr(e, "device_time") else e.cuda_time) / 1000.0 / repeat
+        generated = e.name.startswith(("kiln_k", "triton_"))
+        out["generated" if generated else "other"] += ms
+        if generated:
+            by_kernel[e.name] = by_kernel.get(e.name, 0.0) + ms
+    result: dict = {k: round(v, 4) for k, v in out.items()}
+    # The slowest generated kernels, for finding what holds a graph back.
+    result["slowest"] = [[name, round(ms, 4)] for name, ms in
+                         sorted(by_kernel.items(), key=lambda kv: -kv[1])[:4]]
+    return result
 
 
 def gpu_time_ms(fn: Any, repeat: int = 20) -> float:
