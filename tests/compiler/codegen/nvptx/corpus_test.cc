@@ -1,7 +1,9 @@
 // Every graph of the real-graph corpus (tests/data/graphs, plain and gzipped) that compiles
 // for x86_64 compiles for cuda:sm_90: nvJitLink assembles every kernel, externs and fallbacks
 // are the same steps as on x86_64, module digests are those of their bytes, and the code is
-// the same bytes on one thread as on many. No GPU is needed.
+// the same bytes on one thread as on many. The CUDA-graph analysis of each says what
+// tests/data/cudagraph_status.txt says (capturable, or the kinds of reasons it is not), and
+// every reason names what causes it. No GPU is needed.
 
 #include <unistd.h>
 #include <zlib.h>
@@ -14,11 +16,16 @@
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <map>
+#include <set>
 #include <string>
 #include <vector>
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "absl/strings/str_split.h"
+#include "absl/strings/strip.h"
 #include "compiler/codegen/nvptx/backend.h"
 #include "compiler/codegen/target.h"
 #include "compiler/compile.h"
@@ -71,6 +78,31 @@ absl::StatusOr<v1::CompiledGraph> CompileFor(const graph::Graph& g, absl::string
   return compiler::Compile(g, options, "corpus");
 }
 
+// tests/data/cudagraph_status.txt: graph file -> "yes", or "no BLOCKER,BLOCKER".
+std::map<std::string, std::string> ExpectedCudaGraphs() {
+  std::map<std::string, std::string> out;
+  std::ifstream in(testing::GraphsDir() + "/../cudagraph_status.txt");
+  std::string line;
+  while (std::getline(in, line)) {
+    if (line.empty() || line[0] == '#') continue;
+    std::vector<std::string> words = absl::StrSplit(line, ' ', absl::SkipEmpty());
+    if (words.size() < 2) continue;
+    out[words[0]] = words.size() > 2 ? absl::StrCat(words[1], " ", words[2]) : words[1];
+  }
+  return out;
+}
+
+// The analysis as the status file writes it.
+std::string CudaGraphStatus(const v1::CudaGraphInfo& info) {
+  if (info.capturable()) return "yes";
+  std::set<std::string> blockers;
+  for (const v1::CaptureReason& r : info.reasons()) {
+    blockers.insert(
+        std::string(absl::StripPrefix(v1::CaptureBlocker_Name(r.blocker()), "CAPTURE_BLOCKER_")));
+  }
+  return absl::StrCat("no ", absl::StrJoin(blockers, ","));
+}
+
 class CorpusTest : public ::testing::TestWithParam<std::string> {};
 
 TEST_P(CorpusTest, CompilesForSm90WhereItCompilesForX86) {
@@ -91,6 +123,20 @@ TEST_P(CorpusTest, CompilesForSm90WhereItCompilesForX86) {
     EXPECT_EQ(module.kind(), m % 2 == 0 ? v1::BINARY_KIND_CUBIN : v1::BINARY_KIND_PTX);
     EXPECT_EQ(module.digest().SerializeAsString(), DigestOf(module.binary()).SerializeAsString());
   }
+  // The CUDA-graph analysis, as recorded; every reason but dynamic shapes names its node.
+  static const std::map<std::string, std::string> expected = ExpectedCudaGraphs();
+  auto it = expected.find(GetParam());
+  ASSERT_NE(it, expected.end()) << GetParam() << " is missing from cudagraph_status.txt";
+  EXPECT_EQ(CudaGraphStatus(gpu->cudagraph()), it->second);
+  EXPECT_EQ(gpu->cudagraph().capturable(), gpu->cudagraph().reasons().empty());
+  for (const v1::CaptureReason& r : gpu->cudagraph().reasons()) {
+    EXPECT_FALSE(r.detail().empty());
+    if (r.blocker() != v1::CAPTURE_BLOCKER_DYNAMIC_SHAPE)
+      EXPECT_FALSE(r.node().empty()) << r.detail();
+  }
+  EXPECT_EQ(gpu->cudagraph().SerializeAsString(), cpu->cudagraph().SerializeAsString())
+      << "the analysis is of the plan, not the target's code";
+
   // Externs stay externs and fallbacks stay fallbacks, the same nodes as on x86_64.
   EXPECT_EQ(gpu->summary().kernels(), cpu->summary().kernels());
   EXPECT_EQ(gpu->summary().extern_steps(), cpu->summary().extern_steps());
