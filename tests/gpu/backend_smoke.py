@@ -15,14 +15,12 @@ within float32 rounding; the warnings say which graphs, if any, fell back and wh
 
 from __future__ import annotations
 
-import argparse
 import json
-import pathlib
 import subprocess
 import sys
 import time
 
-from kilnd_process import KilnServer
+from kilnd_process import KilnServer, bundle_and_out
 
 STEPS = 20
 
@@ -71,10 +69,7 @@ print(json.dumps({"losses": losses, "warnings": caught, "graphs_on_kiln_runtime"
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser()
-    parser.add_argument("--bundle", type=pathlib.Path, required=True)
-    parser.add_argument("--out", type=pathlib.Path, required=True)
-    args = parser.parse_args()
+    args = bundle_and_out()
     with KilnServer(args.bundle, args.out) as server:
         report: dict = {"nvjitlink": server.nvjitlink, "runs": []}
         run_env = dict(server.env, PYTHONUNBUFFERED="1")

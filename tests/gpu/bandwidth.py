@@ -16,7 +16,6 @@ kernel time, GB/s, and GB/s as a fraction of the copy's.
 
 from __future__ import annotations
 
-import argparse
 import json
 import pathlib
 import sys
@@ -24,7 +23,7 @@ from typing import Any, Callable
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
 
-from kilnd_process import KilnServer  # noqa: E402
+from kilnd_process import KilnServer, bundle_and_out  # noqa: E402
 
 MIB = 1 << 20
 
@@ -99,10 +98,7 @@ def copy_gbps(nbytes_: int) -> float:
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser()
-    parser.add_argument("--bundle", type=pathlib.Path, required=True)
-    parser.add_argument("--out", type=pathlib.Path, required=True)
-    args = parser.parse_args()
+    args = bundle_and_out()
     with KilnServer(args.bundle, args.out) as server:
         sys.path.insert(0, str(args.bundle.resolve() / "python"))
         import torch

@@ -21,6 +21,16 @@ import urllib.request
 from typing import Any, Optional
 
 
+def bundle_and_out() -> Any:
+    """The --bundle and --out arguments every script here takes (and nothing else)."""
+    import argparse
+
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--bundle", type=pathlib.Path, required=True)
+    parser.add_argument("--out", type=pathlib.Path, required=True)
+    return parser.parse_args()
+
+
 def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
