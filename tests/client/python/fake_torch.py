@@ -1,0 +1,138 @@
+"""A stand-in for the few parts of PyTorch that kiln.gpu_runtime uses, so that its plan
+bookkeeping (symbols, buffers, pointers, launch geometry, input checks) runs in CI, where
+there is no PyTorch: tensors are views (storage, offset, sizes, strides) of storages that
+are plain address ranges; nothing holds data. install() puts it in sys.modules as `torch`.
+"""
+
+from __future__ import annotations
+
+import itertools
+import sys
+import types
+from typing import Any, Optional, Sequence
+
+
+class dtype:  # noqa: N801 (PyTorch's name)
+    def __init__(self, name: str, itemsize: int) -> None:
+        self.name = name
+        self.itemsize = itemsize
+
+    def __repr__(self) -> str:
+        return f"torch.{self.name}"
+
+
+class device:  # noqa: N801
+    def __init__(self, kind: Any, index: Optional[int] = None) -> None:
+        if isinstance(kind, device):
+            kind, index = kind.type, kind.index
+        if isinstance(kind, str) and ":" in kind:
+            kind, index = kind.split(":")[0], int(kind.split(":")[1])
+        self.type = kind
+        self.index = index
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, device) and (self.type, self.index) == (other.type, other.index)
+
+    def __repr__(self) -> str:
+        return f"{self.type}:{self.index}" if self.index is not None else self.type
+
+
+_addresses = itertools.count(0x7F0000000000, 1 << 32)
+
+
+class UntypedStorage:
+    def __init__(self, nbytes: int, where: device) -> None:
+        self.base = next(_addresses)
+        self.nbytes = nbytes
+        self.device = where
+
+    def data_ptr(self) -> int:
+        return self.base
+
+
+class Tensor:
+    def __init__(self, storage: UntypedStorage, kind: dtype, offset: int,
+                 sizes: Sequence[int], strides: Sequence[int]) -> None:
+        self._storage, self.dtype, self._offset = storage, kind, offset
+        self.shape, self._strides = list(sizes), list(strides)
+        self.device = storage.device
+
+    def set_(self, storage: UntypedStorage, offset: int, sizes: Sequence[int],
+             strides: Sequence[int]) -> "Tensor":
+        self._storage, self._offset = storage, offset
+        self.shape, self._strides = list(sizes), list(strides)
+        self.device = storage.device
+        return self
+
+    def untyped_storage(self) -> UntypedStorage:
+        return self._storage
+
+    def storage_offset(self) -> int:
+        return self._offset
+
+    def element_size(self) -> int:
+        return self.dtype.itemsize
+
+    def size(self, d: int) -> int:
+        return self.shape[d]
+
+    def stride(self, d: Optional[int] = None) -> Any:
+        return list(self._strides) if d is None else self._strides[d]
+
+    def data_ptr(self) -> int:
+        return self._storage.data_ptr() + self._offset * self.dtype.itemsize
+
+
+def empty(*sizes: Any, dtype: dtype = None, device: Any = "cpu") -> Tensor:  # noqa: A002
+    shape = list(sizes[0]) if sizes and isinstance(sizes[0], (list, tuple)) else list(sizes)
+    kind = dtype or float32
+    n = 1
+    for s in shape:
+        n *= s
+    strides, acc = [], 1
+    for s in reversed(shape):
+        strides.insert(0, acc)
+        acc *= max(s, 1)
+    where = device if isinstance(device, globals()["device"]) else globals()["device"](device)
+    return Tensor(UntypedStorage(n * kind.itemsize, where), kind, 0, shape, strides)
+
+
+def empty_strided(sizes: Sequence[int], strides: Sequence[int], dtype: dtype,
+                  device: Any, storage_offset: int = 0) -> Tensor:  # noqa: A002
+    span = storage_offset + 1 + sum((s - 1) * st for s, st in zip(sizes, strides))
+    where = device if isinstance(device, globals()["device"]) else globals()["device"](device)
+    return Tensor(UntypedStorage(span * dtype.itemsize, where), dtype, storage_offset, sizes,
+                  strides)
+
+
+float32, float16, bfloat16 = dtype("float32", 4), dtype("float16", 2), dtype("bfloat16", 2)
+float64, int64, int32 = dtype("float64", 8), dtype("int64", 8), dtype("int32", 4)
+uint8, bool_ = dtype("uint8", 1), dtype("bool", 1)
+
+
+class _Stream:
+    cuda_stream = 0x5EED
+
+
+cuda = types.SimpleNamespace(current_device=lambda: 0, current_stream=lambda where=None: _Stream())
+
+
+def initial_seed() -> int:
+    return 1234
+
+
+def install() -> types.ModuleType:
+    module = types.ModuleType("torch")
+    for name, value in list(globals().items()):
+        if not name.startswith("__"):
+            setattr(module, name, value)
+    module.bool = bool_
+    module.__path__ = []  # a package, for `import torch._dynamo`
+    # `import kiln` registers the backend with Dynamo where PyTorch is installed; the
+    # stand-in says it is registered already.
+    dynamo = types.ModuleType("torch._dynamo")
+    dynamo.list_backends = lambda exclude_tags=(): ["kiln"]
+    module._dynamo = dynamo
+    sys.modules["torch"] = module
+    sys.modules["torch._dynamo"] = dynamo
+    return module

@@ -1,0 +1,166 @@
+"""kiln.gpu_runtime's plan bookkeeping without a GPU or PyTorch: a stand-in torch
+(fake_torch.py) whose tensors are address ranges, and the stand-in CUDA driver
+(tests/client/runtime/cuda/fake_libcuda.c) recording each launch. What reaches the driver —
+pointers (an input's storage offset applied, arena offsets), symbols, RNG seed and offset,
+grid and block — and the errors for artifacts and inputs that do not fit."""
+
+from __future__ import annotations
+
+import ctypes
+import hashlib
+import os
+import pathlib
+import sys
+
+import pytest
+
+sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
+import fake_torch  # noqa: E402
+
+BINARY_DIR = pathlib.Path(os.environ.get("KILN_BINARY_DIR", "build/release"))
+FAKE_DRIVER = BINARY_DIR / "tests" / "client" / "kiln_fake_libcuda.so"
+os.environ["KILN_RUNTIME_LIBRARY"] = str(BINARY_DIR / "client" / "libkiln_runtime.so")
+os.environ["KILN_LIBCUDA"] = str(FAKE_DRIVER)
+torch = fake_torch.install()
+
+from kiln.gpu_runtime import GpuRuntime, InputMismatch, RuntimeLoadError  # noqa: E402
+from kiln.v1 import artifact_pb2 as pb  # noqa: E402
+
+IMAGE = b"kernel kiln_k0 6\n"
+
+
+def sym(text: str):  # type: ignore[no-untyped-def]
+    from kiln.v1 import graph_pb2
+
+    return graph_pb2.SymInt(expr=text) if not text.isdigit() else graph_pb2.SymInt(value=int(text))
+
+
+def artifact(image: bytes = IMAGE, kernel: str = "kiln_k0") -> pb.CompiledGraph:
+    """y = f(x) over x[s0] float32: one kernel reading x, writing y, using an arena buffer."""
+    a = pb.CompiledGraph(target="cuda:sm_90", compile_key="k" * 64, symbols=["s0"])
+    a.symbol_sources.add(symbol="s0", input_index=0, dim=0)
+    a.modules.add(target="cuda:sm_90", kind=pb.BINARY_KIND_CUBIN, binary=image,
+                  digest=pb.Digest(hash=hashlib.sha256(image).hexdigest(),
+                                   size_bytes=len(image)))
+    k = a.kernels.add(name=kernel, module=0)
+    for b in range(3):
+        k.params.add(kind=pb.PARAM_KIND_BUFFER, buffer=b)
+    k.params.add(kind=pb.PARAM_KIND_SYMBOL, symbol="s0")
+    k.params.add(kind=pb.PARAM_KIND_RNG_SEED)
+    k.params.add(kind=pb.PARAM_KIND_RNG_OFFSET)
+    k.launch.grid.extend([sym("CeilDiv(s0, 256)"), sym("1"), sym("1")])
+    k.launch.block.extend([sym("256"), sym("1"), sym("1")])
+    a.buffers.add(kind=pb.BUFFER_KIND_INPUT, input_index=0, dtype=1, size_bytes=sym("4*s0"),
+                  alignment=4, name="x")
+    a.buffers.add(kind=pb.BUFFER_KIND_OUTPUT, dtype=1, size_bytes=sym("4*s0"), alignment=64,
+                  name="y")
+    a.buffers.add(kind=pb.BUFFER_KIND_INTERMEDIATE, dtype=1, size_bytes=sym("4*s0"),
+                  arena_offset=sym("128"), alignment=64, name="t")
+    a.steps.add().launch.kernel = 0
+    out = a.outputs.add()
+    out.view.buffer = 1
+    out.view.sizes.append(sym("s0"))
+    out.view.strides.append(sym("1"))
+    out.view.offset.CopyFrom(sym("0"))
+    out.view.dtype = 1
+    spec = a.inputs.add(name="x", dtype=1)
+    spec.sizes.append(sym("s0"))
+    spec.strides.append(sym("1"))
+    a.cudagraph.workspace_bytes.CopyFrom(sym("128 + 4*s0"))
+    a.cudagraph.rng_offset_increment = 4
+    return a
+
+
+class Driver:
+    """What the stand-in driver recorded."""
+
+    def __init__(self) -> None:
+        lib = ctypes.CDLL(str(FAKE_DRIVER))
+        lib.fake_cuda_launch_values.restype = ctypes.POINTER(ctypes.c_uint64)
+        lib.fake_cuda_launch_geometry.restype = ctypes.POINTER(ctypes.c_uint)
+        lib.fake_cuda_launch_stream.restype = ctypes.c_void_p
+        self.lib = lib
+
+    def count(self) -> int:
+        return self.lib.fake_cuda_launch_count()
+
+    def launch(self, i: int) -> tuple[list[int], list[int], int]:
+        g = self.lib.fake_cuda_launch_geometry(i)
+        v = self.lib.fake_cuda_launch_values(i)
+        return ([g[k] for k in range(7)], [v[k] for k in range(self.lib.fake_cuda_launch_params(i))],
+                self.lib.fake_cuda_launch_stream(i))
+
+
+def cuda_input(n: int, offset: int = 0, stride: int = 1, kind=None):  # type: ignore[no-untyped-def]
+    return torch.empty_strided([n], [stride], kind or torch.float32, "cuda:0", offset)
+
+
+def test_a_launch_gets_pointers_symbols_rng_and_geometry() -> None:
+    driver = Driver()
+    runtime = GpuRuntime(artifact(), torch.device("cuda", 0))
+    x = cuda_input(1000, offset=3)
+    before = driver.count()
+    (y,) = runtime.run([x], rng_seed=77)
+    assert driver.count() == before + 1
+    geometry, values, stream = driver.launch(before)
+    assert geometry == [4, 1, 1, 256, 1, 1, 0]  # ceil(1000 / 256) blocks
+    assert stream == 0x5EED  # PyTorch's current stream
+    # The input buffer starts at the tensor's first element: its storage offset applied.
+    assert values[0] == x.untyped_storage().data_ptr() + 3 * 4
+    assert values[1] == y.untyped_storage().data_ptr()
+    assert values[3:] == [1000, 77, 0]
+    # The output is a view of the output buffer with the plan's geometry.
+    assert (y.shape, y.stride(), y.storage_offset()) == ([1000], [1], 0)
+
+    # The next run draws fresh numbers: the offset moves by the plan's increment.
+    runtime.run([x], rng_seed=77)
+    assert driver.launch(before + 1)[1][5] == 4
+
+
+def test_arena_buffers_sit_at_their_offsets() -> None:
+    driver = Driver()
+    runtime = GpuRuntime(artifact(), torch.device("cuda", 0))
+    before = driver.count()
+    runtime.run([cuda_input(512)])
+    _, values, _ = driver.launch(before)
+    # The arena is allocated per run; the intermediate is 128 bytes into it, 64-aligned.
+    assert values[2] % 64 == (values[2] - 128) % 64
+    assert values[2] - 128 not in (values[0], values[1])
+
+
+def test_an_empty_input_launches_nothing() -> None:
+    driver = Driver()
+    runtime = GpuRuntime(artifact(), torch.device("cuda", 0))
+    before = driver.count()
+    (y,) = runtime.run([cuda_input(0)])
+    assert driver.count() == before
+    assert y.shape == [0]
+
+
+def test_inputs_that_do_not_fit_are_refused_naming_the_input() -> None:
+    runtime = GpuRuntime(artifact(), torch.device("cuda", 0))
+    with pytest.raises(InputMismatch, match="input x: dtype torch.float16"):
+        runtime.run([cuda_input(8, kind=torch.float16)])
+    with pytest.raises(InputMismatch, match=r"input x: strides \[2\], the plan expects \[1\]"):
+        runtime.run([cuda_input(8, stride=2)])
+    with pytest.raises(InputMismatch, match="input x: on cpu"):
+        runtime.run([torch.empty_strided([8], [1], torch.float32, "cpu")])
+    with pytest.raises(InputMismatch, match="the plan takes 1 inputs, 2 given"):
+        runtime.run([cuda_input(8), cuda_input(8)])
+
+
+def test_artifacts_the_runtime_cannot_run_are_refused_saying_why() -> None:
+    wrong_target = artifact()
+    wrong_target.target = "x86_64"
+    with pytest.raises(RuntimeLoadError, match="artifact is for 'x86_64'"):
+        GpuRuntime(wrong_target, torch.device("cuda", 0))
+    damaged = artifact()
+    damaged.modules[0].binary = b"kernel kiln_k0 7\n"
+    with pytest.raises(RuntimeLoadError, match="module 0: its bytes do not match its digest"):
+        GpuRuntime(damaged, torch.device("cuda", 0))
+    with pytest.raises(RuntimeLoadError, match="kernel 0 \\(kiln_k9\\).*CUDA_ERROR_NOT_FOUND"):
+        GpuRuntime(artifact(kernel="kiln_k9"), torch.device("cuda", 0))
+    bad_expr = artifact()
+    bad_expr.kernels[0].launch.grid[0].expr = "CeilDiv(s7, 256)"
+    with pytest.raises(RuntimeLoadError, match="unknown symbol 's7'"):
+        GpuRuntime(bad_expr, torch.device("cuda", 0))
