@@ -188,10 +188,8 @@ class GpuRuntime:
     def _view(self, v: Any, where: str) -> Optional[_View]:
         if v.buffer < 0:
             return None
-        import torch  # noqa: PLC0415
-
         dtype = torch_dtype(v.dtype)
-        return _View(v.buffer, dtype, torch.empty((), dtype=dtype).element_size(),
+        return _View(v.buffer, dtype, dtype.itemsize,
                      [self._symint(x, where) for x in v.sizes],
                      [self._symint(x, where) for x in v.strides], self._symint(v.offset, where))
 
@@ -381,19 +379,22 @@ class GpuRuntime:
         # expect them where they were made.
         host_values: dict[int, Any] = {}
 
+        def at(storage: Any, byte_base: int, dtype: Any, offset: int, sizes: Sequence[int],
+               strides: Sequence[int]) -> Any:
+            t = torch.empty(0, dtype=dtype, device=storage.device)
+            return t.set_(storage, byte_base // dtype.itemsize + offset, list(sizes),
+                          list(strides))
+
         def view(v: _View) -> Any:
-            storage = host_values[v.buffer].untyped_storage() if v.buffer in host_values \
-                else storages[v.buffer]
-            base = 0 if v.buffer in host_values else bases[v.buffer]
-            t = torch.empty(0, dtype=v.dtype, device=storage.device)
-            return t.set_(storage, base // v.itemsize + v.offset(s), [e(s) for e in v.sizes],
-                          [e(s) for e in v.strides])
+            host = host_values.get(v.buffer)
+            storage, base = (host.untyped_storage(), 0) if host is not None else \
+                (storages[v.buffer], bases[v.buffer])
+            return at(storage, base, v.dtype, v.offset(s), [e(s) for e in v.sizes],
+                      [e(s) for e in v.strides])
 
         def buffer_view(buffer: int, dtype: Any, sizes: Sequence[int],
                         strides: Sequence[int]) -> Any:
-            itemsize = torch.empty((), dtype=dtype).element_size()
-            t = torch.empty(0, dtype=dtype, device=self.device)
-            return t.set_(storages[buffer], bases[buffer] // itemsize, list(sizes), list(strides))
+            return at(storages[buffer], bases[buffer], dtype, 0, sizes, strides)
 
         symbol_values = dict(zip(self.symbols, s))
         for index, step in enumerate(self.steps):
