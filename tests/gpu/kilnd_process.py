@@ -10,6 +10,7 @@ machine has no CUDA toolkit.
 
 from __future__ import annotations
 
+import argparse
 import importlib.util
 import pathlib
 import re
@@ -21,14 +22,18 @@ import urllib.request
 from typing import Any, Optional
 
 
-def bundle_and_out() -> Any:
-    """The --bundle and --out arguments every script here takes (and nothing else)."""
-    import argparse
-
+def script_parser() -> argparse.ArgumentParser:
+    """A parser with the --bundle and --out arguments every script here takes; a script
+    with options of its own adds them to it."""
     parser = argparse.ArgumentParser()
     parser.add_argument("--bundle", type=pathlib.Path, required=True)
     parser.add_argument("--out", type=pathlib.Path, required=True)
-    return parser.parse_args()
+    return parser
+
+
+def bundle_and_out() -> Any:
+    """The --bundle and --out arguments, for a script that takes nothing else."""
+    return script_parser().parse_args()
 
 
 def free_port() -> int:
