@@ -1,0 +1,514 @@
+"""Real models trained for 50 AdamW steps with torch.compile(backend="kiln"), against eager
+PyTorch, on a GPU machine.
+
+Run from the repository root after `deploy/gpu-bundle.sh .bundle` (carried with the tree):
+
+    python3 tests/gpu/train_models.py --bundle .bundle --out $OUT [--only NAME,...] [--steps 50]
+
+The models are an MLP, nanoGPT, GPT-2 (transformers, SDPA attention), a Llama decoder
+(transformers LlamaForCausalLM: RMSNorm, RoPE, grouped-query attention, SiLU-gated MLP),
+ResNet-18 (torchvision, batch norm in training) and ViT-Tiny (timm, depth 4, 32x32 images,
+patch 8), from random initial weights. capture_corpus.py's builders make them at the corpus's
+sizes: where the corpus holds the same configuration, run_corpus.py narrows a failure here
+down to a graph and a step. Each trains in fp32 and under bf16 autocast: twelve configurations named
+MODEL_fp32 and MODEL_bf16. `--only` takes configurations or models (`gpt2_fp32,vit`);
+`--only gpt2_fp32 --steps 5` is a quick run for debugging.
+
+Per configuration, two fresh processes train it, one eagerly and one through the kiln
+backend (kilnd started from the bundle, with an empty cache), with the same seed: the same
+initial weights, and the same batches, a new one each step, drawn before training in the
+shape and value range of the builder's example inputs. Each process appends its events to
+OUT/train_models_runs/CONFIG.MODE.jsonl as they happen (every step's loss and time, the
+"kiln" logger's lines, warnings), so a run that crashes or overruns --timeout (240 s;
+then its process group is killed) still says how far it got; its output's tail is kept.
+Recorded per configuration: each side's losses, the largest absolute and relative loss
+difference against eager, the first step's time (tracing and compiling included) and the
+median step time from step 10 on, the graphs that ran on Kiln's runtime and those that fell
+back with the backend's reason, Dynamo's graphs and graph breaks, and the change in kilnd's
+compile counters over each process.
+
+A configuration passes when both processes finished every step with finite losses, the kiln
+loss is within the tolerance of eager's at every step, relative to eager's, and every graph
+ran on Kiln's runtime (none fell back); `losses_match` alone says whether the losses did.
+  fp32: 1e-3. TF32 is off in both processes, so both compute in float32 and differ only in
+    reduction order and where a fused kernel keeps a value in registers: in the last bits at
+    the first step. AdamW divides each update by the root of the gradient's squared average, so
+    a parameter whose gradient is near zero takes a full-sized update from a tiny difference,
+    and differences grow over the steps; 1e-3 leaves room for that over 50 steps, while a
+    wrong kernel moves the loss by far more.
+  bf16 autocast: 5e-2. Eager rounds every intermediate to bf16 (8 bits of mantissa, about
+    4e-3 relative) between its kernels, while Kiln's fused kernels compute in fp32 and round
+    where a value leaves the kernel: both are valid autocast results, apart by bf16 rounding
+    from the first step, and AdamW amplifies that difference as above.
+
+Writes OUT/train_models.json (after each configuration, so an interrupted run keeps what it
+finished) and OUT/train_models.txt, a table that is also printed at the end. A configuration
+that fails, crashes or hangs is a row of the report, never an exception; the exit status is
+0 either way.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import pathlib
+import re
+import signal
+import statistics
+import subprocess
+import sys
+import time
+import traceback
+from dataclasses import dataclass, field
+from typing import Any, Callable, Mapping, Optional
+
+sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
+
+from kilnd_process import KilnServer, script_parser  # noqa: E402
+
+# Relative loss difference against eager that passes, by precision (the module's docstring
+# says why these values).
+TOLERANCE = {"fp32": 1e-3, "bf16": 5e-2}
+STEPS = 50
+TIMEOUT_S = 240.0
+# Step times from this step on (1-based) are the steady ones: compilation and warm-up are over.
+STEADY_FROM = 10
+OUTPUT_TAIL = 3000
+MODES = ("eager", "kiln")
+RUNS_DIR = "train_models_runs"
+
+
+@dataclass(frozen=True)
+class Model:
+    """A model family: `builder` names a capture_corpus function returning (module whose
+    forward returns the loss or a tensor, example inputs), called with `args` and `kwargs`."""
+
+    name: str
+    builder: str
+    args: tuple = ()
+    kwargs: Mapping[str, Any] = field(default_factory=dict)
+
+    def build(self, corpus: Any) -> tuple:
+        return getattr(corpus, self.builder)(*self.args, **self.kwargs)
+
+
+@dataclass(frozen=True)
+class TrainConfig:
+    """One model in one precision: "fp32", or "bf16" (bf16 autocast)."""
+
+    name: str
+    model: Model
+    dtype: str
+
+
+MODELS = (
+    Model("mlp", "build_mlp"),
+    Model("nanogpt", "build_nanogpt"),
+    Model("gpt2", "build_gpt2"),
+    Model("llama", "build_llama"),
+    Model("resnet18", "build_resnet18"),
+    Model("vit", "build_timm", ("vit_tiny_patch16_224", 32),
+          {"img_size": 32, "patch_size": 8, "depth": 4}),
+)
+CONFIGS = tuple(TrainConfig(f"{m.name}_{dtype}", m, dtype) for m in MODELS
+                for dtype in ("fp32", "bf16"))
+
+
+# --- the training process ------------------------------------------------------------------
+
+
+def worker(name: str, mode: str, steps: int, events_path: pathlib.Path) -> int:
+    """Trains configuration `name` for `steps` steps in this process, eagerly or through the
+    kiln backend (`mode`), appending one JSON object a line to `events_path` as things
+    happen. Returns 1 when training raised (the exception is an event too)."""
+    with open(events_path, "a", buffering=1) as events:
+
+        def write_event(**event: Any) -> None:
+            events.write(json.dumps(event) + "\n")
+
+        try:
+            config = next(c for c in CONFIGS if c.name == name)
+            train(config, mode, steps, write_event)
+            return 0
+        except Exception as e:  # the report says why; the runner goes on to the next run
+            write_event(event="error", error=f"{type(e).__name__}: {e}"[:2000],
+                        trace=traceback.format_exc()[-OUTPUT_TAIL:])
+            return 1
+
+
+def train(config: TrainConfig, mode: str, steps: int, write_event: Callable[..., None]) -> None:
+    """The training loop both modes share; only `run` differs between them."""
+    import logging
+    import random
+    import warnings
+
+    import torch
+
+    class KilnLog(logging.Handler):
+        """The "kiln" logger's lines (which graphs run where, and why), as events."""
+
+        def emit(self, record: logging.LogRecord) -> None:
+            write_event(event="log", level=record.levelname, message=record.getMessage())
+
+    kiln_logger = logging.getLogger("kiln")
+    kiln_logger.addHandler(KilnLog(logging.INFO))
+    kiln_logger.setLevel(logging.INFO)
+    import capture_corpus as corpus  # imports kiln, which registers the backend
+
+    if not torch.cuda.is_available():
+        raise RuntimeError("no CUDA device")
+    # Full float32 on both sides (see the module's docstring).
+    torch.backends.cuda.matmul.allow_tf32 = False
+    torch.backends.cudnn.allow_tf32 = False
+    random.seed(0)
+    torch.manual_seed(0)
+    model, example = config.model.build(corpus)
+    model = model.to(corpus.DEVICE).train()
+    batches = [[fresh_like(x) for x in example] for _ in range(steps)]
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
+    run = model if mode == "eager" else torch.compile(model, backend="kiln")
+
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        seen: set = set()
+
+        def report_warnings() -> None:
+            for w in caught:
+                message = f"{w.category.__name__}: {w.message}"[:500]
+                if message not in seen:
+                    seen.add(message)
+                    write_event(event="warning", message=message)
+            caught.clear()
+
+        try:
+            for step, batch in enumerate(batches, 1):
+                torch.cuda.synchronize()
+                start = time.perf_counter()
+                opt.zero_grad()
+                with corpus.autocast(config.dtype):
+                    out = run(*batch)
+                # A model that returns no loss (the MLP) trains on its output's mean square.
+                loss = out if out.dim() == 0 else out.float().square().mean()
+                loss.backward()
+                opt.step()
+                value = loss.item()
+                torch.cuda.synchronize()
+                write_event(event="step", step=step, loss=value,
+                            seconds=time.perf_counter() - start)
+                report_warnings()
+        finally:
+            report_warnings()
+    from torch._dynamo.utils import counters
+
+    write_event(event="done", device=torch.cuda.get_device_name(), torch=torch.__version__,
+                dynamo_graphs=counters["stats"]["unique_graphs"],
+                graph_breaks=sum(counters["graph_break"].values()))
+
+
+def fresh_like(example: Any) -> Any:
+    """A new batch input like the builder's `example`: floats from a normal distribution,
+    integers (tokens, labels) uniform in the example's range, so indices stay in bounds."""
+    import torch
+
+    if example.dtype.is_floating_point:
+        return torch.randn_like(example).requires_grad_(example.requires_grad)
+    if example.dtype == torch.bool or example.numel() == 0:
+        return example.clone()
+    return torch.randint_like(example, int(example.min()), int(example.max()) + 1)
+
+
+# --- reading a run and judging a configuration (no PyTorch) ---------------------------------
+
+DECISION = re.compile(r"^graph (?P<graph>.+?) runs (?P<runner>on Kiln's runtime|eagerly|"
+                      r"with inductor): (?P<reason>.*)$", re.DOTALL)
+RUNNERS = {"on Kiln's runtime": "kiln", "eagerly": "eager", "with inductor": "inductor"}
+
+
+def graph_runners(messages: list[str]) -> dict[str, dict]:
+    """How each graph ran, from the "kiln" logger's lines: {graph: {"runner": "kiln" |
+    "eager" | "inductor", "reason"}}. A graph's last line counts: one that kilnd compiled
+    but Kiln's runtime could not load is logged twice, and runs per the fallback."""
+    runners: dict[str, dict] = {}
+    for message in messages:
+        m = DECISION.match(message)
+        if m:
+            runners[m["graph"]] = {"runner": RUNNERS[m["runner"]], "reason": m["reason"]}
+    return runners
+
+
+def steady_median(seconds: list[float]) -> Optional[float]:
+    """The median of the step times from step STEADY_FROM on; with fewer steps, of every
+    step but the first (which compiles). None without a second step."""
+    steady = seconds[STEADY_FROM - 1:] if len(seconds) >= STEADY_FROM else seconds[1:]
+    return statistics.median(steady) if steady else None
+
+
+def read_events(path: pathlib.Path) -> list[dict]:
+    """A run's events; a line cut short by a killed process is skipped."""
+    events = []
+    for line in path.read_text().splitlines() if path.exists() else []:
+        try:
+            events.append(json.loads(line))
+        except json.JSONDecodeError:
+            continue
+    return events
+
+
+def summarize_run(events: list[dict], returncode: Optional[int], output: str,
+                  timed_out_after: Optional[float], seconds: float, steps: int) -> dict:
+    """One process's record: its losses, step times, where its graphs ran, its warnings,
+    and, when it did not finish every step, why and the tail of its output."""
+    step_events = [e for e in events if e.get("event") == "step"]
+    times = [e["seconds"] for e in step_events]
+    log = [e["message"] for e in events if e.get("event") == "log"]
+    runners = graph_runners(log)
+    done = next((e for e in events if e.get("event") == "done"), None)
+    error = next((e for e in events if e.get("event") == "error"), None)
+    median = steady_median(times)
+    run: dict = {
+        "completed": (done is not None and len(step_events) == steps and returncode == 0
+                      and timed_out_after is None),
+        "rc": returncode,
+        "seconds": round(seconds, 2),
+        "losses": [e["loss"] for e in step_events],
+        "first_step_s": round(times[0], 3) if times else None,
+        "median_step_ms": round(median * 1e3, 3) if median is not None else None,
+        "step_ms": [round(t * 1e3, 3) for t in times],
+        "graphs_on_kiln_runtime": sum(r["runner"] == "kiln" for r in runners.values()),
+        "graphs_fallen_back": sum(r["runner"] != "kiln" for r in runners.values()),
+        "graph_runners": runners,
+        "warnings": [e["message"] for e in events if e.get("event") == "warning"],
+        "kiln_log": log,
+    }
+    if done is not None:
+        run.update({k: v for k, v in done.items() if k != "event"})
+    if error is not None:
+        run["error"], run["trace"] = error["error"], error["trace"]
+    if not run["completed"]:
+        if timed_out_after is not None:
+            run["error"] = (f"timed out after {timed_out_after:g} s with {len(step_events)} "
+                            f"of {steps} steps done")
+        elif "error" not in run:
+            run["error"] = (f"the process exited with {returncode} after {len(step_events)} "
+                            f"of {steps} steps")
+        run["output_tail"] = output[-OUTPUT_TAIL:]
+    return run
+
+
+def _worst(values: list[float]) -> tuple[float, int]:
+    """The largest value (NaN counts as infinity) and its 1-based step."""
+    values = [math.inf if math.isnan(v) else v for v in values]
+    i = max(range(len(values)), key=values.__getitem__)
+    return values[i], i + 1
+
+
+def compare_losses(eager: list[float], kiln: list[float]) -> dict:
+    """Kiln's losses against eager's over the steps both have: the largest absolute and
+    relative (to eager's) differences and their step, the last step's, and the first step
+    whose loss is not finite on either side."""
+    out: dict = {"steps": min(len(eager), len(kiln))}
+    for side, losses in (("eager", eager), ("kiln", kiln)):
+        bad = next((i + 1 for i, x in enumerate(losses) if not math.isfinite(x)), None)
+        if bad is not None:
+            out[f"{side}_nonfinite_step"] = bad
+    if not out["steps"]:
+        return out
+    absolute = [abs(k - e) for e, k in zip(eager, kiln)]
+    relative = [d / max(abs(e), 1e-12) for d, e in zip(absolute, eager)]
+    out["max_abs"], _ = _worst(absolute)
+    out["max_rel"], out["worst_step"] = _worst(relative)
+    out["final_abs"], out["final_rel"] = _worst(absolute[-1:])[0], _worst(relative[-1:])[0]
+    return out
+
+
+def judge(config: TrainConfig, eager: dict, kiln: dict, steps: int) -> dict:
+    """A configuration's row of the report: pass when both runs finished with finite losses
+    within the tolerance and every graph ran on Kiln's runtime; `reasons` says what failed."""
+    tolerance = TOLERANCE[config.dtype]
+    comparison = compare_losses(eager["losses"], kiln["losses"])
+    reasons = [f"{side}: {run['error'].splitlines()[0][:300]}"
+               for side, run in (("eager", eager), ("kiln", kiln)) if not run["completed"]]
+    for side in MODES:
+        step = comparison.get(f"{side}_nonfinite_step")
+        if step is not None:
+            reasons.append(f"{side} loss is not finite at step {step}")
+    losses_match = (eager["completed"] and kiln["completed"] and comparison["steps"] == steps
+                    and comparison.get("max_rel", math.inf) <= tolerance)
+    if comparison.get("max_rel", 0.0) > tolerance:
+        reasons.append(f"loss differs from eager by {comparison['max_rel']:.2e} relative at step "
+                       f"{comparison['worst_step']} (tolerance {tolerance:g})")
+    if kiln["losses"]:
+        runners = kiln["graph_runners"]
+        fallen = [(g, r) for g, r in runners.items() if r["runner"] != "kiln"]
+        if fallen:
+            graph, runner = fallen[0]
+            reasons.append(f"{len(fallen)} of {len(runners)} graphs fell back, e.g. {graph} ran "
+                           f"{runner['runner']}: {runner['reason'][:300]}")
+        elif not runners:
+            reasons.append("no graph ran on Kiln's runtime (the backend logged none)")
+    return {"config": config.name, "model": config.model.name, "dtype": config.dtype,
+            "tolerance": tolerance, "pass": losses_match and not reasons,
+            "losses_match": losses_match, "reasons": reasons, "comparison": comparison,
+            "eager": eager, "kiln": kiln}
+
+
+def select(only: str) -> list[TrainConfig]:
+    """The configurations `only` names (configurations or models, comma-separated; all when
+    empty). Raises ValueError naming any name that is neither."""
+    names = [n.strip() for n in only.split(",") if n.strip()]
+    if not names:
+        return list(CONFIGS)
+    known = {c.name for c in CONFIGS} | {m.name for m in MODELS}
+    unknown = [n for n in names if n not in known]
+    if unknown:
+        raise ValueError(f"unknown configuration {', '.join(unknown)}; known: "
+                         f"{', '.join(sorted(known))}")
+    return [c for c in CONFIGS if c.name in names or c.model.name in names]
+
+
+def counter_delta(before: Optional[dict], after: Optional[dict]) -> Optional[dict]:
+    """kilnd's counters that changed over a run; None when either scrape failed."""
+    if before is None or after is None:
+        return None
+    return {k: after.get(k, 0) - before.get(k, 0) for k in sorted(after)
+            if after.get(k, 0) != before.get(k, 0)}
+
+
+def _num(value: Optional[float], spec: str) -> str:
+    return "-" if value is None else format(value, spec)
+
+
+def _counters(delta: Optional[dict]) -> str:
+    if delta is None:
+        return "(no metrics)"
+    short = {"kiln_compile_requests_total.": "requests.", "kiln_compiles_total.": "compiles."}
+    parts = []
+    for key, value in delta.items():
+        for prefix, name in short.items():
+            key = key.replace(prefix, name)
+        parts.append(f"{key}={value:g}")
+    return " ".join(parts) or "-"
+
+
+TABLE_HEADER = (f"{'config':<15} {'result':<6} {'steps':>5} {'max|dloss|':>10} "
+                f"{'max rel':>9} {'tol':>6} {'kiln/fell':>9} {'1st step s e/k':>15} "
+                f"{'median ms e/k':>15}  kilnd (kiln run)")
+
+
+def table_row(row: dict) -> str:
+    """A configuration's line of the table: the loss comparison, the graphs that ran on
+    Kiln's runtime and fell back, eager's and Kiln's first and median step times, and
+    kilnd's counters over the kiln run."""
+    c, e, k = row["comparison"], row["eager"], row["kiln"]
+    return (f"{row['config']:<15} {'pass' if row['pass'] else 'FAIL':<6} {c['steps']:>5} "
+            f"{_num(c.get('max_abs'), '.2e'):>10} {_num(c.get('max_rel'), '.2e'):>9} "
+            f"{row['tolerance']:>6g} "
+            f"{k['graphs_on_kiln_runtime']:>4}/{k['graphs_fallen_back']:<4} "
+            f"{_num(e['first_step_s'], '.2f'):>7}/{_num(k['first_step_s'], '.2f'):<7} "
+            f"{_num(e['median_step_ms'], '.2f'):>7}/{_num(k['median_step_ms'], '.2f'):<7}  "
+            f"{_counters(k.get('server'))}")
+
+
+def table(rows: list[dict]) -> str:
+    """The report for a reader: one line per configuration, then what failed and why."""
+    lines = [TABLE_HEADER, "-" * len(TABLE_HEADER)] + [table_row(row) for row in rows]
+    passed = sum(row["pass"] for row in rows)
+    lines.append(f"{passed} of {len(rows)} configurations pass")
+    for row in rows:
+        for reason in row["reasons"]:
+            lines.append(f"  {row['config']}: {reason}")
+    return "\n".join(lines) + "\n"
+
+
+# --- the runner ----------------------------------------------------------------------------
+
+
+def scrape(server: KilnServer) -> Optional[dict]:
+    """kilnd's counters, or None when kilnd does not answer (a report is still written)."""
+    try:
+        return server.metrics()
+    except OSError:
+        return None
+
+
+def run_process(config: TrainConfig, mode: str, steps: int, timeout: float,
+                server: KilnServer, out: pathlib.Path) -> dict:
+    """Trains `config` in a fresh process (its own process group, killed whole at the
+    timeout) and returns the run's record, with kilnd's counter changes over it."""
+    events_path = out / RUNS_DIR / f"{config.name}.{mode}.jsonl"
+    events_path.parent.mkdir(parents=True, exist_ok=True)
+    events_path.write_text("")
+    env = dict(server.env, PYTHONUNBUFFERED="1")
+    before = scrape(server)
+    start = time.perf_counter()
+    process = subprocess.Popen(
+        [sys.executable, str(pathlib.Path(__file__).resolve()), "--worker", config.name, mode,
+         str(steps), str(events_path)],
+        env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+        errors="replace", start_new_session=True)
+    timed_out_after = None
+    try:
+        output, _ = process.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        try:
+            os.killpg(process.pid, signal.SIGKILL)
+        except ProcessLookupError:  # it ended in the meantime
+            pass
+        output, _ = process.communicate()
+        timed_out_after = timeout
+    seconds = time.perf_counter() - start
+    run = summarize_run(read_events(events_path), process.returncode, output or "",
+                        timed_out_after, seconds, steps)
+    run["server"] = counter_delta(before, scrape(server))
+    if server.process is not None and server.process.poll() is not None:
+        run["kilnd_exited"] = server.process.returncode
+    return run
+
+
+def write_report(report: dict, out: pathlib.Path) -> None:
+    (out / "train_models.json").write_text(json.dumps(report, indent=1))
+
+
+def main(argv: Optional[list[str]] = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    if argv[:1] == ["--worker"]:  # the runner's own call: CONFIG MODE STEPS EVENTS_PATH
+        name, mode, steps, events_path = argv[1:]
+        return worker(name, mode, int(steps), pathlib.Path(events_path))
+    parser = script_parser()
+    parser.add_argument("--only", default="",
+                        help="configurations (gpt2_fp32) or models (gpt2), comma-separated")
+    parser.add_argument("--steps", type=int, default=STEPS)
+    parser.add_argument("--timeout", type=float, default=TIMEOUT_S,
+                        help="seconds each training process may take")
+    args = parser.parse_args(argv)
+    try:
+        configs = select(args.only)
+    except ValueError as e:
+        parser.error(str(e))
+    if args.steps < 1:
+        parser.error("--steps must be at least 1")
+    args.out.mkdir(parents=True, exist_ok=True)
+    report: dict = {"steps": args.steps, "tolerance": TOLERANCE, "timeout_s": args.timeout,
+                    "configs": []}
+    with KilnServer(args.bundle, args.out) as server:
+        report["nvjitlink"] = server.nvjitlink
+        for config in configs:
+            runs = {mode: run_process(config, mode, args.steps, args.timeout, server, args.out)
+                    for mode in MODES}
+            row = judge(config, runs["eager"], runs["kiln"], args.steps)
+            if not report.get("device"):
+                report["device"] = runs["eager"].get("device") or runs["kiln"].get("device")
+            report["configs"].append(row)
+            write_report(report, args.out)
+            if len(report["configs"]) == 1:
+                print(TABLE_HEADER, flush=True)
+            print(table_row(row), flush=True)
+    text = table(report["configs"])
+    (args.out / "train_models.txt").write_text(text)
+    print(text, end="")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
