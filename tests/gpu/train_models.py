@@ -322,12 +322,16 @@ def compare_losses(eager: list[float], kiln: list[float]) -> dict:
     return out
 
 
+def _first_line(text: str) -> str:
+    return text.split("\n", 1)[0][:300]
+
+
 def judge(config: TrainConfig, eager: dict, kiln: dict, steps: int) -> dict:
     """A configuration's row of the report: pass when both runs finished with finite losses
     within the tolerance and every graph ran on Kiln's runtime; `reasons` says what failed."""
     tolerance = TOLERANCE[config.dtype]
     comparison = compare_losses(eager["losses"], kiln["losses"])
-    reasons = [f"{side}: {run['error'].splitlines()[0][:300]}"
+    reasons = [f"{side}: {_first_line(run['error'])}"
                for side, run in (("eager", eager), ("kiln", kiln)) if not run["completed"]]
     for side in MODES:
         step = comparison.get(f"{side}_nonfinite_step")
