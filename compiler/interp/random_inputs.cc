@@ -114,6 +114,15 @@ class RangeInference {
     return it == windows_.end() ? nullptr : &it->second;
   }
 
+  // The values a floating input is drawn from: [-scale, scale), or [scale / 2, 3 scale / 2)
+  // where the graph needs it positive.
+  std::pair<double, double> FloatRangeOf(const std::string& input) const {
+    double scale = 1;
+    if (auto it = scales_.find(input); it != scales_.end()) scale = it->second;
+    if (positive_.contains(input)) return {scale / 2, scale * 3 / 2};
+    return {-scale, scale};
+  }
+
  private:
   // Size `dim` (negative counts from the end) of the tensor an argument refers to; a 0-d
   // tensor has size 1 along its dim 0 (or -1), as indexing ops see it.
@@ -206,8 +215,166 @@ class RangeInference {
                                   (*pad)[1], (*dil)[0], (*dil)[1], *h,       *w};
   }
 
+  // The graph input whose values argument `pos` of `node` (or item `item` of that list) are,
+  // through views and copies.
+  std::optional<std::string> OriginOf(const v1::Node& node, int pos, int item = -1) const {
+    if (pos >= node.args_size()) return std::nullopt;
+    const v1::Argument* a = &node.args(pos);
+    if (item >= 0) {
+      if (!a->has_list() || item >= a->list().items_size()) return std::nullopt;
+      a = &a->list().items(item);
+    }
+    if (!a->has_ref()) return std::nullopt;
+    auto it = origin_.find(a->ref().node());
+    if (it == origin_.end()) return std::nullopt;
+    return it->second;
+  }
+
+  // A matmul's or convolution's weight operand: drawn with PyTorch's default initialization
+  // bound 1 / sqrt(fan_in) (nn.Linear, nn.Conv), so each product keeps its inputs' magnitude.
+  // With [-1, 1) weights every layer multiplies magnitudes by about sqrt(fan_in): a deep
+  // graph's values overflow float32 where no trained or freshly initialized model's do.
+  void ScaleWeight(const v1::Node& node, int pos, std::optional<int64_t> fan_in) {
+    const std::optional<std::string> input = OriginOf(node, pos);
+    if (!input.has_value() || !fan_in.has_value() || *fan_in <= 0) return;
+    const double scale = 1 / std::sqrt(static_cast<double>(*fan_in));
+    auto [it, inserted] = scales_.emplace(*input, scale);
+    if (!inserted) it->second = std::min(it->second, scale);
+  }
+
+  // A convolution weight's fan-in: every size but the first (output channels).
+  std::optional<int64_t> FanIn(const v1::Argument& weight) const {
+    const std::optional<int64_t> rank = RankOf(weight);
+    if (!rank.has_value()) return std::nullopt;
+    int64_t fan_in = 1;
+    for (int64_t d = 1; d < *rank; ++d) {
+      const std::optional<int64_t> size = SizeOf(weight, d);
+      if (!size.has_value()) return std::nullopt;
+      fan_in *= *size;
+    }
+    return fan_in;
+  }
+
+  std::optional<int64_t> RankOf(const v1::Argument& a) const {
+    if (!a.has_ref()) return std::nullopt;
+    auto it = meta_.find(a.ref().node());
+    if (it == meta_.end() || it->second.empty()) return std::nullopt;
+    const size_t out = a.ref().has_output() ? static_cast<size_t>(a.ref().output()) : 0;
+    if (out >= it->second.size() || !it->second[out]->has_tensor()) return std::nullopt;
+    return it->second[out]->tensor().sizes_size();
+  }
+
+  void MarkPositive(const v1::Node& node, int pos, int item = -1) {
+    if (pos >= node.args_size()) return;
+    const v1::Argument& a = node.args(pos);
+    if (item < 0) return MarkPositive(a);
+    if (a.has_list() && item < a.list().items_size()) MarkPositive(a.list().items(item));
+  }
+
+  // Marks the input a positive value comes from, following ops that keep their first
+  // argument's sign (an optimizer's `exp_avg_sq * beta2 + (1 - beta2) * g * g` under a square
+  // root needs exp_avg_sq positive).
+  void MarkPositive(const v1::Argument& value) {
+    const v1::Argument* a = &value;
+    for (int depth = 0; depth < 64 && a->has_ref(); ++depth) {
+      if (auto it = origin_.find(a->ref().node()); it != origin_.end()) {
+        positive_.insert(it->second);
+        return;
+      }
+      auto n = nodes_.find(a->ref().node());
+      if (n == nodes_.end() || !KeepsSign(*n->second)) return;
+      const v1::Argument& self = n->second->args(0);
+      if (!self.has_list()) {
+        a = &self;
+        continue;
+      }
+      const int out = a->ref().has_output() ? static_cast<int>(a->ref().output()) : 0;
+      if (out >= self.list().items_size()) return;
+      a = &self.list().items(out);
+    }
+  }
+
+  // Whether `node` (elementwise, or item by item over lists) is positive wherever its first
+  // argument is: scaling or shifting by a positive scalar, or adding a positive multiple of
+  // a square.
+  static bool KeepsSign(const v1::Node& node) {
+    static const std::unordered_set<std::string>* by_scalar = new std::unordered_set<std::string>{
+        "aten.mul.Tensor",          "aten.div.Tensor",          "aten.add.Tensor",
+        "aten._foreach_mul.Scalar", "aten._foreach_div.Scalar", "aten._foreach_add.Scalar",
+    };
+    auto positive = [&](int pos) {
+      if (pos >= node.args_size()) return false;
+      const v1::Argument& a = node.args(pos);
+      return (a.has_float_value() && a.float_value() > 0) ||
+             (a.has_int_value() && a.int_value() > 0);
+    };
+    const std::string& t = node.target();
+    if (node.args_size() == 0) return false;
+    if (by_scalar->contains(t)) return positive(1);
+    if (t == "aten.addcmul.default" || t == "aten._foreach_addcmul.Scalar") {
+      if (node.args_size() < 3) return false;
+      const bool square = node.args(1).SerializeAsString() == node.args(2).SerializeAsString();
+      return square && (node.args_size() < 4 || positive(3));
+    }
+    return false;
+  }
+
+  // Inputs whose values must be positive for the graph to mean anything: variances and
+  // inverse standard deviations saved by normalizations, running variances, what a square
+  // root or logarithm takes, and exponents of a power of a scalar (an optimizer's step count:
+  // 1 - beta^step under a square root). Drawn from both signs they make NaN where no model
+  // has any, and NaN compares equal to NaN: the check would check nothing there.
+  void InferPositive(const v1::Node& node) {
+    static const std::unordered_map<std::string, std::vector<int>>* positive_args =
+        new std::unordered_map<std::string, std::vector<int>>{
+            {"aten.sqrt.default", {0}},
+            {"aten.rsqrt.default", {0}},
+            {"aten.log.default", {0}},
+            {"aten.log2.default", {0}},
+            {"aten.log10.default", {0}},
+            {"aten.native_layer_norm_backward.default", {4}},
+            {"aten.native_batch_norm.default", {4}},
+            {"aten._native_batch_norm_legit.default", {4}},
+            {"aten._native_batch_norm_legit_functional.default", {4}},
+            {"aten._native_batch_norm_legit_no_training.default", {4}},
+            {"aten.cudnn_batch_norm.default", {4}},
+            {"aten.native_batch_norm_backward.default", {4, 6}},
+            {"aten.cudnn_batch_norm_backward.default", {4, 6}},
+            {"aten.pow.Scalar", {1}},
+        };
+    static const std::unordered_map<std::string, int>* positive_lists =
+        new std::unordered_map<std::string, int>{
+            {"aten._foreach_sqrt.default", 0},
+            {"aten._foreach_log.default", 0},
+            {"aten._foreach_pow.ScalarAndTensor", 1},
+        };
+    const std::string& t = node.target();
+    if (auto it = positive_args->find(t); it != positive_args->end()) {
+      for (int pos : it->second) MarkPositive(node, pos);
+    }
+    if (auto it = positive_lists->find(t); it != positive_lists->end() &&
+                                           it->second < node.args_size() &&
+                                           node.args(it->second).has_list()) {
+      for (int i = 0; i < node.args(it->second).list().items_size(); ++i) {
+        MarkPositive(node, it->second, i);
+      }
+    }
+  }
+
   void Infer(const v1::Node& node) {
     const std::string& t = node.target();
+    InferPositive(node);
+    if (t == "aten.mm.default" && node.args_size() > 1) {
+      ScaleWeight(node, 1, SizeOf(node.args(1), 0));
+    } else if (t == "aten.addmm.default" && node.args_size() > 2) {
+      ScaleWeight(node, 2, SizeOf(node.args(2), 0));
+    } else if (t == "aten.bmm.default" && node.args_size() > 1) {
+      ScaleWeight(node, 1, SizeOf(node.args(1), -2));
+    } else if (t == "aten.convolution.default" && node.args_size() > 1) {
+      ScaleWeight(node, 1, FanIn(node.args(1)));
+    } else if (t == "aten.convolution_backward.default" && node.args_size() > 2) {
+      ScaleWeight(node, 2, FanIn(node.args(2)));
+    }
     if (t == "aten.embedding.default") {
       Limit(node, 1, SizeOf(node.args(0), 0));
     } else if (t == "aten.embedding_dense_backward.default") {
@@ -235,6 +402,8 @@ class RangeInference {
   std::unordered_map<std::string, std::vector<const v1::ValueMeta*>> meta_;
   std::unordered_map<std::string, std::pair<int64_t, int64_t>> ranges_;
   std::unordered_map<std::string, PoolWindow> windows_;
+  std::unordered_map<std::string, double> scales_;
+  std::unordered_set<std::string> positive_;
   std::unordered_set<std::string> inputs_;
   std::unordered_map<std::string, const v1::Node*> nodes_;
 };
@@ -280,12 +449,30 @@ absl::StatusOr<std::map<std::string, std::pair<int64_t, int64_t>, std::less<>>> 
   return out;
 }
 
+absl::StatusOr<std::map<std::string, std::pair<double, double>, std::less<>>> FloatInputRanges(
+    const v1::Graph& graph, const RandomInputOptions& options) {
+  absl::StatusOr<SymbolMap> symbols = ResolveSymbols(graph, options.symbols);
+  if (!symbols.ok()) return symbols.status();
+  const RangeInference inferred(graph, *symbols);
+  std::map<std::string, std::pair<double, double>, std::less<>> out;
+  for (const v1::GraphInput& in : graph.inputs()) {
+    if (!in.meta().has_tensor() || !IsFloating(in.meta().tensor().dtype())) continue;
+    out[in.name()] = inferred.FloatRangeOf(in.name());
+    if (auto it = options.float_ranges.find(in.name()); it != options.float_ranges.end()) {
+      out[in.name()] = it->second;
+    }
+  }
+  return out;
+}
+
 absl::StatusOr<std::vector<Value>> MakeRandomInputs(const v1::Graph& graph,
                                                     const RandomInputOptions& options) {
   absl::StatusOr<SymbolMap> symbols = ResolveSymbols(graph, options.symbols);
   if (!symbols.ok()) return symbols.status();
   auto ranges = IntInputRanges(graph, options);
   if (!ranges.ok()) return ranges.status();
+  auto float_ranges = FloatInputRanges(graph, options);
+  if (!float_ranges.ok()) return float_ranges.status();
   const RangeInference inference(graph, *symbols);
   std::vector<Value> out;
   for (int i = 0; i < graph.inputs_size(); ++i) {
@@ -328,10 +515,8 @@ absl::StatusOr<std::vector<Value>> MakeRandomInputs(const v1::Graph& graph,
     Tensor t = Tensor::ZerosStrided(sizes, strides, offset, m.dtype());
     const std::vector<int64_t> slots = t.ElementIndices();
     if (IsFloating(m.dtype())) {
-      for (int64_t slot : slots) {
-        t.WriteDouble(slot,
-                      options.float_low + (options.float_high - options.float_low) * rng.Uniform());
-      }
+      const auto [low, high] = float_ranges->at(in.name());
+      for (int64_t slot : slots) t.WriteDouble(slot, low + (high - low) * rng.Uniform());
     } else {
       std::pair<int64_t, int64_t> range = {0, 2};
       if (auto it = ranges->find(in.name()); it != ranges->end()) range = it->second;

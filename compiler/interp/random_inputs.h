@@ -6,7 +6,11 @@
 // (embedding indices below the table's rows, nll targets below the class count, gather /
 // index_select / scatter indices below the indexed size, max-pooling indices inside their
 // output's window, as the forward pool saves them), found by following the input through
-// views to its consumers; callers can give ranges explicitly instead.
+// views to its consumers. Floating inputs are uniform in [-1, 1) but where the graph says
+// more: a matmul's or convolution's weight is drawn within PyTorch's default initialization
+// bound 1 / sqrt(fan_in), and a value that must be positive (a variance, an inverse standard
+// deviation, what a square root or logarithm takes, an optimizer's step count) is drawn
+// positive. Callers can give ranges explicitly instead.
 
 #include <cstdint>
 #include <map>
@@ -26,9 +30,8 @@ struct RandomInputOptions {
   std::map<std::string, int64_t, std::less<>> symbols;
   // [low, high) for integer inputs, by input name; overrides what is inferred.
   std::map<std::string, std::pair<int64_t, int64_t>, std::less<>> int_ranges;
-  // Floating inputs are uniform in [float_low, float_high).
-  double float_low = -1.0;
-  double float_high = 1.0;
+  // [low, high) for floating inputs, by input name; overrides what is inferred.
+  std::map<std::string, std::pair<double, double>, std::less<>> float_ranges;
 };
 
 // The symbol values a run uses: `overrides` first, then the graph's hints. An int symbol
@@ -40,6 +43,11 @@ absl::StatusOr<std::map<std::string, int64_t, std::less<>>> ResolveSymbols(
 // excluded: always [0, 2)), by input name: inferred from the input's uses, else [0, 2);
 // options.int_ranges overrides. For tools that make inputs of their own.
 absl::StatusOr<std::map<std::string, std::pair<int64_t, int64_t>, std::less<>>> IntInputRanges(
+    const v1::Graph& graph, const RandomInputOptions& options = {});
+
+// [low, high) of the values MakeRandomInputs draws for each floating tensor input, by input
+// name: inferred from the input's uses (see above); options.float_ranges overrides.
+absl::StatusOr<std::map<std::string, std::pair<double, double>, std::less<>>> FloatInputRanges(
     const v1::Graph& graph, const RandomInputOptions& options = {});
 
 // One value per graph input, in order.

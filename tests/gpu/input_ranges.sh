@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Writes DIR/input_ranges.json: for every corpus graph, the [low, high) of each integer
+# Writes DIR/input_ranges.json: for every corpus graph, the [low, high) of each tensor
 # input (kilnc --input-ranges), which tests/gpu/run_corpus.py needs to make valid inputs on
 # a machine without kilnc, and DIR/name_maps.json: each graph's node names by canonical name
 # (kilnc --name-map), for run_corpus.py --debug. Run here before carrying DIR to the GPU

@@ -8,9 +8,9 @@ Run from the repository root on the GPU machine, after `deploy/gpu-bundle.sh .bu
         --out $OUT [--only SUBSTRING,...] [--timing] [--debug .gpu/name_maps.json]
 
 Per graph: the compile request's wall time (kilnd on this machine's cores, a cache miss),
-the plan's kernels, externs and fallbacks, then one run on random inputs (floats uniform in
-[-1, 1), integers in the ranges kilnc inferred: embedding indices below the table's rows
-and so on) compared output by output with eager PyTorch: the largest difference relative to
+the plan's kernels, externs and fallbacks, then one run on random inputs (uniform in the
+ranges kilnc inferred: embedding indices below the table's rows, weights within their
+initialization bound, variances positive, other floats in [-1, 1)) compared output by output with eager PyTorch: the largest difference relative to
 the output's largest magnitude, against a tolerance per dtype (the graph's least precise float
 dtype's when that is lower: bf16 values feeding a float32 output). Both sides start from
 the same generator state; graphs that draw random numbers (dropout) compare shapes and
@@ -94,8 +94,9 @@ def make_inputs(graph: Any, ranges: dict, device: Any, seed: int) -> list:
                                                             zip(sizes, strides))
         n = offset + span
         if dtype.is_floating_point:
+            lo, hi = ranges.get(gi.name, (-1, 1))
             base = torch.empty(n, dtype=torch.float32, device=device).uniform_(
-                -1, 1, generator=gen).to(dtype)
+                float(lo), float(hi), generator=gen).to(dtype)
         elif dtype == torch.bool:
             base = torch.randint(0, 2, (n,), generator=gen, device=device).bool()
         else:

@@ -7,8 +7,9 @@
 //         [--name-map JSON]
 //
 // -o writes the kiln.v1.CompiledGraph (binary); --input-ranges writes, as a JSON object, the
-// [low, high) each integer input's random values are drawn from (indices below the table
-// they index), so that tools making inputs of their own (the GPU tests) make valid ones;
+// [low, high) each tensor input's random values are drawn from (integers: indices below the
+// table they index; floats: weights within their initialization bound, variances positive),
+// so that tools making inputs of their own (the GPU tests) make valid ones;
 // --name-map writes {"%P": "node name"}: the graph's node behind each canonical name the
 // artifact uses (buffers, kernels' nodes), for tools that compare a plan's buffers with an
 // eager run of the graph.
@@ -18,6 +19,7 @@
 
 #include <cstdio>
 #include <fstream>
+#include <map>
 #include <string>
 #include <utility>
 #include <vector>
@@ -25,6 +27,7 @@
 #include "CLI/CLI.hpp"
 #include "absl/strings/escaping.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
 #include "compiler/canon/compile_key.h"
@@ -64,17 +67,27 @@ bool WriteFile(const std::string& path, const std::string& bytes) {
   return true;
 }
 
-// {"input name": [low, high], ...}; names are FX placeholder names (identifiers).
+// {"input name": [low, high], ...}; names are FX placeholder names (identifiers). Integer
+// inputs' bounds are integers, floating inputs' are written with enough digits to round-trip.
 bool WriteInputRanges(const kiln::v1::Graph& graph, const std::string& path) {
-  auto ranges = kiln::interp::IntInputRanges(graph);
-  if (!ranges.ok()) {
-    std::fprintf(stderr, "kilnc: %s\n", ranges.status().ToString().c_str());
-    return false;
+  auto ints = kiln::interp::IntInputRanges(graph);
+  auto floats = kiln::interp::FloatInputRanges(graph);
+  for (const absl::Status& status : {ints.status(), floats.status()}) {
+    if (!status.ok()) {
+      std::fprintf(stderr, "kilnc: %s\n", status.ToString().c_str());
+      return false;
+    }
+  }
+  std::map<std::string, std::string> entries;
+  for (const auto& [name, range] : *ints) {
+    entries[name] = absl::StrCat("[", range.first, ", ", range.second, "]");
+  }
+  for (const auto& [name, range] : *floats) {
+    entries[name] = absl::StrFormat("[%.17g, %.17g]", range.first, range.second);
   }
   std::string json = "{";
-  for (const auto& [name, range] : *ranges) {
-    absl::StrAppend(&json, json.size() > 1 ? ", " : "", "\"", absl::CEscape(name), "\": [",
-                    range.first, ", ", range.second, "]");
+  for (const auto& [name, range] : entries) {
+    absl::StrAppend(&json, json.size() > 1 ? ", " : "", "\"", absl::CEscape(name), "\": ", range);
   }
   json += "}\n";
   return WriteFile(path, json);
