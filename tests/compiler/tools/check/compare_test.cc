@@ -91,6 +91,22 @@ TEST(CompareTest, MoreThanThreeTimesEagerRoundingsErrorFails) {
   EXPECT_GT(v.worst, 1);
 }
 
+// A float32 loss of a bfloat16 graph: eager happened to land within 3e-4 of the exact value;
+// 2.8e-3 off is still bfloat16's rounding (within 1e-3 of the loss beyond 3x eager's error),
+// 1e-2 off is not.
+TEST(CompareTest, AScalarOfALowPrecisionGraphGetsPyTorchsFloor) {
+  Expectation e = Autocast({2.62695}, {2.62665});
+  e.expected = interp::Tensor::FromDoubles({}, v1::DTYPE_FLOAT32, {2.62695});
+  e.exact = interp::Tensor::FromDoubles({}, v1::DTYPE_FLOAT64, {2.62665});
+  const Verdict close =
+      CompareTensor(interp::Tensor::FromDoubles({}, v1::DTYPE_FLOAT32, {2.62945}), e);
+  EXPECT_TRUE(close.ok) << close.message;
+  const Verdict off =
+      CompareTensor(interp::Tensor::FromDoubles({}, v1::DTYPE_FLOAT32, {2.63665}), e);
+  EXPECT_FALSE(off.ok);
+  EXPECT_TRUE(absl::StrContains(off.message, "allowed: 3x that + 0.0026")) << off.message;
+}
+
 TEST(CompareTest, NonFiniteWhereTheExactValueIsFiniteFails) {
   const Expectation e = Autocast({1 + 1.0 / 32, 2, 70000}, {1, 2, 70000});
   const Verdict v = CompareTensor(F32({1, 2, INFINITY}), e);
