@@ -24,12 +24,19 @@ then its process group is killed) still says how far it got; its output's tail i
 Recorded per configuration: each side's losses, the largest absolute and relative loss
 difference against eager, the first step's time (tracing and compiling included) and the
 median step time from step 10 on, the graphs that ran on Kiln's runtime and those that fell
-back with the backend's reason, Dynamo's graphs and graph breaks, and the change in kilnd's
-compile counters over each process.
+back with the backend's reason, Dynamo's graphs and graph breaks, the change in kilnd's
+compile counters over each process, and the first step's gradients against eager's,
+parameter by parameter (|g - g_eager| / |g_eager|: a wrong gradient shows there at once,
+while losses only drift from the second step on). With --yardstick, Inductor trains each
+configuration too, and its loss difference from eager is recorded beside Kiln's.
 
 A configuration passes when both processes finished every step with finite losses, the kiln
 loss is within the tolerance of eager's at every step, relative to eager's, and every graph
 ran on Kiln's runtime (none fell back); `losses_match` alone says whether the losses did.
+With --yardstick, a loss within 3x Inductor's own difference from eager passes too: some
+models (ResNet-18 with batch norm over 4 images) carry a last-bit difference in the first
+step's gradients to percent-level loss differences within a few AdamW steps, whichever valid
+compiler made it.
   fp32: 1e-3. TF32 is off in both processes, so both compute in float32 and differ only in
     reduction order and where a fused kernel keeps a value in registers: in the last bits at
     the first step. AdamW divides each update by the root of the gradient's squared average, so
@@ -76,6 +83,12 @@ TIMEOUT_S = 240.0
 STEADY_FROM = 10
 OUTPUT_TAIL = 3000
 MODES = ("eager", "kiln")
+# With --yardstick, Inductor (torch.compile's default backend) trains each configuration too:
+# how far a compiler PyTorch trusts lands from eager on the same model, steps and data.
+YARDSTICK = "inductor"
+# A kiln run within this factor of Inductor's own loss difference passes even past the
+# tolerance: PyTorch's factor for judging a compiler against eager (torch._dynamo.utils.same).
+YARDSTICK_FACTOR = 3.0
 RUNS_DIR = "train_models_runs"
 
 
@@ -129,7 +142,7 @@ def worker(name: str, mode: str, steps: int, events_path: pathlib.Path) -> int:
 
         try:
             config = next(c for c in CONFIGS if c.name == name)
-            train(config, mode, steps, write_event)
+            train(config, mode, steps, write_event, grads_path_of(events_path))
             return 0
         except Exception as e:  # the report says why; the runner goes on to the next run
             write_event(event="error", error=f"{type(e).__name__}: {e}"[:2000],
@@ -137,8 +150,10 @@ def worker(name: str, mode: str, steps: int, events_path: pathlib.Path) -> int:
             return 1
 
 
-def train(config: TrainConfig, mode: str, steps: int, write_event: Callable[..., None]) -> None:
-    """The training loop both modes share; only `run` differs between them."""
+def train(config: TrainConfig, mode: str, steps: int, write_event: Callable[..., None],
+          grads_path: Optional[pathlib.Path] = None) -> None:
+    """The training loop every mode shares; only `run` differs between them. The first
+    step's gradients go to `grads_path` when given."""
     import logging
     import random
     import warnings
@@ -167,7 +182,10 @@ def train(config: TrainConfig, mode: str, steps: int, write_event: Callable[...,
     model = model.to(corpus.DEVICE).train()
     batches = [[fresh_like(x) for x in example] for _ in range(steps)]
     opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
-    run = model if mode == "eager" else torch.compile(model, backend="kiln")
+    if mode == "eager":
+        run = model
+    else:
+        run = torch.compile(model, backend="kiln" if mode == "kiln" else "inductor")
 
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
@@ -191,6 +209,12 @@ def train(config: TrainConfig, mode: str, steps: int, write_event: Callable[...,
                 # A model that returns no loss (the MLP) trains on its output's mean square.
                 loss = out if out.dim() == 0 else out.float().square().mean()
                 loss.backward()
+                if step == 1 and grads_path is not None:
+                    # The first step's gradients, before any update: the runner compares them
+                    # with eager's parameter by parameter (a wrong gradient shows here, while
+                    # the losses only drift from the second step on).
+                    torch.save({n: p.grad.detach().float().cpu() for n, p in
+                                model.named_parameters() if p.grad is not None}, grads_path)
                 opt.step()
                 value = loss.item()
                 torch.cuda.synchronize()
@@ -204,6 +228,37 @@ def train(config: TrainConfig, mode: str, steps: int, write_event: Callable[...,
     write_event(event="done", device=torch.cuda.get_device_name(), torch=torch.__version__,
                 dynamo_graphs=counters["stats"]["unique_graphs"],
                 graph_breaks=sum(counters["graph_break"].values()))
+
+
+def grads_path_of(events_path: pathlib.Path) -> pathlib.Path:
+    """Where a run's first-step gradients go: beside its events."""
+    return events_path.with_name(events_path.name.replace(".jsonl", ".grads.pt"))
+
+
+def gradient_errors(reference: pathlib.Path, other: pathlib.Path) -> Optional[dict]:
+    """The first step's gradients of `other` against `reference`, parameter by parameter:
+    |g - g_ref| / |g_ref| (2-norms), the worst parameter and the median. None when either
+    file is missing (the run failed before its first backward) or torch is not here."""
+    try:
+        import torch
+    except ImportError:
+        return None
+    if not reference.exists() or not other.exists():
+        return None
+    ref, got = torch.load(reference), torch.load(other)
+    errors = {}
+    for name, g in ref.items():
+        if name not in got or got[name].shape != g.shape:
+            errors[name] = math.inf
+            continue
+        norm = float(g.norm())
+        diff = float((got[name] - g).norm())
+        errors[name] = diff / norm if norm > 0 else (0.0 if diff == 0 else math.inf)
+    if not errors:
+        return None
+    worst = max(errors, key=errors.__getitem__)
+    return {"worst_param": worst, "worst_rel": errors[worst],
+            "median_rel": statistics.median(errors.values()), "params": len(errors)}
 
 
 def fresh_like(example: Any) -> Any:
@@ -326,11 +381,21 @@ def _first_line(text: str) -> str:
     return text.split("\n", 1)[0][:300]
 
 
-def judge(config: TrainConfig, eager: dict, kiln: dict, steps: int) -> dict:
+def judge(config: TrainConfig, eager: dict, kiln: dict, steps: int,
+          yardstick: Optional[dict] = None) -> dict:
     """A configuration's row of the report: pass when both runs finished with finite losses
-    within the tolerance and every graph ran on Kiln's runtime; `reasons` says what failed."""
+    within the tolerance (or, given Inductor's run as a `yardstick`, within YARDSTICK_FACTOR
+    of its difference from eager) and every graph ran on Kiln's runtime; `reasons` says what
+    failed."""
     tolerance = TOLERANCE[config.dtype]
     comparison = compare_losses(eager["losses"], kiln["losses"])
+    allowed = tolerance
+    yardstick_comparison = None
+    if yardstick is not None and yardstick["completed"]:
+        yardstick_comparison = compare_losses(eager["losses"], yardstick["losses"])
+        if yardstick_comparison["steps"] == steps:
+            allowed = max(tolerance,
+                          YARDSTICK_FACTOR * yardstick_comparison.get("max_rel", 0.0))
     reasons = [f"{side}: {_first_line(run['error'])}"
                for side, run in (("eager", eager), ("kiln", kiln)) if not run["completed"]]
     for side in MODES:
@@ -338,10 +403,10 @@ def judge(config: TrainConfig, eager: dict, kiln: dict, steps: int) -> dict:
         if step is not None:
             reasons.append(f"{side} loss is not finite at step {step}")
     losses_match = (eager["completed"] and kiln["completed"] and comparison["steps"] == steps
-                    and comparison.get("max_rel", math.inf) <= tolerance)
-    if comparison.get("max_rel", 0.0) > tolerance:
+                    and comparison.get("max_rel", math.inf) <= allowed)
+    if comparison.get("max_rel", 0.0) > allowed:
         reasons.append(f"loss differs from eager by {comparison['max_rel']:.2e} relative at step "
-                       f"{comparison['worst_step']} (tolerance {tolerance:g})")
+                       f"{comparison['worst_step']} (allowed {allowed:.2g})")
     if kiln["losses"]:
         runners = kiln["graph_runners"]
         fallen = [(g, r) for g, r in runners.items() if r["runner"] != "kiln"]
@@ -354,7 +419,7 @@ def judge(config: TrainConfig, eager: dict, kiln: dict, steps: int) -> dict:
     return {"config": config.name, "model": config.model.name, "dtype": config.dtype,
             "tolerance": tolerance, "pass": losses_match and not reasons,
             "losses_match": losses_match, "reasons": reasons, "comparison": comparison,
-            "eager": eager, "kiln": kiln}
+            "yardstick": yardstick_comparison, "eager": eager, "kiln": kiln}
 
 
 def select(only: str) -> list[TrainConfig]:
@@ -396,7 +461,7 @@ def _counters(delta: Optional[dict]) -> str:
 
 
 TABLE_HEADER = (f"{'config':<15} {'result':<6} {'steps':>5} {'max|dloss|':>10} "
-                f"{'max rel':>9} {'tol':>6} {'kiln/fell':>9} {'1st step s e/k':>15} "
+                f"{'max rel':>9} {'ind rel':>9} {'grad err':>9} {'tol':>6} {'kiln/fell':>9} {'1st step s e/k':>15} "
                 f"{'median ms e/k':>15}  kilnd (kiln run)")
 
 
@@ -407,6 +472,8 @@ def table_row(row: dict) -> str:
     c, e, k = row["comparison"], row["eager"], row["kiln"]
     return (f"{row['config']:<15} {'pass' if row['pass'] else 'FAIL':<6} {c['steps']:>5} "
             f"{_num(c.get('max_abs'), '.2e'):>10} {_num(c.get('max_rel'), '.2e'):>9} "
+            f"{_num((row.get('yardstick') or {}).get('max_rel'), '.2e'):>9} "
+            f"{_num(((row.get('gradients') or {}).get('kiln') or {}).get('worst_rel'), '.2e'):>9} "
             f"{row['tolerance']:>6g} "
             f"{k['graphs_on_kiln_runtime']:>4}/{k['graphs_fallen_back']:<4} "
             f"{_num(e['first_step_s'], '.2f'):>7}/{_num(k['first_step_s'], '.2f'):<7} "
@@ -483,6 +550,9 @@ def main(argv: Optional[list[str]] = None) -> int:
     parser.add_argument("--only", default="",
                         help="configurations (gpt2_fp32) or models (gpt2), comma-separated")
     parser.add_argument("--steps", type=int, default=STEPS)
+    parser.add_argument("--yardstick", action="store_true",
+                        help="also train with Inductor: how far PyTorch's compiler lands "
+                             "from eager, and YARDSTICK_FACTOR times that passes")
     parser.add_argument("--timeout", type=float, default=TIMEOUT_S,
                         help="seconds each training process may take")
     args = parser.parse_args(argv)
@@ -498,9 +568,15 @@ def main(argv: Optional[list[str]] = None) -> int:
     with KilnServer(args.bundle, args.out) as server:
         report["nvjitlink"] = server.nvjitlink
         for config in configs:
+            modes = MODES + ((YARDSTICK,) if args.yardstick else ())
             runs = {mode: run_process(config, mode, args.steps, args.timeout, server, args.out)
-                    for mode in MODES}
-            row = judge(config, runs["eager"], runs["kiln"], args.steps)
+                    for mode in modes}
+            row = judge(config, runs["eager"], runs["kiln"], args.steps, runs.get(YARDSTICK))
+            runs_dir = args.out / RUNS_DIR
+            row["gradients"] = {
+                mode: gradient_errors(grads_path_of(runs_dir / f"{config.name}.eager.jsonl"),
+                                      grads_path_of(runs_dir / f"{config.name}.{mode}.jsonl"))
+                for mode in modes if mode != "eager"}
             if not report.get("device"):
                 report["device"] = runs["eager"].get("device") or runs["kiln"].get("device")
             report["configs"].append(row)

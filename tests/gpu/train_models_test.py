@@ -127,6 +127,29 @@ def test_beyond_fp32_tolerance_fails_but_bf16_allows_it() -> None:
     assert tm.judge(BF16, run(EAGER), run(kiln, ON_KILN), STEPS)["pass"]
 
 
+def test_within_three_times_inductors_difference_passes() -> None:
+    kiln = [x * (1 + 1e-2) for x in EAGER]
+    inductor = [x * (1 - 4e-3) for x in EAGER]
+    row = tm.judge(FP32, run(EAGER), run(kiln, ON_KILN), STEPS, run(inductor))
+    assert row["pass"] and row["yardstick"]["max_rel"] == pytest.approx(4e-3)
+    closer = [x * (1 - 2e-3) for x in EAGER]
+    row = tm.judge(FP32, run(EAGER), run(kiln, ON_KILN), STEPS, run(closer))
+    assert not row["pass"]
+    assert "(allowed 0.006)" in row["reasons"][0]
+    unfinished = tm.summarize_run([], 1, "", None, 1.0, STEPS)
+    assert not tm.judge(FP32, run(EAGER), run(kiln, ON_KILN), STEPS, unfinished)["pass"]
+
+
+def test_first_step_gradients_parameter_by_parameter(tmp_path: pathlib.Path) -> None:
+    torch = pytest.importorskip("torch")
+    eager, kiln = tmp_path / "a.grads.pt", tmp_path / "b.grads.pt"
+    torch.save({"w": torch.tensor([3.0, 4.0]), "b": torch.tensor([1.0])}, eager)
+    torch.save({"w": torch.tensor([3.0, 4.5]), "b": torch.tensor([1.0])}, kiln)
+    e = tm.gradient_errors(eager, kiln)
+    assert e["worst_param"] == "w" and e["worst_rel"] == pytest.approx(0.1)
+    assert tm.gradient_errors(eager, tmp_path / "missing.grads.pt") is None
+
+
 def test_graphs_that_fell_back_fail_even_when_losses_match() -> None:
     row = tm.judge(FP32, run(EAGER), run(EAGER, {"frame 0/0.fw": "kiln",
                                                  "frame 0/0.bw": "eager"}), STEPS)
