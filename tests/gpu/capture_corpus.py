@@ -147,6 +147,16 @@ def build_gpt2(attn: str = "sdpa", p: float = 0.0, tiny: bool = False) -> tuple:
     return HfLoss(model), [tokens(2, t, vocab), tokens(2, t, vocab)]
 
 
+def build_gpt2_124m() -> tuple:
+    """GPT-2 at its published size (124M parameters: 12 layers, 768 wide, 50,257 tokens),
+    dropout off, on 2 sequences of 128 tokens."""
+    from transformers import AutoModelForCausalLM, GPT2Config
+
+    cfg = GPT2Config(resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0)
+    model = AutoModelForCausalLM.from_config(cfg, attn_implementation="sdpa")
+    return HfLoss(model), [tokens(2, 128, cfg.vocab_size), tokens(2, 128, cfg.vocab_size)]
+
+
 def build_llama(tiny: bool = False) -> tuple:
     from transformers import AutoModelForCausalLM, LlamaConfig
 
