@@ -26,6 +26,22 @@ constexpr absl::string_view kDTypeNames[] = {
     "",           "float32",       "float64",     "float16", "bfloat16", "int64",
     "int32",      "int16",         "int8",        "uint8",   "bool",     "complex64",
     "complex128", "float8_e4m3fn", "float8_e5m2", "uint16",  "uint32",   "uint64"};
+// Whether Kiln computes with tensors of `dtype`: the floating types of 16 bits and more, the
+// signed integers, uint8 and bool.
+bool HasElementType(DType dtype) {
+  switch (dtype) {
+    case DType::kComplex64:
+    case DType::kComplex128:
+    case DType::kFloat8E4M3FN:
+    case DType::kFloat8E5M2:
+    case DType::kUInt16:
+    case DType::kUInt32:
+    case DType::kUInt64:
+      return false;
+    default:
+      return true;
+  }
+}
 // Deeper argument lists than this do not occur in real graphs; the limit keeps hostile
 // input from exhausting the stack.
 constexpr int kMaxListDepth = 16;
@@ -274,6 +290,14 @@ class GraphBuilder {
       return InvalidField(node, field + ".dtype", absl::StrCat("unknown dtype ", t.dtype()));
     }
     v->dtype = static_cast<DType>(t.dtype());
+    if (!HasElementType(v->dtype)) {
+      // The loop IR, the plan's buffer sizes and the runtimes know these dtypes only: a
+      // complex or float8 tensor would be computed, and sized, as something else.
+      return InvalidField(node, field + ".dtype",
+                          absl::StrCat(DTypeName(v->dtype),
+                                       " tensors are not supported (Kiln compiles graphs of "
+                                       "float, bfloat16, integer and bool tensors)"));
+    }
     if (t.layout() < 0 || t.layout() > v1::LAYOUT_JAGGED) {
       return InvalidField(node, field + ".layout", absl::StrCat("unknown layout ", t.layout()));
     }

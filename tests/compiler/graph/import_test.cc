@@ -271,6 +271,11 @@ std::vector<BadCase> BadCases() {
       {"unknown_dtype",
        [&](v1::Graph& g) { tensor(g, "mm")->set_dtype(static_cast<v1::DType>(99)); }, "mm",
        "outputs[0].dtype", "unknown dtype 99"},
+      // Computed as float32 and sized at 4 bytes an element, a complex tensor came out wrong.
+      {"complex_dtype", [&](v1::Graph& g) { tensor(g, "mm")->set_dtype(v1::DTYPE_COMPLEX64); },
+       "mm", "outputs[0].dtype", "complex64 tensors are not supported"},
+      {"float8_dtype", [&](v1::Graph& g) { tensor(g, "mm")->set_dtype(v1::DTYPE_FLOAT8_E4M3FN); },
+       "mm", "outputs[0].dtype", "float8_e4m3fn tensors are not supported"},
       {"unknown_device",
        [](v1::Graph& g) {
          g.mutable_inputs(0)->mutable_meta()->mutable_tensor()->mutable_device()->set_type("tpu");
