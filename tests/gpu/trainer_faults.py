@@ -150,7 +150,8 @@ def in_case(events: list[dict], case: Optional[str]) -> list[dict]:
 
 
 def losses(events: list[dict], phase: str, case: Optional[str] = None) -> list[float]:
-    return [e["loss"] for e in in_case(events, case)
+    """A phase's losses, step by step (a step without one counts as NaN)."""
+    return [e.get("loss", math.nan) for e in in_case(events, case)
             if e.get("event") == "step" and e.get("phase") == phase]
 
 
@@ -428,16 +429,19 @@ def select(only: str) -> list[Scenario]:
 
 
 def row(scenario: Scenario, runs: dict[str, Run], error: Optional[str] = None) -> dict:
-    """A scenario's entry in the report. `error`: the scenario could not run (kilnd did not
-    start)."""
+    """A scenario's entry in the report. `error`: kilnd failed the runner (it did not start,
+    or would not stop), after the runs in `runs`."""
     checks = Checks()
     if error is not None:
-        checks.add("kilnd started", False, error)
-    else:
+        checks.add("kilnd started and stopped", False, error)
+    if set(runs) == set(scenario.roles):
         try:
-            checks = scenario.judge(runs)
+            judged = scenario.judge(runs)
+            checks.items += judged.items
         except Exception as e:  # a judge tripping on odd events is a failed row, not a crash
             checks.add("the verdict could be reached", False, f"{type(e).__name__}: {e}")
+    elif error is None:
+        checks.add("every run ran", False, f"ran {sorted(runs)} of {list(scenario.roles)}")
     return {"scenario": scenario.name, "pass": checks.passed, "checks": checks.items,
             "failed": checks.failed(),
             "seconds": round(sum(r.seconds for r in runs.values()), 2),
@@ -535,15 +539,14 @@ def run_scenario(scenario: Scenario, bundle: pathlib.Path, out: pathlib.Path,
     run_dir = out / RUNS_DIR / scenario.name
     run_dir.mkdir(parents=True, exist_ok=True)
     runs: dict[str, Run] = {}
+    error = None
     try:
-        server = KilnServer(bundle, run_dir)
-        with server:
+        with KilnServer(bundle, run_dir) as server:
             for role in scenario.roles:
                 runs[role] = run_worker(scenario, role, server, run_dir, timeout)
     except (OSError, RuntimeError, subprocess.SubprocessError) as e:
-        if not runs:
-            return row(scenario, runs, f"{type(e).__name__}: {e}")
-    return row(scenario, runs)
+        error = f"{type(e).__name__}: {e}"
+    return row(scenario, runs, error)
 
 
 def main(argv: Optional[list[str]] = None) -> int:

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import logging
+import math
 import pathlib
 import warnings
 
@@ -305,12 +306,33 @@ def test_an_unfinished_run_fails_its_scenario_with_the_reason() -> None:
 
 
 def test_a_judge_that_trips_is_a_failed_row() -> None:
-    rec = tf.row(tf.select("warm_cache")[0], {"first": run([DONE], "first")})
+    def trips(runs: dict) -> tf.Checks:
+        raise KeyError("loss")
+
+    rec = tf.row(tf.Scenario("odd", trips), {"main": run([DONE])})
     assert not rec["pass"]
-    assert rec["failed"][0]["check"] == "the verdict could be reached"
+    assert rec["failed"] == [{"check": "the verdict could be reached", "ok": False,
+                              "evidence": "KeyError: 'loss'"}]
+    no_loss = run([{"event": "step", "phase": "kiln", "step": 1}, DONE])
+    (missing,) = tf.losses(no_loss.events, "kiln")
+    assert math.isnan(missing)
+
+
+def test_kilnd_failing_the_runner_is_a_failed_row_that_keeps_the_runs() -> None:
     rec = tf.row(tf.select("warm_cache")[0], {}, "RuntimeError: kilnd exited with 1")
-    assert rec["failed"] == [{"check": "kilnd started", "ok": False,
+    assert rec["failed"] == [{"check": "kilnd started and stopped", "ok": False,
                               "evidence": "RuntimeError: kilnd exited with 1"}]
+    first = run([DONE], "first")
+    rec = tf.row(tf.select("warm_cache")[0], {"first": first}, "TimeoutExpired: kilnd")
+    assert [c["check"] for c in rec["failed"]] == ["kilnd started and stopped"]
+    assert list(rec["runs"]) == ["first"]
+    rec = tf.row(tf.select("warm_cache")[0], {"first": first})
+    assert rec["failed"] == [{"check": "every run ran", "ok": False,
+                              "evidence": "ran ['first'] of ['first', 'second']"}]
+    ok = tf.row(tf.select("too_slow")[0], {"main": run(fallback_events(
+        "kilnd did not answer within the deadline (DEADLINE_EXCEEDED: x)"))},
+        "TimeoutExpired: kilnd did not stop")
+    assert not ok["pass"] and len(ok["checks"]) == 5
 
 
 def test_select() -> None:
