@@ -3,6 +3,7 @@
     with KilnServer(bundle, out_dir) as server:      # kilnd on free loopback ports
         server.env                                    # the bundle's environment, KILN_SERVER set
         server.metrics()                              # compile counters from /metrics
+        server.kill()                                 # kilnd gone as a crash leaves it
 
 kilnd's log goes to out_dir/kilnd.log; nvJitLink is found in PyTorch's CUDA wheels when the
 machine has no CUDA toolkit.
@@ -108,6 +109,15 @@ class KilnServer:
         if self.process is not None:
             self.process.terminate()
             self.process.wait(timeout=30)
+
+    def kill(self) -> Optional[int]:
+        """Stops kilnd as a crash or an OOM kill would (SIGKILL: no draining, connections
+        dropped) and returns its exit status; None when it was never started."""
+        if self.process is None:
+            return None
+        if self.process.poll() is None:
+            self.process.kill()
+        return self.process.wait(timeout=30)
 
     def metrics(self) -> dict:
         return read_metrics(self.http_port)

@@ -190,9 +190,11 @@ def error_from_rpc(error: grpc.RpcError, server: str = "") -> KilnError:
             message = f"{message} (ranks [{missing}] did not arrive)"
         return CompileTimeout(name, where + message, detail)
     if detail and detail.violations:
+        # kilnd's message for a single violation already states it (InvalidField): said once.
+        stated = message
         message += "".join(
             f"\n  {v.node + ': ' if v.node else ''}{v.field}: {v.description}"
-            for v in detail.violations)
+            for v in detail.violations if f"{v.field}: {v.description}" not in stated)
     if detail and detail.retry_after_ms:
         message += f" (retry after {detail.retry_after_ms} ms)"
     return CompileRejected(name, where + message, detail)

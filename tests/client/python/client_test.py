@@ -178,6 +178,20 @@ def test_grpc_errors_map_to_kiln_errors() -> None:
     assert isinstance(e, CompileRejected) and e.code == "INVALID_ARGUMENT"
     assert "addmm: args[1]: unknown dtype" in str(e) and e.detail == bad
 
+    # kilnd's own message for one violation states it: the error says it once.
+    target = errors_pb2.ErrorDetail()
+    target.violations.add(field="options.target", description='unknown target "cuda:sm_80"')
+    e = error_from_rpc(RecordedError(grpc.StatusCode.INVALID_ARGUMENT,
+                                     'options.target: unknown target "cuda:sm_80"', target))
+    assert str(e) == 'INVALID_ARGUMENT: options.target: unknown target "cuda:sm_80"'
+    node = errors_pb2.ErrorDetail()
+    node.violations.add(node="relu", field="outputs[0].sizes[1]", description="negative")
+    node.violations.add(node="add", field="args[0]", description="unknown node")
+    e = error_from_rpc(RecordedError(grpc.StatusCode.INVALID_ARGUMENT,
+                                     'node "relu" outputs[0].sizes[1]: negative', node))
+    assert str(e) == ('INVALID_ARGUMENT: node "relu" outputs[0].sizes[1]: negative'
+                      "\n  add: args[0]: unknown node")
+
     busy = errors_pb2.ErrorDetail(retry_after_ms=250)
     e = error_from_rpc(RecordedError(grpc.StatusCode.RESOURCE_EXHAUSTED, "queue full", busy))
     assert isinstance(e, CompileRejected) and "retry after 250 ms" in str(e)
