@@ -26,7 +26,7 @@ in the last bits, and a wrong kernel or a lost step moves the loss far more).
                      losses match.
   too_slow           deadline=0.001 s: one warning saying kilnd did not answer within the
                      deadline (DEADLINE_EXCEEDED), eager fallback, losses match.
-  require_cudagraph  require_cudagraph with fallback=error: dynamic shapes, and an op that
+  require_cudagraph  require_cudagraph (fallback eager): dynamic shapes, and an op that
                      runs as a fallback step (cumsum), each raise kilnd's FAILED_PRECONDITION
                      listing the reasons (the symbols; the node and its op); the MLP with
                      static shapes is capturable: it trains on Kiln's runtime, losses match.

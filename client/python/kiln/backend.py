@@ -76,7 +76,7 @@ class _Process:
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self._clients: dict[tuple, Any] = {}
-        self._policies: dict[str, FallbackPolicy] = {}
+        self._policies: dict[tuple[str, bool], FallbackPolicy] = {}
         self._sequences: Any = None
         self._frames = itertools.count()
 
@@ -89,8 +89,11 @@ class _Process:
             client = self._clients.get(settings.connection())
             if client is None:
                 client = self._clients[settings.connection()] = CompileClient(settings)
-            policy = self._policies.setdefault(settings.fallback,
-                                               FallbackPolicy(settings.fallback))
+            policy_key = (settings.fallback, settings.require_cudagraph)
+            policy = self._policies.get(policy_key)
+            if policy is None:
+                policy = self._policies[policy_key] = FallbackPolicy(
+                    settings.fallback, require_cudagraph=settings.require_cudagraph)
         # The client's deadline and token are per settings; the channel is shared.
         return GraphCompiler(_WithSettings(client, settings),
                              RequestBuilder(settings, self._sequences), policy)

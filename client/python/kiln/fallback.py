@@ -3,7 +3,10 @@
 The `fallback` setting picks the runner: `eager` (default) runs the graph as PyTorch would
 without compiling it, `inductor` compiles it with PyTorch's own compiler, `error` raises.
 Training is never stopped by kilnd being unreachable, slow, or failing a compile unless
-`error` asks for it; a rank divergence is always raised (kiln.errors says why).
+`error` asks for it; a rank divergence is always raised (kiln.errors says why), and so is a
+plan that cannot be captured in a CUDA graph when `require_cudagraph` is set: a user who
+requires capture asked to be told, as PyTorch's cudagraph_or_error does, not to train on
+uncaptured graphs.
 
 Each kind of failure (unreachable, timeout, each rejection code, damaged artifact) warns
 once per process, as a KilnWarning; every later fallback is logged to the "kiln" logger.
@@ -51,19 +54,24 @@ class Decision:
 class FallbackPolicy:
     """Decides how each graph runs, from the `fallback` setting and what kilnd answered."""
 
-    def __init__(self, fallback: str, warn: Optional[Callable[[str], None]] = None) -> None:
+    def __init__(self, fallback: str, warn: Optional[Callable[[str], None]] = None,
+                 require_cudagraph: bool = False) -> None:
         if fallback not in (EAGER, INDUCTOR, ERROR):
             raise ValueError(f"unknown fallback '{fallback}'")
         self.fallback = fallback
+        self.require_cudagraph = require_cudagraph
         self._warn = warn or _warn
         self._lock = threading.Lock()
         self._warned: set[tuple[str, ...]] = set()
 
     def after_failure(self, error: KilnError, graph: str) -> Decision:
         """The runner for `graph` (a name for messages) after kilnd failed it with `error`.
-        Raises `error` itself for a rank divergence, for anything but a CompileFailed, and
-        for every failure under fallback=error."""
+        Raises `error` itself for a rank divergence, for anything but a CompileFailed, for
+        kilnd's FAILED_PRECONDITION under require_cudagraph (the plan cannot be captured; the
+        message lists the reasons), and for every failure under fallback=error."""
         if isinstance(error, RankDivergence) or not isinstance(error, CompileFailed):
+            raise error
+        if self.require_cudagraph and error.code == "FAILED_PRECONDITION":
             raise error
         if self.fallback == ERROR:
             raise error

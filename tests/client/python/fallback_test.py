@@ -7,8 +7,8 @@ import warnings
 
 import pytest
 
-from kiln.errors import (ArtifactMismatch, CaptureFailed, CompileRejected, CompileTimeout,
-                         RankDivergence, ServerUnreachable, SettingsError)
+from kiln.errors import (ArtifactMismatch, CaptureFailed, CompileFailed, CompileRejected,
+                         CompileTimeout, RankDivergence, ServerUnreachable, SettingsError)
 from kiln.fallback import KILN, Decision, FallbackPolicy, KilnWarning
 from kiln.v1 import errors_pb2
 
@@ -64,6 +64,21 @@ def test_error_policy_raises_the_failure() -> None:
     with pytest.raises(CompileTimeout) as e:
         policy.after_failure(failure, "g")
     assert e.value is failure and not said
+
+
+@pytest.mark.parametrize("runner", ["eager", "inductor", "error"])
+def test_an_uncapturable_plan_under_require_cudagraph_is_raised(runner: str) -> None:
+    said: list[str] = []
+    policy = FallbackPolicy(runner, warn=said.append, require_cudagraph=True)
+    failure = CompileFailed("FAILED_PRECONDITION",
+                            "the plan cannot be captured: %3: aten.nonzero.default ...")
+    with pytest.raises(CompileFailed) as e:
+        policy.after_failure(failure, "g")
+    assert e.value is failure and not said
+    # Without require_cudagraph the same code is one more failure to fall back from.
+    if runner != "error":
+        lenient = FallbackPolicy(runner, warn=said.append)
+        assert lenient.after_failure(failure, "g").runner == runner and len(said) == 1
 
 
 @pytest.mark.parametrize("runner", ["eager", "inductor", "error"])
