@@ -278,8 +278,8 @@ def too_slow(events: Events, observer: KilnObserver, role: str) -> None:
 
 
 def require_cudagraph(events: Events, observer: KilnObserver, role: str) -> None:
-    """require_cudagraph (under the default fallback: the error is raised all the same) on two graphs
-    a CUDA graph cannot capture, each provoked in a fresh compile: dynamic shapes, and an op
+    """require_cudagraph (under the default fallback: raised all the same) on two graphs a
+    CUDA graph cannot capture, each provoked in a fresh compile: dynamic shapes, and an op
     Kiln runs as a fallback step (cumsum); then the same MLP with static shapes, which is
     capturable and trains."""
     torch = _torch()
