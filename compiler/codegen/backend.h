@@ -40,8 +40,10 @@ struct CodeModule {
 
 // What code generation decided or learned about one kernel.
 struct KernelCode {
-  int32_t module = 0;                      // index into GeneratedCode::modules
-  int32_t vector_width = 1;                // the widest vector operation of its innermost loop
+  int32_t module = 0;  // index into GeneratedCode::modules
+  // Elements per vector operation: x86-64, the widest one of its innermost loop; sm_90, the
+  // elements of each thread's run (nvptx/launch.h VectorLanes).
+  int32_t vector_width = 1;
   int32_t registers = 0;                   // GPU: registers per thread; 0 when unknown
   int32_t static_shared_memory_bytes = 0;  // GPU
 };

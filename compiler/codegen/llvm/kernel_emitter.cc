@@ -1,5 +1,6 @@
 #include "compiler/codegen/llvm/kernel_emitter.h"
 
+#include <algorithm>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -36,6 +37,7 @@ class KernelEmitter final : public ParallelSpace {
 
   // ParallelSpace.
   llvm::IRBuilder<>& builder() override { return b_; }
+  const loop::Program& program() const override { return p_; }
   const loop::Kernel& kernel() const override { return k_; }
   llvm::Value* launch_param(size_t i) override { return launch_[i]; }
   llvm::Value* Extent(size_t d) override { return Index(k_.parallel[d]); }
@@ -80,6 +82,9 @@ class KernelEmitter final : public ParallelSpace {
     }
     return absl::OkStatus();
   }
+
+  llvm::Value* RunsAligned(const PointRuns& runs) override;
+  absl::Status EmitRun(const PointRuns& runs, llvm::Value* first) override;
 
  private:
   llvm::Value* Index(const IndexExpr& e) {
@@ -153,6 +158,21 @@ class KernelEmitter final : public ParallelSpace {
     return v;
   }
 
+  // The type a vector access of `lanes` elements of `st` moves: elements of four bytes or
+  // more as a vector of them, narrower ones packed into 32-bit words (one narrower integer
+  // when all of them take less), which targets move whole where a vector of 8- or 16-bit
+  // elements may be split into narrow accesses.
+  llvm::Type* VectorMemoryType(ScalarType st, int32_t lanes);
+  // The run's values of the load `in` (one per lane), read with one access.
+  std::vector<llvm::Value*> VectorLoad(const Inst& in, const VectorAccess& access, int32_t lanes);
+  // Stores `values` (one per lane, of the stored instruction's type) with one access.
+  void VectorStore(const Inst& in, const VectorAccess& access,
+                   const std::vector<llvm::Value*>& values);
+  // Which instructions compute something that varies along loop variable `var`.
+  std::vector<bool> VariesAlong(int32_t var) const;
+
+  // Emits instruction `i` at the current point; its value, or null for those without one.
+  absl::StatusOr<llvm::Value*> Instruction(int32_t i, bool loops);
   // Emits the instructions [begin, end) of a stage at the current point.
   absl::Status Body(int32_t begin, int32_t end, bool loops);
   absl::Status Stage(const loop::Stage& s);
@@ -175,6 +195,8 @@ class KernelEmitter final : public ParallelSpace {
   llvm::Value* offset_ = nullptr;
   std::vector<llvm::Value*> launch_;  // the ABI's launch parameters
   std::vector<llvm::Value*> vars_;
+  // The instructions' values at the point being emitted. A run keeps one such array per point
+  // and swaps it in while it emits an instruction at that point.
   std::vector<llvm::Value*> vals_;
   std::vector<llvm::AllocaInst*> acc_, acc_index_;
   llvm::BasicBlock* entry_ = nullptr;
@@ -182,76 +204,82 @@ class KernelEmitter final : public ParallelSpace {
 
 absl::Status KernelEmitter::Body(int32_t begin, int32_t end, bool loops) {
   for (int32_t i = begin; i < end; ++i) {
-    const Inst& in = k_.insts[static_cast<size_t>(i)];
-    auto v = [&](int32_t id) { return vals_[static_cast<size_t>(id)]; };
-    llvm::Value* out = nullptr;
-    switch (in.op) {
-      case Opcode::kConst:
-        out = ops_.ConstOf(in.type, in.fimm, in.iimm);
-        break;
-      case Opcode::kIndex:
-        out = Index(in.index);
-        break;
-      case Opcode::kLoad:
-        out = Load(in);
-        break;
-      case Opcode::kStore: {
-        const ScalarType st = loop::ScalarTypeOf(p_.buffers[static_cast<size_t>(in.buffer)].dtype);
-        llvm::Value* mask = in.mask >= 0 ? v(in.mask) : nullptr;
-        llvm::BasicBlock* after = nullptr;
-        if (mask != nullptr) {
-          llvm::Function* f = b_.GetInsertBlock()->getParent();
-          llvm::BasicBlock* then = llvm::BasicBlock::Create(ctx_, "store", f);
-          after = llvm::BasicBlock::Create(ctx_, "stored", f);
-          b_.CreateCondBr(mask, then, after);
-          b_.SetInsertPoint(then);
-        }
-        llvm::Value* value = ops_.ToStorage(v(in.a), k_.insts[static_cast<size_t>(in.a)].type, st);
-        llvm::StoreInst* s = b_.CreateStore(value, Address(in, nullptr));
-        s->setAlignment(llvm::Align(loop::ByteSize(st)));
-        if (after != nullptr) {
-          b_.CreateBr(after);
-          b_.SetInsertPoint(after);
-        }
-        break;
-      }
-      case Opcode::kRandBits: {
-        llvm::Value* stream = b_.CreateAdd(offset_, b_.getInt64(static_cast<uint64_t>(in.iimm)));
-        llvm::Value* bits = b_.CreateCall(ops_.Philox(), {seed_, stream, v(in.a)});
-        out = b_.CreateZExt(b_.CreateLShr(bits, 8), ops_.I64());
-        break;
-      }
-      case Opcode::kReduce: {
-        if (!loops) return absl::InternalError("reduce outside a reduction loop");
-        llvm::AllocaInst* acc = acc_[static_cast<size_t>(i)];
-        llvm::AllocaInst* ai = acc_index_[static_cast<size_t>(i)];
-        llvm::Value* cur = b_.CreateLoad(acc->getAllocatedType(), acc);
-        llvm::Value* cur_i = ai != nullptr ? b_.CreateLoad(ops_.I64(), ai) : nullptr;
-        auto [next, next_i] = Accumulate(in.reduce, k_.insts[static_cast<size_t>(in.a)].type, cur,
-                                         cur_i, v(in.a), ai != nullptr ? v(in.b) : nullptr);
-        b_.CreateStore(next, acc);
-        if (ai != nullptr) b_.CreateStore(next_i, ai);
-        out = nullptr;
-        break;
-      }
-      case Opcode::kCast:
-        out = ops_.Convert(v(in.a), k_.insts[static_cast<size_t>(in.a)].type, in.type);
-        break;
-      case Opcode::kSelect:
-        out = b_.CreateSelect(v(in.a), v(in.b), v(in.c));
-        break;
-      default:
-        if (loop::IsUnary(in.op)) {
-          out = ops_.Unary(in.op, in.type, k_.insts[static_cast<size_t>(in.a)].type, v(in.a));
-        } else if (loop::IsBinary(in.op)) {
-          out = ops_.Binary(in.op, k_.insts[static_cast<size_t>(in.a)].type, v(in.a), v(in.b));
-        } else {
-          return absl::InternalError(absl::StrCat("codegen: unhandled ", loop::OpcodeName(in.op)));
-        }
-    }
-    vals_[static_cast<size_t>(i)] = out;
+    absl::StatusOr<llvm::Value*> out = Instruction(i, loops);
+    if (!out.ok()) return out.status();
+    vals_[static_cast<size_t>(i)] = *out;
   }
   return absl::OkStatus();
+}
+
+absl::StatusOr<llvm::Value*> KernelEmitter::Instruction(int32_t i, bool loops) {
+  const Inst& in = k_.insts[static_cast<size_t>(i)];
+  auto v = [&](int32_t id) { return vals_[static_cast<size_t>(id)]; };
+  llvm::Value* out = nullptr;
+  switch (in.op) {
+    case Opcode::kConst:
+      out = ops_.ConstOf(in.type, in.fimm, in.iimm);
+      break;
+    case Opcode::kIndex:
+      out = Index(in.index);
+      break;
+    case Opcode::kLoad:
+      out = Load(in);
+      break;
+    case Opcode::kStore: {
+      const ScalarType st = loop::ScalarTypeOf(p_.buffers[static_cast<size_t>(in.buffer)].dtype);
+      llvm::Value* mask = in.mask >= 0 ? v(in.mask) : nullptr;
+      llvm::BasicBlock* after = nullptr;
+      if (mask != nullptr) {
+        llvm::Function* f = b_.GetInsertBlock()->getParent();
+        llvm::BasicBlock* then = llvm::BasicBlock::Create(ctx_, "store", f);
+        after = llvm::BasicBlock::Create(ctx_, "stored", f);
+        b_.CreateCondBr(mask, then, after);
+        b_.SetInsertPoint(then);
+      }
+      llvm::Value* value = ops_.ToStorage(v(in.a), k_.insts[static_cast<size_t>(in.a)].type, st);
+      llvm::StoreInst* s = b_.CreateStore(value, Address(in, nullptr));
+      s->setAlignment(llvm::Align(loop::ByteSize(st)));
+      if (after != nullptr) {
+        b_.CreateBr(after);
+        b_.SetInsertPoint(after);
+      }
+      break;
+    }
+    case Opcode::kRandBits: {
+      llvm::Value* stream = b_.CreateAdd(offset_, b_.getInt64(static_cast<uint64_t>(in.iimm)));
+      llvm::Value* bits = b_.CreateCall(ops_.Philox(), {seed_, stream, v(in.a)});
+      out = b_.CreateZExt(b_.CreateLShr(bits, 8), ops_.I64());
+      break;
+    }
+    case Opcode::kReduce: {
+      if (!loops) return absl::InternalError("reduce outside a reduction loop");
+      llvm::AllocaInst* acc = acc_[static_cast<size_t>(i)];
+      llvm::AllocaInst* ai = acc_index_[static_cast<size_t>(i)];
+      llvm::Value* cur = b_.CreateLoad(acc->getAllocatedType(), acc);
+      llvm::Value* cur_i = ai != nullptr ? b_.CreateLoad(ops_.I64(), ai) : nullptr;
+      auto [next, next_i] = Accumulate(in.reduce, k_.insts[static_cast<size_t>(in.a)].type, cur,
+                                       cur_i, v(in.a), ai != nullptr ? v(in.b) : nullptr);
+      b_.CreateStore(next, acc);
+      if (ai != nullptr) b_.CreateStore(next_i, ai);
+      out = nullptr;
+      break;
+    }
+    case Opcode::kCast:
+      out = ops_.Convert(v(in.a), k_.insts[static_cast<size_t>(in.a)].type, in.type);
+      break;
+    case Opcode::kSelect:
+      out = b_.CreateSelect(v(in.a), v(in.b), v(in.c));
+      break;
+    default:
+      if (loop::IsUnary(in.op)) {
+        out = ops_.Unary(in.op, in.type, k_.insts[static_cast<size_t>(in.a)].type, v(in.a));
+      } else if (loop::IsBinary(in.op)) {
+        out = ops_.Binary(in.op, k_.insts[static_cast<size_t>(in.a)].type, v(in.a), v(in.b));
+      } else {
+        return absl::InternalError(absl::StrCat("codegen: unhandled ", loop::OpcodeName(in.op)));
+      }
+  }
+  return out;
 }
 
 absl::Status KernelEmitter::ReductionLoops(size_t d, const loop::Stage& s) {
@@ -430,10 +458,170 @@ absl::Status KernelEmitter::Stage(const loop::Stage& s) {
   return absl::OkStatus();
 }
 
+llvm::Type* KernelEmitter::VectorMemoryType(ScalarType st, int32_t lanes) {
+  const int32_t size = loop::ByteSize(st);
+  if (size >= 4) return llvm::FixedVectorType::get(ops_.StorageType(st), lanes);
+  const int32_t bits = size * 8 * lanes;
+  if (bits <= 32) return b_.getIntNTy(static_cast<unsigned>(bits));
+  return llvm::FixedVectorType::get(b_.getInt32Ty(), bits / 32);
+}
+
+std::vector<llvm::Value*> KernelEmitter::VectorLoad(const Inst& in, const VectorAccess& access,
+                                                    int32_t lanes) {
+  const ScalarType st = loop::ScalarTypeOf(p_.buffers[static_cast<size_t>(in.buffer)].dtype);
+  const int32_t size = loop::ByteSize(st);
+  llvm::Type* memory = VectorMemoryType(st, lanes);
+  llvm::LoadInst* raw = b_.CreateLoad(memory, Address(in, nullptr));
+  raw->setAlignment(llvm::Align(access.align));
+  std::vector<llvm::Value*> out;
+  for (int32_t l = 0; l < lanes; ++l) {
+    llvm::Value* element;
+    if (size >= 4) {
+      element = b_.CreateExtractElement(raw, static_cast<uint64_t>(l));
+    } else {
+      // Little-endian: lane l's bits start at bit 8 * size * l of the run.
+      const int32_t bit = 8 * size * l;
+      llvm::Value* word = raw;
+      if (memory->isVectorTy())
+        word = b_.CreateExtractElement(raw, static_cast<uint64_t>(bit / 32));
+      if (bit % 32 != 0) word = b_.CreateLShr(word, static_cast<uint64_t>(bit % 32));
+      element =
+          b_.CreateBitCast(b_.CreateTrunc(word, b_.getIntNTy(8 * size)), ops_.StorageType(st));
+    }
+    out.push_back(ops_.FromStorage(element, st));
+  }
+  return out;
+}
+
+void KernelEmitter::VectorStore(const Inst& in, const VectorAccess& access,
+                                const std::vector<llvm::Value*>& values) {
+  const ScalarType st = loop::ScalarTypeOf(p_.buffers[static_cast<size_t>(in.buffer)].dtype);
+  const ScalarType from = k_.insts[static_cast<size_t>(in.a)].type;
+  const int32_t size = loop::ByteSize(st);
+  const int32_t lanes = static_cast<int32_t>(values.size());
+  llvm::Type* memory = VectorMemoryType(st, lanes);
+  llvm::Value* packed = llvm::PoisonValue::get(memory);
+  llvm::Type* word_type = memory->isVectorTy() ? b_.getInt32Ty() : memory;
+  llvm::Value* word = nullptr;
+  for (int32_t l = 0; l < lanes; ++l) {
+    llvm::Value* element = ops_.ToStorage(values[static_cast<size_t>(l)], from, st);
+    if (size >= 4) {
+      packed = b_.CreateInsertElement(packed, element, static_cast<uint64_t>(l));
+      continue;
+    }
+    const int32_t bit = 8 * size * l;
+    llvm::Value* part = b_.CreateZExt(b_.CreateBitCast(element, b_.getIntNTy(8 * size)), word_type);
+    if (bit % 32 != 0) part = b_.CreateShl(part, static_cast<uint64_t>(bit % 32));
+    word = word == nullptr ? part : b_.CreateOr(word, part);
+    const bool word_done = (bit + 8 * size) % 32 == 0 || l + 1 == lanes;
+    if (!word_done) continue;
+    packed = memory->isVectorTy()
+                 ? b_.CreateInsertElement(packed, word, static_cast<uint64_t>(bit / 32))
+                 : word;
+    word = nullptr;
+  }
+  llvm::StoreInst* s = b_.CreateStore(packed, Address(in, nullptr));
+  s->setAlignment(llvm::Align(access.align));
+}
+
+std::vector<bool> KernelEmitter::VariesAlong(int32_t var) const {
+  auto uses = [&](const IndexExpr& e) {
+    std::vector<int32_t> vars;
+    e.CollectVars(&vars);
+    return std::find(vars.begin(), vars.end(), var) != vars.end();
+  };
+  std::vector<bool> varies(k_.insts.size(), false);
+  for (size_t i = 0; i < k_.insts.size(); ++i) {
+    const Inst& in = k_.insts[i];
+    bool v = false;
+    for (int32_t operand : {in.a, in.b, in.c, in.mask}) {
+      v = v || (operand >= 0 && varies[static_cast<size_t>(operand)]);
+    }
+    for (const loop::DynIndex& d : in.dyn) {
+      v = v || varies[static_cast<size_t>(d.value)] || uses(d.stride);
+    }
+    if (in.op == Opcode::kIndex || in.op == Opcode::kLoad || in.op == Opcode::kStore) {
+      v = v || uses(in.index);
+    }
+    varies[i] = v;
+  }
+  return varies;
+}
+
+llvm::Value* KernelEmitter::RunsAligned(const PointRuns& runs) {
+  llvm::Value* low_bits = b_.getInt64(0);
+  for (const VectorAccess& access : runs.vectors) {
+    llvm::Value* address =
+        b_.CreatePtrToInt(buffers_[static_cast<size_t>(access.buffer)], ops_.I64());
+    low_bits = b_.CreateOr(low_bits, b_.CreateAnd(address, b_.getInt64(access.align - 1)));
+    for (const IndexExpr& multiple : access.multiples) {
+      low_bits =
+          b_.CreateOr(low_bits, b_.CreateAnd(Index(multiple), b_.getInt64(access.elements - 1)));
+    }
+  }
+  return b_.CreateICmpEQ(low_bits, b_.getInt64(0));
+}
+
+absl::Status KernelEmitter::EmitRun(const PointRuns& runs, llvm::Value* first) {
+  if (loop::HasLoopStage(k_)) {
+    return absl::InternalError("codegen: runs of points in a kernel that loops over a reduction");
+  }
+  const size_t dim = static_cast<size_t>(runs.dim);
+  const size_t lanes = static_cast<size_t>(runs.lanes);
+  const std::vector<bool> varies = VariesAlong(runs.dim);
+  std::vector<const VectorAccess*> vector_of(k_.insts.size(), nullptr);
+  for (const VectorAccess& access : runs.vectors) {
+    vector_of[static_cast<size_t>(access.inst)] = &access;
+  }
+  std::vector<llvm::Value*> points = {first};
+  for (size_t l = 1; l < lanes; ++l) {
+    points.push_back(b_.CreateAdd(first, b_.getInt64(l), "", true, true));
+  }
+  std::vector<std::vector<llvm::Value*>> lane_vals(lanes,
+                                                   std::vector<llvm::Value*>(k_.insts.size()));
+  for (const loop::Stage& s : k_.stages) {
+    for (int32_t i = s.begin; i < s.end; ++i) {
+      const size_t at = static_cast<size_t>(i);
+      const Inst& in = k_.insts[at];
+      if (const VectorAccess* access = vector_of[at]) {
+        vars_[dim] = first;
+        if (in.op == Opcode::kLoad) {
+          std::vector<llvm::Value*> values = VectorLoad(in, *access, runs.lanes);
+          for (size_t l = 0; l < lanes; ++l) lane_vals[l][at] = values[l];
+        } else {
+          std::vector<llvm::Value*> values;
+          for (size_t l = 0; l < lanes; ++l) {
+            values.push_back(lane_vals[l][static_cast<size_t>(in.a)]);
+          }
+          VectorStore(in, *access, values);
+        }
+        continue;
+      }
+      const size_t emitted = varies[at] ? lanes : 1;
+      for (size_t l = 0; l < emitted; ++l) {
+        vars_[dim] = points[l];
+        vals_.swap(lane_vals[l]);
+        absl::StatusOr<llvm::Value*> out = Instruction(i, /*loops=*/false);
+        vals_.swap(lane_vals[l]);
+        if (!out.ok()) return out.status();
+        lane_vals[l][at] = *out;
+      }
+      for (size_t l = emitted; l < lanes; ++l) lane_vals[l][at] = lane_vals[0][at];
+    }
+  }
+  return absl::OkStatus();
+}
+
 absl::Status KernelEmitter::Emit() {
   // The body's buffer pointers are `noalias`: kernels only write buffers nothing else in the
-  // launch reads or writes.
+  // launch reads or writes. Those it never stores to are `readonly` as well, stated rather
+  // than left to inference, which gives up on a pointer whose address the code inspects
+  // (RunsAligned).
   const plan::KernelParams params = plan::ParamsOf(k_);
+  std::vector<bool> stored(p_.buffers.size(), false);
+  for (const Inst& in : k_.insts) {
+    if (in.op == Opcode::kStore) stored[static_cast<size_t>(in.buffer)] = true;
+  }
   llvm::Type* ptr = b_.getPtrTy();
   std::vector<llvm::Type*> body_params;
   for (size_t i = 0; i < params.buffers.size(); ++i) body_params.push_back(ptr);
@@ -451,6 +639,9 @@ absl::Status KernelEmitter::Emit() {
   body->addFnAttr(llvm::Attribute::NoUnwind);
   for (size_t i = 0; i < params.buffers.size(); ++i) {
     body->addParamAttr(static_cast<unsigned>(i), llvm::Attribute::NoAlias);
+    if (!stored[static_cast<size_t>(params.buffers[i])]) {
+      body->addParamAttr(static_cast<unsigned>(i), llvm::Attribute::ReadOnly);
+    }
   }
   abi_.EmitEntry(m_, name_, params, body);
 

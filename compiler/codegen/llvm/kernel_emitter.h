@@ -2,12 +2,13 @@
 
 // The LLVM IR of one kernel of a loop program, for any target. The emitter writes the
 // kernel's body: an internal, always-inlined function "<name>_body" that takes the kernel's
-// parameters in plan::ParamsOf order (buffers as `noalias` pointers, symbols and the RNG seed
-// and offset as i64) followed by the target's launch parameters, and computes the kernel's
-// stages at every point of its parallel space. What differs between targets comes from a
-// KernelAbi: the exported entry (how parameters arrive) and how the body walks the parallel
-// space (how a parallel index is obtained: a loop over a range the CPU runtime hands out,
-// the thread and block index on a GPU).
+// parameters in plan::ParamsOf order (buffers as `noalias` pointers, also `readonly` where the
+// kernel never stores to them; symbols and the RNG seed and offset as i64) followed by the
+// target's launch parameters, and computes the kernel's stages at every point of its parallel
+// space. What differs between targets comes from a KernelAbi: the exported entry (how
+// parameters arrive) and how the body walks the parallel space (how a parallel index is
+// obtained: a loop over a range the CPU runtime hands out, the thread and block index on a
+// GPU, and whether a thread computes runs of points together).
 //
 // Emission is deterministic: the same kernel, ABI and module state give the same IR.
 
@@ -17,6 +18,7 @@
 #include <vector>
 
 #include "absl/status/status.h"
+#include "compiler/codegen/llvm/point_runs.h"
 #include "compiler/loop/ir.h"
 #include "compiler/plan/plan.h"
 #include "llvm/IR/IRBuilder.h"
@@ -30,6 +32,7 @@ class ParallelSpace {
   virtual ~ParallelSpace() = default;
 
   virtual llvm::IRBuilder<>& builder() = 0;
+  virtual const loop::Program& program() const = 0;
   virtual const loop::Kernel& kernel() const = 0;
   // The body's i-th launch parameter (KernelAbi::LaunchParams order).
   virtual llvm::Value* launch_param(size_t i) = 0;
@@ -47,6 +50,21 @@ class ParallelSpace {
   void BindRowMajor(llvm::Value* flat, size_t dims);
   // Emits the kernel's stages for the point whose parallel variables are bound.
   virtual absl::Status EmitPoint() = 0;
+
+  // An i1, computed at the insertion point from the buffers' addresses and the symbols alone
+  // (so the same for every point): true when every vector access of `runs` is aligned as it
+  // says at the first point of every run (a multiple of runs.lanes along runs.dim).
+  virtual llvm::Value* RunsAligned(const PointRuns& runs) = 0;
+  // Emits the stages of a kernel that does not loop over a reduction for the run of
+  // runs.lanes points p<runs.dim> = first, first + 1, ..., the other parallel variables bound.
+  // The caller ensures that the run lies inside the dimension's extent and that RunsAligned
+  // holds. Each vector access of `runs` is one access of the whole run; an instruction that
+  // does not vary along the dimension runs once; every other one runs once per point, in
+  // point order, one instruction after the other. That order equals computing the points one
+  // after the other wherever no point reads or writes an element another point of the run
+  // writes, which a kernel whose points run in parallel threads already requires. INTERNAL
+  // for a kernel that loops over a reduction.
+  virtual absl::Status EmitRun(const PointRuns& runs, llvm::Value* first) = 0;
 
   // One step of a reduction: `cur` (with its position `cur_index` for arg reductions, else
   // null) combined with `x` (at `x_index`), where `type` is the values' type. Returns the new

@@ -26,7 +26,7 @@ class NvptxBackend final : public codegen::Backend {
       const loop::Program& program) const override {
     std::vector<KernelSchedule> out;
     out.reserve(program.kernels.size());
-    for (const loop::Kernel& k : program.kernels) out.push_back(ScheduleKernel(k));
+    for (const loop::Kernel& k : program.kernels) out.push_back(ScheduleKernel(program, k));
     return out;
   }
 
@@ -35,9 +35,11 @@ class NvptxBackend final : public codegen::Backend {
     absl::StatusOr<CodegenResult> result = GenerateCubins(program, CodegenOptionsFor(options));
     if (!result.ok()) return result.status();
     GeneratedCode out;
-    for (KernelBinary& k : result->kernels) {
+    for (size_t i = 0; i < result->kernels.size(); ++i) {
+      KernelBinary& k = result->kernels[i];
       KernelCode code;
       code.module = static_cast<int32_t>(out.modules.size());
+      code.vector_width = VectorLanes(program, program.kernels[i]);
       code.registers = k.registers;
       code.static_shared_memory_bytes = k.static_shared_memory_bytes;
       out.kernels.push_back(code);

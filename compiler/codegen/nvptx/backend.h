@@ -6,7 +6,7 @@
 // (BINARY_KIND_CUBIN) is modules[2i], and the PTX it was assembled from (BINARY_KIND_PTX, for
 // a driver that JIT-compiles it on a newer GPU) is modules[2i + 1]. A program without kernels
 // gets one pair of empty modules. Registers and static shared memory per kernel come from the
-// cubin.
+// cubin; its vector width is the elements of each of its threads' runs (launch.h VectorLanes).
 //
 // Built only when nvJitLink is found at build time (KILN_HAVE_CUDA); Generate fails as
 // UNAVAILABLE where nvJitLink does not load at run time.

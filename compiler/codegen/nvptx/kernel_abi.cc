@@ -3,8 +3,8 @@
 #include <tuple>
 #include <utility>
 
+#include "compiler/codegen/llvm/point_runs.h"
 #include "compiler/codegen/nvptx/launch.h"
-
 #include "llvm/IR/Constants.h"
 #include "llvm/IR/DerivedTypes.h"
 #include "llvm/IR/Function.h"
@@ -157,8 +157,15 @@ void GpuKernelAbi::EmitEntry(llvm::Module& module, const std::string& name,
   auto* entry = llvm::Function::Create(body->getFunctionType(), llvm::Function::ExternalLinkage,
                                        name, module);
   entry->addFnAttr(llvm::Attribute::NoUnwind);
+  // The body's facts about its buffers hold for the entry's: the body is inlined into it,
+  // and the backend reads buffers that are `noalias` and `readonly` through the read-only
+  // data cache (ld.global.nc).
   for (size_t i = 0; i < params.buffers.size(); ++i) {
-    entry->addParamAttr(static_cast<unsigned>(i), llvm::Attribute::NoAlias);
+    const unsigned arg = static_cast<unsigned>(i);
+    entry->addParamAttr(arg, llvm::Attribute::NoAlias);
+    if (body->hasParamAttribute(arg, llvm::Attribute::ReadOnly)) {
+      entry->addParamAttr(arg, llvm::Attribute::ReadOnly);
+    }
   }
   llvm::IRBuilder<> eb(llvm::BasicBlock::Create(ctx, "entry", entry));
   std::vector<llvm::Value*> args;
@@ -175,11 +182,11 @@ absl::Status GpuKernelAbi::EmitParallel(ParallelSpace& space) const {
   const loop::Kernel& k = space.kernel();
   llvm::IRBuilder<>& b = space.builder();
   const size_t np = k.parallel.size();
-  llvm::Value* points = b.getInt64(1);
-  for (size_t d = 0; d < np; ++d) points = b.CreateMul(points, space.Extent(d), "", true, true);
-  llvm::Value* block = Sreg(b, llvm::Intrinsic::nvvm_read_ptx_sreg_ctaid_x);
   if (SplitsReductions(k)) {
     // A block per point: every thread of the block walks the same points.
+    llvm::Value* points = b.getInt64(1);
+    for (size_t d = 0; d < np; ++d) points = b.CreateMul(points, space.Extent(d), "", true, true);
+    llvm::Value* block = Sreg(b, llvm::Intrinsic::nvvm_read_ptx_sreg_ctaid_x);
     llvm::Value* blocks = Sreg(b, llvm::Intrinsic::nvvm_read_ptx_sreg_nctaid_x);
     return space.Loop(
         block, points, blocks,
@@ -189,19 +196,85 @@ absl::Status GpuKernelAbi::EmitParallel(ParallelSpace& space) const {
         },
         /*innermost=*/false);
   }
-  llvm::Value* threads = Sreg(b, llvm::Intrinsic::nvvm_read_ptx_sreg_ntid_x);
+  // The block size is the schedule's, a constant rather than %ntid.x: with a product as the
+  // grid's stride, LLVM 16's loop strength reduction can give a row of two runs a 1-bit
+  // induction variable stepped by the product's low bit, a `mul i1` that NVPTX cannot select.
+  llvm::Value* block = Sreg(b, llvm::Intrinsic::nvvm_read_ptx_sreg_ctaid_x);
+  llvm::Value* threads = b.getInt64(kBlockThreads);
   llvm::Value* thread = Sreg(b, llvm::Intrinsic::nvvm_read_ptx_sreg_tid_x);
   llvm::Value* blocks = Sreg(b, llvm::Intrinsic::nvvm_read_ptx_sreg_nctaid_x);
   llvm::Value* first =
       b.CreateAdd(b.CreateMul(block, threads, "", true, true), thread, "", true, true);
   llvm::Value* stride = b.CreateMul(blocks, threads, "", true, true);
+  return EmitThreadWalk(space, first, stride);
+}
 
-  // The grid-stride loop over the flattened range, p0 outermost.
+absl::Status EmitThreadWalk(ParallelSpace& space, llvm::Value* first, llvm::Value* stride) {
+  const loop::Kernel& k = space.kernel();
+  llvm::IRBuilder<>& b = space.builder();
+  const size_t np = k.parallel.size();
+  const int32_t lanes = VectorLanes(space.program(), k);
+  if (lanes == 1) {
+    // The grid-stride loop over the flattened range, p0 outermost.
+    llvm::Value* points = b.getInt64(1);
+    for (size_t d = 0; d < np; ++d) points = b.CreateMul(points, space.Extent(d), "", true, true);
+    return space.Loop(
+        first, points, stride,
+        [&](llvm::Value* i) -> absl::Status {
+          space.BindRowMajor(i, np);
+          return space.EmitPoint();
+        },
+        /*innermost=*/false);
+  }
+
+  const size_t inner = np - 1;
+  const PointRuns runs =
+      PlanPointRuns(space.program(), k, static_cast<int32_t>(inner), lanes, kVectorBytes);
+  llvm::Value* aligned = space.RunsAligned(runs);
+  llvm::Value* extent = space.Extent(inner);
+  llvm::Value* runs_per_row =
+      b.CreateUDiv(b.CreateAdd(extent, b.getInt64(lanes - 1), "", true, true), b.getInt64(lanes));
+  llvm::Value* points = runs_per_row;
+  for (size_t d = 0; d < inner; ++d) points = b.CreateMul(points, space.Extent(d), "", true, true);
+  llvm::Function* f = b.GetInsertBlock()->getParent();
+  llvm::LLVMContext& ctx = b.getContext();
+
+  // The grid-stride loop over the runs, p0 outermost; a run is whole when it ends inside
+  // its row.
   return space.Loop(
       first, points, stride,
       [&](llvm::Value* i) -> absl::Status {
-        space.BindRowMajor(i, np);
-        return space.EmitPoint();
+        llvm::Value* run = i;
+        if (inner > 0) {
+          space.BindRowMajor(b.CreateUDiv(i, runs_per_row), inner);
+          run = b.CreateURem(i, runs_per_row);
+        }
+        llvm::Value* start = b.CreateMul(run, b.getInt64(lanes), "", true, true);
+        llvm::Value* end = b.CreateAdd(start, b.getInt64(lanes), "", true, true);
+        llvm::Value* whole = b.CreateAnd(aligned, b.CreateICmpSLE(end, extent));
+        llvm::BasicBlock* vector = llvm::BasicBlock::Create(ctx, "run.vector", f);
+        llvm::BasicBlock* scalar = llvm::BasicBlock::Create(ctx, "run.scalar", f);
+        llvm::BasicBlock* done = llvm::BasicBlock::Create(ctx, "run.done", f);
+        b.CreateCondBr(whole, vector, scalar);
+
+        b.SetInsertPoint(vector);
+        if (absl::Status s = space.EmitRun(runs, start); !s.ok()) return s;
+        b.CreateBr(done);
+
+        b.SetInsertPoint(scalar);
+        llvm::Value* last = b.CreateSelect(b.CreateICmpSLT(end, extent), end, extent);
+        absl::Status s = space.Loop(
+            start, last, b.getInt64(1),
+            [&](llvm::Value* element) -> absl::Status {
+              space.Bind(inner, element);
+              return space.EmitPoint();
+            },
+            /*innermost=*/false);
+        if (!s.ok()) return s;
+        b.CreateBr(done);
+
+        b.SetInsertPoint(done);
+        return absl::OkStatus();
       },
       /*innermost=*/false);
 }

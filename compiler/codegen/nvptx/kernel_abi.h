@@ -7,6 +7,18 @@
 // params[i] does on x86-64. The body walks the kernel's flattened parallel range with a
 // grid-stride loop (launch.h), its index math in int64; kernels with long reductions give
 // each point a block.
+//
+// A pointwise kernel with runs (launch.h VectorLanes) computes a whole run with vector loads
+// and stores where it can. Whether its buffers allow that is decided at run time: the plan
+// promises 64-byte alignment for arena and output buffers, but an input is the caller's
+// tensor with its storage offset applied, aligned only to its element size, and a symbolic
+// row length decides where rows start. So each thread tests once, at its start, that every
+// buffer it accesses with vectors is aligned to its access and that every symbolic term of
+// those accesses' indices is a multiple of it (a few integer instructions over the kernel's
+// parameters, the same outcome in every thread, so no divergence). Where the test fails, and
+// for the short last run of a row, the run's elements are computed one at a time as in a
+// kernel without runs. Alignment is thus no requirement the runtime must check or meet (by
+// copying a misaligned input), and results do not depend on which path ran.
 
 #include <string>
 #include <vector>
@@ -14,6 +26,12 @@
 #include "compiler/codegen/llvm/kernel_emitter.h"
 
 namespace kiln::codegen::nvptx {
+
+// The walk of one thread over a kernel whose points are each one thread's (no split
+// reductions): points first, first + stride, ... of the flattened range (launch.h PointsOf
+// with VectorLanes), each a run of elements computed as above. Apart from the special
+// registers that give `first` and `stride`, so that tests can run it on the host.
+absl::Status EmitThreadWalk(ParallelSpace& space, llvm::Value* first, llvm::Value* stride);
 
 class GpuKernelAbi final : public KernelAbi {
  public:

@@ -2,13 +2,46 @@
 
 #include <algorithm>
 
+#include "compiler/codegen/llvm/point_runs.h"
+
 namespace kiln::codegen::nvptx {
 
 using loop::IndexExpr;
 
-IndexExpr PointsOf(const loop::Kernel& kernel) {
+int32_t VectorLanes(const loop::Program& program, const loop::Kernel& kernel) {
+  if (kernel.parallel.empty() || !kernel.reduction.empty() || loop::HasLoopStage(kernel) ||
+      !kernel.fusible) {
+    return 1;
+  }
+  const int32_t dim = static_cast<int32_t>(kernel.parallel.size() - 1);
+  int32_t narrowest = 0, widest = 0;
+  for (const loop::Inst& in : kernel.insts) {
+    if (!WalksContiguously(in, dim)) continue;
+    const int32_t size =
+        loop::ByteSize(loop::ScalarTypeOf(program.buffers[static_cast<size_t>(in.buffer)].dtype));
+    narrowest = narrowest == 0 ? size : std::min(narrowest, size);
+    widest = std::max(widest, size);
+  }
+  if (widest == 0) return 1;
+  int32_t lanes = std::min(kVectorBytes / narrowest, 2 * kVectorBytes / widest);
+  if (const IndexExpr& extent = kernel.parallel.back(); extent.is_const()) {
+    while (lanes > 1 && lanes > extent.const_value()) lanes /= 2;
+  }
+  if (lanes < 2) return 1;
+  if (PlanPointRuns(program, kernel, dim, lanes, kVectorBytes).vectors.empty()) return 1;
+  return lanes;
+}
+
+IndexExpr PointsOf(const loop::Kernel& kernel, int32_t lanes) {
   IndexExpr points = IndexExpr::Const(1);
-  for (const IndexExpr& e : kernel.parallel) points = points * e;
+  for (size_t d = 0; d < kernel.parallel.size(); ++d) {
+    IndexExpr extent = kernel.parallel[d];
+    if (lanes > 1 && d + 1 == kernel.parallel.size()) {
+      extent = extent.is_const() ? IndexExpr::Const((extent.const_value() + lanes - 1) / lanes)
+                                 : IndexExpr::CeilDiv(extent, IndexExpr::Const(lanes), nullptr);
+    }
+    points = points * extent;
+  }
   return points;
 }
 
@@ -27,9 +60,9 @@ int64_t ReductionThreads(const loop::Kernel& kernel) {
   return threads;
 }
 
-KernelSchedule ScheduleKernel(const loop::Kernel& kernel) {
-  const IndexExpr points = PointsOf(kernel);
+KernelSchedule ScheduleKernel(const loop::Program& program, const loop::Kernel& kernel) {
   if (const int64_t threads = ReductionThreads(kernel); threads > 0) {
+    const IndexExpr points = PointsOf(kernel, 1);
     KernelSchedule s;
     s.grid = {points.is_const() ? IndexExpr::Const(std::min(kMaxBlocks, points.const_value()))
                                 : IndexExpr::Min({points, IndexExpr::Const(kMaxBlocks)}, nullptr),
@@ -37,6 +70,7 @@ KernelSchedule ScheduleKernel(const loop::Kernel& kernel) {
     s.block = {IndexExpr::Const(threads), IndexExpr::Const(1), IndexExpr::Const(1)};
     return s;
   }
+  const IndexExpr points = PointsOf(kernel, VectorLanes(program, kernel));
   IndexExpr blocks;
   if (points.is_const()) {
     const int64_t n = points.const_value();

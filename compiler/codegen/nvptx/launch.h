@@ -1,19 +1,22 @@
 #pragma once
 
 // How a kernel runs on an sm_90 GPU, and so how its entry walks its parallel space. Every
-// kernel is one flat range: its parallel dimensions flattened row-major into `points`
-// elements. Each thread takes point blockIdx.x * blockDim.x + threadIdx.x and then every
+// kernel is one flat range: its parallel dimensions flattened row-major into `points`. Each
+// thread takes point blockIdx.x * blockDim.x + threadIdx.x and then every
 // gridDim.x * blockDim.x-th point after it (a grid-stride loop), so any grid computes every
-// point exactly once. A point is one element of a pointwise kernel or one row of a reduction,
-// which its thread reduces on its own, or, for long reductions, a whole block's
-// (ReductionThreads): then block blockIdx.x takes point blockIdx.x and every gridDim.x-th
-// after it.
+// point exactly once. A point of a reduction is one row, which its thread reduces on its own,
+// or, for long reductions, a whole block's (ReductionThreads): then block blockIdx.x takes
+// point blockIdx.x and every gridDim.x-th after it. A point of a pointwise kernel is a run of
+// VectorLanes consecutive elements along its innermost dimension (the innermost extent counts
+// runs, the last of a row possibly short), or one element for a kernel without runs.
 //
-// Blocks have kBlockThreads threads. The grid covers every point once where that takes at
-// most kMaxBlocks blocks (a few waves of blocks over the H100's 132 SMs); a larger constant
-// range gets kMaxBlocks blocks that stride over it. A range with symbolic extent gets one
-// thread per point (the launch configuration has no minimum to cap it with). A range of
-// zero points gives a grid of 0, which the runtime does not launch. Pure functions.
+// Blocks have kBlockThreads threads; a kernel without a block per point is compiled for that
+// block size and must be launched with the block its schedule gives. The grid covers every
+// point once where that takes at most kMaxBlocks blocks (a few waves of blocks over the H100's
+// 132 SMs); a larger constant range gets kMaxBlocks blocks that stride over it. A range with
+// symbolic extent gets one thread per point (the launch configuration has no minimum to cap
+// it with). A range of zero points gives a grid of 0, which the runtime does not launch. Pure
+// functions.
 
 #include <cstdint>
 
@@ -28,8 +31,27 @@ inline constexpr int64_t kStreamingMultiprocessors = 132;
 inline constexpr int64_t kBlocksPerMultiprocessor = 8;
 inline constexpr int64_t kMaxBlocks = kStreamingMultiprocessors * kBlocksPerMultiprocessor;
 
-// The number of points of `kernel`: the product of its parallel extents (1 without any).
-loop::IndexExpr PointsOf(const loop::Kernel& kernel);
+// The widest access of sm_90: ld/st.global.v4 of 32-bit words.
+inline constexpr int32_t kVectorBytes = 16;
+
+// The elements each point of `kernel`, a kernel of `program`, covers along its innermost
+// parallel dimension: a power of two, 1 for a kernel without runs. A kernel gets runs when it
+// is pointwise (no reduction dimension, and its stores land where its indices say rather than
+// where data says) and some load or store of it walks memory contiguously along the innermost
+// dimension with an alignment that can hold (codegen/llvm/point_runs.h); those accesses become
+// vector accesses of the whole run, where the run's buffers are aligned (kernel_abi.h).
+//
+// The run is as long as makes the narrowest such access kVectorBytes wide (4 f32, 8 bf16, 16
+// bytes), so that narrow types move 16 bytes per instruction as wide ones do, up to where the
+// widest takes two such accesses (8 f32 beside bf16, 4 f64): longer runs would only hold more
+// registers per thread. A constant innermost extent shorter than that shortens the run to the
+// largest power of two that fits.
+int32_t VectorLanes(const loop::Program& program, const loop::Kernel& kernel);
+
+// The number of points of `kernel` when each covers `lanes` elements of its innermost
+// dimension: the product of its parallel extents, the innermost one divided by `lanes`
+// rounded up (1 without any dimension).
+loop::IndexExpr PointsOf(const loop::Kernel& kernel, int32_t lanes);
 
 // Reductions shorter than this stay in one thread per point.
 inline constexpr int64_t kMinBlockReduction = 64;
@@ -42,8 +64,9 @@ inline constexpr int64_t kMinBlockReduction = 64;
 // threads, a power of two, the fewest that cover a constant reduction.
 int64_t ReductionThreads(const loop::Kernel& kernel);
 
-// One thread per point: grid {blocks, 1, 1}, block {kBlockThreads, 1, 1}. A block per
-// point (ReductionThreads > 0): grid {points, at most kMaxBlocks}, block {threads, 1, 1}.
-KernelSchedule ScheduleKernel(const loop::Kernel& kernel);
+// One thread per point: grid {blocks, 1, 1}, block {kBlockThreads, 1, 1}, with points of
+// VectorLanes elements. A block per point (ReductionThreads > 0): grid {points, at most
+// kMaxBlocks}, block {threads, 1, 1}.
+KernelSchedule ScheduleKernel(const loop::Program& program, const loop::Kernel& kernel);
 
 }  // namespace kiln::codegen::nvptx

@@ -1,6 +1,7 @@
 // The target-neutral kernel emitter takes any entry ABI: the same kernels emitted with the
 // x86-64 ABI and with a GPU-style ABI (parameters passed directly, one parallel point per
-// thread) give valid modules whose bodies differ only in how the parallel index arrives.
+// thread) give valid modules whose bodies differ only in how the parallel index arrives; an
+// ABI that computes runs of points gets vector accesses for their contiguous operands.
 
 #include "compiler/codegen/llvm/kernel_emitter.h"
 
@@ -78,6 +79,40 @@ class SteppedAbi final : public KernelAbi {
   }
 };
 
+// Each thread computes one run of `lanes` points along the innermost dimension, from
+// thread_index(d) for the outer dimensions and lanes * thread_index(innermost), as if every
+// run were whole and aligned.
+class RunsAbi final : public KernelAbi {
+ public:
+  explicit RunsAbi(int32_t lanes) : lanes_(lanes) {}
+
+  std::vector<llvm::Type*> LaunchParams(llvm::LLVMContext&) const override { return {}; }
+
+  void EmitEntry(llvm::Module& module, const std::string& name, const plan::KernelParams& params,
+                 llvm::Function* body) const override {
+    ThreadPerPointAbi().EmitEntry(module, name, params, body);
+  }
+
+  absl::Status EmitParallel(ParallelSpace& space) const override {
+    llvm::IRBuilder<>& b = space.builder();
+    llvm::Module& module = *b.GetInsertBlock()->getModule();
+    llvm::FunctionCallee thread_index = module.getOrInsertFunction(
+        "thread_index", llvm::FunctionType::get(b.getInt64Ty(), {b.getInt32Ty()}, false));
+    const size_t inner = space.kernel().parallel.size() - 1;
+    for (size_t d = 0; d < inner; ++d) {
+      space.Bind(d, b.CreateCall(thread_index, {b.getInt32(static_cast<uint32_t>(d))}));
+    }
+    llvm::Value* run = b.CreateCall(thread_index, {b.getInt32(static_cast<uint32_t>(inner))});
+    const PointRuns runs =
+        PlanPointRuns(space.program(), space.kernel(), static_cast<int32_t>(inner), lanes_, 16);
+    space.RunsAligned(runs);
+    return space.EmitRun(runs, b.CreateMul(run, b.getInt64(lanes_)));
+  }
+
+ private:
+  int32_t lanes_;
+};
+
 std::string Verify(const llvm::Module& module) {
   std::string errors;
   llvm::raw_string_ostream os(errors);
@@ -152,6 +187,57 @@ TEST(KernelEmitterTest, LoopsAdvanceByTheirStep) {
     EXPECT_TRUE(stepped) << name << ": no induction variable advances by the step";
   }
   EXPECT_GT(multi_dimensional, 0u);
+}
+
+// Runs of points: the loads and stores that walk the innermost dimension contiguously become
+// one access of the run (fp32 as <4 x float>, bf16 packed in 32-bit words), aligned as the
+// run plans, and the modules are valid; a kernel that loops over a reduction has no runs.
+TEST(KernelEmitterTest, RunsMoveContiguousOperandsAsVectors) {
+  struct Case {
+    const char* graph;
+    graph::DType dtype;
+    int32_t lanes;
+    const char* load;
+    const char* store;
+  };
+  for (const Case& c : {Case{"nanogpt_fp32.bw.json", graph::DType::kFloat32, 4, "load <4 x float>",
+                             "store <4 x float>"},
+                        Case{"gpt2_bf16.fw.json.gz", graph::DType::kBFloat16, 8, "load <4 x i32>",
+                             "store <4 x i32>"}}) {
+    absl::StatusOr<loop::Program> program = testing::FuseSharedGraph(c.graph);
+    ASSERT_TRUE(program.ok()) << program.status();
+    int vectorized = 0;
+    for (size_t i = 0; i < program->kernels.size(); ++i) {
+      const loop::Kernel& kernel = program->kernels[i];
+      if (kernel.parallel.empty()) continue;
+      const std::string name = "kiln_k" + std::to_string(i);
+      llvm::LLVMContext ctx;
+      llvm::Module module(name, ctx);
+      const absl::Status s = EmitKernel(module, *program, kernel, name, RunsAbi(c.lanes));
+      if (loop::HasLoopStage(kernel)) {
+        EXPECT_EQ(s.code(), absl::StatusCode::kInternal) << c.graph << " " << name;
+        continue;
+      }
+      ASSERT_TRUE(s.ok()) << c.graph << " " << name << ": " << s;
+      EXPECT_EQ(Verify(module), "") << c.graph << " " << name;
+      const PointRuns runs = PlanPointRuns(
+          *program, kernel, static_cast<int32_t>(kernel.parallel.size() - 1), c.lanes, 16);
+      bool runs_of_dtype = false;
+      for (const VectorAccess& v : runs.vectors) {
+        runs_of_dtype |= program->buffers[static_cast<size_t>(v.buffer)].dtype == c.dtype;
+      }
+      if (!runs_of_dtype) continue;
+      ++vectorized;
+      std::string ir;
+      llvm::raw_string_ostream os(ir);
+      module.print(os, nullptr);
+      EXPECT_TRUE(ir.find(c.load) != std::string::npos || ir.find(c.store) != std::string::npos)
+          << c.graph << " " << name;
+      EXPECT_NE(ir.find("align 16"), std::string::npos) << c.graph << " " << name;
+      EXPECT_NE(ir.find("ptrtoint"), std::string::npos) << c.graph << " " << name;
+    }
+    EXPECT_GT(vectorized, 0) << c.graph;
+  }
 }
 
 }  // namespace

@@ -76,7 +76,7 @@ TEST(NvptxLaunchTest, ConstantRangesGetEnoughBlocksUpToTheCap) {
   auto schedule = [](int64_t points) {
     loop::Kernel k;
     k.parallel = {loop::IndexExpr::Const(points)};
-    return ScheduleKernel(k);
+    return ScheduleKernel(loop::Program(), k);
   };
   const KernelSchedule small = schedule(1000);
   ASSERT_EQ(small.grid.size(), 3u);
@@ -90,7 +90,7 @@ TEST(NvptxLaunchTest, ConstantRangesGetEnoughBlocksUpToTheCap) {
   EXPECT_EQ(schedule(int64_t{1} << 30).grid[0], loop::IndexExpr::Const(kMaxBlocks));
   EXPECT_EQ(schedule(0).grid[0], loop::IndexExpr::Const(0));
   loop::Kernel none;  // no parallel dimension: one point
-  EXPECT_EQ(ScheduleKernel(none).grid[0], loop::IndexExpr::Const(1));
+  EXPECT_EQ(ScheduleKernel(loop::Program(), none).grid[0], loop::IndexExpr::Const(1));
 }
 
 TEST(NvptxLaunchTest, SymbolicRangesGetOneThreadPerPoint) {
@@ -102,7 +102,8 @@ TEST(NvptxLaunchTest, SymbolicRangesGetOneThreadPerPoint) {
   ASSERT_EQ(schedules->size(), program->kernels.size());
   int symbolic = 0;
   for (size_t i = 0; i < schedules->size(); ++i) {
-    const loop::IndexExpr points = PointsOf(program->kernels[i]);
+    const loop::IndexExpr points =
+        PointsOf(program->kernels[i], VectorLanes(*program, program->kernels[i]));
     const loop::IndexExpr& grid = (*schedules)[i].grid[0];
     if (points.is_const()) {
       EXPECT_TRUE(grid.is_const()) << "kernel " << i;
@@ -149,16 +150,18 @@ TEST(NvptxLaunchTest, LongReductionsGetABlockPerPoint) {
   pointwise.stages.push_back({false, 0, 0});
   EXPECT_EQ(ReductionThreads(pointwise), 0);
 
-  const KernelSchedule rows =
-      ScheduleKernel(ReductionKernel(IndexExpr::Const(512), IndexExpr::Const(100)));
+  const KernelSchedule rows = ScheduleKernel(
+      loop::Program(), ReductionKernel(IndexExpr::Const(512), IndexExpr::Const(100)));
   EXPECT_EQ(rows.grid[0], IndexExpr::Const(512));
   EXPECT_EQ(rows.block[0], IndexExpr::Const(128));
-  EXPECT_EQ(
-      ScheduleKernel(ReductionKernel(IndexExpr::Const(1 << 20), IndexExpr::Const(4096))).grid[0],
-      IndexExpr::Const(kMaxBlocks));
+  EXPECT_EQ(ScheduleKernel(loop::Program(),
+                           ReductionKernel(IndexExpr::Const(1 << 20), IndexExpr::Const(4096)))
+                .grid[0],
+            IndexExpr::Const(kMaxBlocks));
   // A symbolic row length gets a full block.
   const IndexExpr s0 = IndexExpr::Sym(0);
-  const KernelSchedule symbolic = ScheduleKernel(ReductionKernel(IndexExpr::Const(8), s0));
+  const KernelSchedule symbolic =
+      ScheduleKernel(loop::Program(), ReductionKernel(IndexExpr::Const(8), s0));
   EXPECT_EQ(symbolic.grid[0], IndexExpr::Const(8));
   EXPECT_EQ(symbolic.block[0], IndexExpr::Const(kBlockThreads));
 }
@@ -228,10 +231,12 @@ TEST(NvptxCodegenTest, PointwisePtxIsAGridStrideKernelWithLibdeviceMath) {
   EXPECT_THAT(ptx, HasSubstr(".param .u64 kiln_k0_param_0"));
   EXPECT_THAT(ptx, HasSubstr(".param .u64 kiln_k0_param_1"));
   EXPECT_THAT(ptx, Not(HasSubstr("kiln_k0_param_2")));
-  // Its position in the grid and the grid-stride loop's step.
-  for (const char* sreg : {"%ctaid.x", "%ntid.x", "%tid.x", "%nctaid.x"}) {
+  // Its position in the grid and the grid-stride loop's step, for blocks of kBlockThreads.
+  for (const char* sreg : {"%ctaid.x", "%tid.x", "%nctaid.x"}) {
     EXPECT_THAT(ptx, HasSubstr(sreg)) << sreg;
   }
+  EXPECT_THAT(
+      ptx, ::testing::ContainsRegex(absl::StrCat("mul\\.wide\\.u32[^;]*, ", kBlockThreads, ";")));
   EXPECT_THAT(ptx, HasSubstr("ld.global"));
   EXPECT_THAT(ptx, HasSubstr("st.global.f32"));
   // libdevice's expf, inlined: no call and nothing external is left.

@@ -1,0 +1,335 @@
+// The sm_90 walk over runs of elements: the PTX of representative pointwise kernels moves
+// the runs of contiguous operands with 128-bit accesses and the rest one element at a time;
+// and the walk itself (EmitThreadWalk), compiled for the host instead of the GPU and run over
+// aligned and misaligned buffers, odd sizes and several "threads", computes the same bytes as
+// the x86-64 backend's code for the same kernel.
+
+#include "compiler/codegen/nvptx/kernel_abi.h"
+
+#include <dlfcn.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cstdint>
+#include <cstdlib>
+#include <cstring>
+#include <memory>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "compiler/codegen/llvm/kernel_module.h"
+#include "compiler/codegen/nvptx/codegen.h"
+#include "compiler/codegen/nvptx/launch.h"
+#include "compiler/codegen/x86/codegen.h"
+#include "compiler/codegen/x86/launch.h"
+#include "compiler/codegen/x86/link.h"
+#include "compiler/plan/plan.h"
+#include "llvm/IR/DerivedTypes.h"
+#include "llvm/IR/Function.h"
+#include "tests/compiler/codegen/llvm/host_target.h"
+#include "tests/compiler/codegen/nvptx/pointwise_graphs.h"
+#include "tests/compiler/graph_testing.h"
+
+namespace kiln::codegen::nvptx {
+namespace {
+
+using ::testing::HasSubstr;
+using ::testing::Not;
+
+// The fused program of `graph`, which must be one kernel.
+loop::Program OneKernelProgram(const v1::Graph& graph) {
+  absl::StatusOr<loop::Program> program = testing::FuseGraph(graph);
+  EXPECT_TRUE(program.ok()) << program.status();
+  if (!program.ok()) return {};
+  EXPECT_EQ(program->kernels.size(), 1u) << loop::ToString(*program);
+  return *std::move(program);
+}
+
+std::string PtxOf(const v1::Graph& graph) {
+  const loop::Program program = OneKernelProgram(graph);
+  absl::StatusOr<CodegenResult> result = GenerateCubins(program);
+  EXPECT_TRUE(result.ok()) << result.status();
+  return result.ok() && !result->kernels.empty() ? result->kernels[0].ptx : "";
+}
+
+int Count(const std::string& text, const std::string& needle) {
+  int n = 0;
+  for (size_t at = text.find(needle); at != std::string::npos; at = text.find(needle, at + 1)) {
+    ++n;
+  }
+  return n;
+}
+
+TEST(NvptxRunsPtxTest, Fp32AddMovesFourFloatsPerAccess) {
+  const std::string ptx = PtxOf(testing::AddGraph({1 << 20}));
+  EXPECT_EQ(Count(ptx, "ld.global.nc.v4.f32"), 2) << ptx;
+  EXPECT_EQ(Count(ptx, "st.global.v4.f32"), 1) << ptx;
+  // The path for misaligned buffers and short runs.
+  EXPECT_THAT(ptx, HasSubstr("ld.global.nc.f32"));
+  EXPECT_THAT(ptx, HasSubstr("st.global.f32"));
+}
+
+TEST(NvptxRunsPtxTest, Bf16MovesEightElementsPerAccess) {
+  const std::string gelu = PtxOf(testing::GeluBf16Graph(1 << 20));
+  EXPECT_EQ(Count(gelu, "ld.global.nc.v4.u32"), 1) << gelu;
+  EXPECT_EQ(Count(gelu, "st.global.v4.u32"), 1) << gelu;
+  EXPECT_THAT(gelu, HasSubstr("ld.global.nc.u16"));
+  // Widened to fp32: 16 bytes in, two 16-byte stores out.
+  const std::string scale = PtxOf(testing::ScaleBf16ToF32Graph(1 << 20));
+  EXPECT_EQ(Count(scale, "ld.global.nc.v4.u32"), 1) << scale;
+  EXPECT_EQ(Count(scale, "st.global.v4.f32"), 2) << scale;
+}
+
+TEST(NvptxRunsPtxTest, BroadcastAndStridedOperandsStayScalar) {
+  // x[64, 256] + b[64, 1]: b is one scalar load per run, x and the sum move as vectors.
+  const std::string broadcast = PtxOf(testing::RowBroadcastAddGraph(64, 256));
+  EXPECT_EQ(Count(broadcast, "ld.global.nc.v4.f32"), 1) << broadcast;
+  EXPECT_EQ(Count(broadcast, "st.global.v4.f32"), 1) << broadcast;
+  // A transposed x is read element by element; y and the sum move as vectors.
+  const std::string transposed = PtxOf(testing::TransposedAddGraph(64, 256));
+  EXPECT_EQ(Count(transposed, "ld.global.nc.v4.f32"), 1) << transposed;
+  EXPECT_EQ(Count(transposed, "st.global.v4.f32"), 1) << transposed;
+}
+
+TEST(NvptxRunsPtxTest, KernelsWithoutRunsKeepScalarAccesses) {
+  // Rows of 1001 fp32 never align.
+  const std::string ptx = PtxOf(testing::AddGraph({3, 1001}));
+  EXPECT_THAT(ptx, Not(HasSubstr(".v4.")));
+  EXPECT_THAT(ptx, Not(HasSubstr(".v2.")));
+  EXPECT_THAT(ptx, HasSubstr("st.global.f32"));
+}
+
+// Llama's rotary embedding kernels have rows of 16 bf16: two runs of 8. Deciding a point's
+// run from the low bit of the grid-stride index once led LLVM to a 1-bit induction variable
+// stepped by a product, which NVPTX cannot select; each such kernel assembles.
+TEST(NvptxRunsPtxTest, RowsOfTwoRunsAssemble) {
+  absl::StatusOr<loop::Program> program = testing::FuseSharedGraph("llama_bf16.fw.json.gz");
+  ASSERT_TRUE(program.ok()) << program.status();
+  int two_runs = 0;
+  for (const loop::Kernel& k : program->kernels) {
+    const int32_t lanes = VectorLanes(*program, k);
+    const loop::IndexExpr& inner = k.parallel.empty() ? loop::IndexExpr() : k.parallel.back();
+    if (lanes == 1 || !inner.is_const() || inner.const_value() != 2 * lanes) continue;
+    ++two_runs;
+    loop::Program alone = *program;
+    alone.kernels = {k};
+    absl::StatusOr<CodegenResult> result = GenerateCubins(alone);
+    ASSERT_TRUE(result.ok()) << result.status();
+    EXPECT_THAT(result->kernels[0].ptx, HasSubstr(".v4.u32"));
+  }
+  EXPECT_GT(two_runs, 0);
+}
+
+// The host as a GPU: the entry takes the CPU ABI's parameter array, then the thread's first
+// point, the stride of the walk, and where to write whether the runs' buffers were aligned.
+class HostWalkAbi final : public KernelAbi {
+ public:
+  std::vector<llvm::Type*> LaunchParams(llvm::LLVMContext& context) const override {
+    return {llvm::Type::getInt64Ty(context), llvm::Type::getInt64Ty(context),
+            llvm::PointerType::getUnqual(context)};
+  }
+
+  void EmitEntry(llvm::Module& module, const std::string& name, const plan::KernelParams& params,
+                 llvm::Function* body) const override {
+    llvm::LLVMContext& ctx = module.getContext();
+    llvm::Type* ptr = llvm::PointerType::getUnqual(ctx);
+    llvm::Type* i64 = llvm::Type::getInt64Ty(ctx);
+    auto* type = llvm::FunctionType::get(llvm::Type::getVoidTy(ctx), {ptr, i64, i64, ptr}, false);
+    auto* entry = llvm::Function::Create(type, llvm::Function::ExternalLinkage, name, module);
+    llvm::IRBuilder<> b(llvm::BasicBlock::Create(ctx, "entry", entry));
+    std::vector<llvm::Value*> args;
+    unsigned slot = 0;
+    auto param = [&] {
+      return b.CreateLoad(ptr, b.CreateConstInBoundsGEP1_64(ptr, entry->getArg(0), slot++));
+    };
+    for (size_t i = 0; i < params.buffers.size(); ++i) args.push_back(param());
+    for (size_t i = 0; i < params.symbols.size(); ++i) args.push_back(b.CreateLoad(i64, param()));
+    for (unsigned i = 1; i < 4; ++i) args.push_back(entry->getArg(i));
+    b.CreateCall(body, args);
+    b.CreateRetVoid();
+  }
+
+  absl::Status EmitParallel(ParallelSpace& space) const override {
+    llvm::IRBuilder<>& b = space.builder();
+    const loop::Kernel& k = space.kernel();
+    const int32_t lanes = VectorLanes(space.program(), k);
+    PointRuns runs;
+    if (lanes > 1) {
+      runs = PlanPointRuns(space.program(), k, static_cast<int32_t>(k.parallel.size() - 1), lanes,
+                           kVectorBytes);
+    }
+    b.CreateStore(b.CreateZExt(space.RunsAligned(runs), b.getInt8Ty()), space.launch_param(2));
+    return EmitThreadWalk(space, space.launch_param(0), space.launch_param(1));
+  }
+};
+
+// A shared object loaded from memory; unloaded with it. Its descriptor stays open while it is
+// loaded: the loader knows a library by its path, and a reused /proc/self/fd/N would name the
+// one loaded before.
+class Library {
+ public:
+  static std::unique_ptr<Library> Load(const std::string& bytes) {
+    const int fd = memfd_create("kiln-test", MFD_CLOEXEC);
+    if (fd < 0) return nullptr;
+    const bool written =
+        write(fd, bytes.data(), bytes.size()) == static_cast<ssize_t>(bytes.size());
+    void* handle = written
+                       ? dlopen(absl::StrCat("/proc/self/fd/", fd).c_str(), RTLD_NOW | RTLD_LOCAL)
+                       : nullptr;
+    EXPECT_NE(handle, nullptr) << dlerror();
+    if (handle == nullptr) {
+      close(fd);
+      return nullptr;
+    }
+    return std::unique_ptr<Library>(new Library(fd, handle));
+  }
+  ~Library() {
+    dlclose(handle_);
+    close(fd_);
+  }
+  void* Symbol(const char* name) const { return dlsym(handle_, name); }
+
+ private:
+  Library(int fd, void* handle) : fd_(fd), handle_(handle) {}
+  int fd_;
+  void* handle_;
+};
+
+using WalkEntry = void (*)(void** params, int64_t first, int64_t stride, uint8_t* aligned);
+using CpuEntry = void (*)(void** params, int64_t begin, int64_t end);
+
+std::unique_ptr<Library> HostWalkLibrary(const loop::Program& program) {
+  absl::StatusOr<CompiledKernels<std::string>> objects =
+      CompileKernels<std::string>(testing::HostTarget(), HostWalkAbi(), program, CodegenOptions(),
+                                  [](KernelModule& kernel) -> absl::StatusOr<std::string> {
+                                    kernel.Optimize();
+                                    return kernel.EmitFile(llvm::CGFT_ObjectFile);
+                                  });
+  EXPECT_TRUE(objects.ok()) << objects.status();
+  if (!objects.ok()) return nullptr;
+  absl::StatusOr<std::string> so = x86::LinkSharedObject(objects->kernels);
+  EXPECT_TRUE(so.ok()) << so.status();
+  return so.ok() ? Library::Load(*so) : nullptr;
+}
+
+std::unique_ptr<Library> X86Library(const loop::Program& program) {
+  absl::StatusOr<x86::CodegenResult> code = x86::GenerateSharedObject(program);
+  EXPECT_TRUE(code.ok()) << code.status();
+  return code.ok() ? Library::Load(code->shared_object) : nullptr;
+}
+
+// The kernel's buffers: random contents, each starting `shift` bytes past a 64-byte boundary
+// and followed by kSlack random bytes that nothing may write.
+class Buffers {
+ public:
+  static constexpr int64_t kSlack = 64;
+
+  Buffers(const loop::Program& program, const std::vector<int64_t>& symbols,
+          const std::vector<int64_t>& shifts) {
+    std::mt19937 rng(7);
+    std::uniform_real_distribution<float> value(-4.0f, 4.0f);
+    for (size_t b = 0; b < program.buffers.size(); ++b) {
+      const loop::Buffer& buf = program.buffers[b];
+      const int64_t size = loop::ByteSize(loop::ScalarTypeOf(buf.dtype));
+      const int64_t bytes = *buf.elements.Evaluate(symbols, {}) * size + kSlack;
+      const size_t allocated = static_cast<size_t>((shifts[b] + bytes + 63) / 64 * 64);
+      storage_.emplace_back(static_cast<char*>(std::aligned_alloc(64, allocated)), &std::free);
+      char* data = storage_.back().get() + shifts[b];
+      for (int64_t at = 0; at < bytes; at += 4) {
+        // Floats, which read as bf16 pairs too (a bf16 is a float's upper half).
+        const float f = value(rng);
+        std::memcpy(data + at, &f, static_cast<size_t>(std::min<int64_t>(4, bytes - at)));
+      }
+      data_.push_back(data);
+      bytes_.push_back(bytes);
+    }
+  }
+  char* data(size_t b) const { return data_[b]; }
+  // The buffer's bytes and the slack after them.
+  std::string contents(size_t b) const { return std::string(data_[b], bytes_[b]); }
+  size_t size() const { return data_.size(); }
+
+ private:
+  std::vector<std::unique_ptr<char, decltype(&std::free)>> storage_;
+  std::vector<char*> data_;
+  std::vector<int64_t> bytes_;
+};
+
+// The kernel's parameters, in plan::ParamsOf order: buffer addresses, then symbol values.
+std::vector<void*> ParamsFor(const loop::Kernel& kernel, const Buffers& buffers,
+                             std::vector<int64_t>& symbols) {
+  const plan::KernelParams params = plan::ParamsOf(kernel);
+  std::vector<void*> out;
+  for (int32_t b : params.buffers) out.push_back(buffers.data(static_cast<size_t>(b)));
+  for (int32_t s : params.symbols) out.push_back(&symbols[static_cast<size_t>(s)]);
+  return out;
+}
+
+struct WalkCase {
+  std::string name;
+  v1::Graph graph;
+  std::vector<int64_t> symbols;
+  std::vector<int64_t> shifts;  // bytes, per buffer
+  bool aligned;                 // what the runs' alignment test finds
+};
+
+// Every buffer of every case walked on 1 and on 3 host "threads" equals what the x86-64
+// kernel computes from the same inputs.
+TEST(NvptxRunsHostTest, TheWalkComputesWhatTheCpuKernelComputes) {
+  using testing::AddGraph;
+  const std::vector<WalkCase> cases = {
+      {"add_1001", AddGraph({1001}), {}, {0, 0, 0}, true},
+      {"add_1001_misaligned_input", AddGraph({1001}), {}, {0, 4, 0}, false},
+      {"add_1001_misaligned_output", AddGraph({1001}), {}, {0, 0, 4}, false},
+      {"add_rows_of_s0", AddGraph({4, "s0"}), {1000}, {0, 0, 0}, true},
+      {"add_odd_rows_of_s0", AddGraph({4, "s0"}), {1001}, {0, 0, 0}, false},
+      {"gelu_bf16", testing::GeluBf16Graph(1001), {}, {0, 0}, true},
+      {"gelu_bf16_misaligned", testing::GeluBf16Graph(1001), {}, {2, 0}, false},
+      {"scale_bf16_to_f32", testing::ScaleBf16ToF32Graph(203), {}, {0, 0}, true},
+      {"row_broadcast", testing::RowBroadcastAddGraph(5, 36), {}, {0, 0, 0}, true},
+      {"row_broadcast_misaligned_b", testing::RowBroadcastAddGraph(5, 36), {}, {0, 4, 0}, true},
+      {"transposed", testing::TransposedAddGraph(6, 20), {}, {0, 0, 0}, true},
+  };
+  for (const WalkCase& c : cases) {
+    SCOPED_TRACE(c.name);
+    const loop::Program program = OneKernelProgram(c.graph);
+    ASSERT_EQ(program.kernels.size(), 1u);
+    const loop::Kernel& kernel = program.kernels[0];
+    ASSERT_GT(VectorLanes(program, kernel), 1) << "the case is about runs";
+    ASSERT_EQ(c.shifts.size(), program.buffers.size());
+    std::vector<int64_t> symbols = c.symbols;
+
+    std::unique_ptr<Library> cpu = X86Library(program);
+    ASSERT_NE(cpu, nullptr);
+    auto cpu_entry = reinterpret_cast<CpuEntry>(cpu->Symbol("kiln_k0"));
+    ASSERT_NE(cpu_entry, nullptr);
+    const Buffers expected(program, symbols, c.shifts);
+    std::vector<void*> params = ParamsFor(kernel, expected, symbols);
+    cpu_entry(params.data(), 0, *x86::SplitForLaunch(kernel).grid.Evaluate(symbols, {}));
+
+    std::unique_ptr<Library> walk = HostWalkLibrary(program);
+    ASSERT_NE(walk, nullptr);
+    auto walk_entry = reinterpret_cast<WalkEntry>(walk->Symbol("kiln_k0"));
+    ASSERT_NE(walk_entry, nullptr);
+    for (int64_t threads : {1, 3}) {
+      const Buffers got(program, symbols, c.shifts);
+      params = ParamsFor(kernel, got, symbols);
+      uint8_t aligned = 2;
+      for (int64_t t = 0; t < threads; ++t) walk_entry(params.data(), t, threads, &aligned);
+      EXPECT_EQ(aligned, c.aligned ? 1 : 0);
+      for (size_t b = 0; b < got.size(); ++b) {
+        EXPECT_TRUE(got.contents(b) == expected.contents(b))
+            << "buffer " << b << " on " << threads << " threads";
+      }
+    }
+  }
+}
+
+}  // namespace
+}  // namespace kiln::codegen::nvptx

@@ -1,0 +1,135 @@
+// The sm_90 launch policy for pointwise kernels: how many elements each thread's run covers
+// (VectorLanes) for the dtypes a kernel moves and the shapes it walks, and the grid over the
+// runs, constant or symbolic, as the plan records it.
+
+#include "compiler/codegen/nvptx/launch.h"
+
+#include <gtest/gtest.h>
+
+#include <string>
+#include <vector>
+
+#include "compiler/codegen/target.h"
+#include "compiler/compile.h"
+#include "compiler/graph/import.h"
+#include "tests/compiler/codegen/nvptx/pointwise_graphs.h"
+#include "tests/compiler/graph_testing.h"
+
+namespace kiln::codegen::nvptx {
+namespace {
+
+using loop::IndexExpr;
+
+// The one kernel of `graph`, fused, with the program around it.
+struct OneKernel {
+  loop::Program program;
+  const loop::Kernel& kernel() const { return program.kernels[0]; }
+};
+
+OneKernel Fused(const v1::Graph& graph) {
+  absl::StatusOr<loop::Program> program = testing::FuseGraph(graph);
+  EXPECT_TRUE(program.ok()) << program.status();
+  if (!program.ok()) return {};
+  EXPECT_EQ(program->kernels.size(), 1u) << loop::ToString(*program);
+  return {*std::move(program)};
+}
+
+int32_t LanesOf(const v1::Graph& graph) {
+  const OneKernel k = Fused(graph);
+  return k.program.kernels.empty() ? -1 : VectorLanes(k.program, k.kernel());
+}
+
+IndexExpr GridOf(const v1::Graph& graph) {
+  const OneKernel k = Fused(graph);
+  if (k.program.kernels.empty()) return IndexExpr::Const(-1);
+  const KernelSchedule s = ScheduleKernel(k.program, k.kernel());
+  EXPECT_EQ(s.block[0], IndexExpr::Const(kBlockThreads));
+  return s.grid[0];
+}
+
+TEST(NvptxVectorLanesTest, SixteenBytesOfTheNarrowestAccess) {
+  EXPECT_EQ(LanesOf(testing::AddGraph({1 << 20})), 4);
+  EXPECT_EQ(LanesOf(testing::GeluBf16Graph(1 << 20)), 8);
+  // 16 bytes of bf16 in, 32 bytes of f32 out: two 128-bit stores.
+  EXPECT_EQ(LanesOf(testing::ScaleBf16ToF32Graph(1 << 20)), 8);
+  // The broadcast operand and the transposed input do not walk the innermost dimension;
+  // the others do.
+  EXPECT_EQ(LanesOf(testing::RowBroadcastAddGraph(64, 256)), 4);
+  EXPECT_EQ(LanesOf(testing::TransposedAddGraph(64, 256)), 4);
+}
+
+TEST(NvptxVectorLanesTest, ShapesThatKeepRunsFromAligning) {
+  // One odd row: every run but the last is whole.
+  EXPECT_EQ(LanesOf(testing::AddGraph({1001})), 4);
+  // Rows of 1001 fp32 start 4 bytes apart from 16-byte alignment, row after row.
+  EXPECT_EQ(LanesOf(testing::AddGraph({3, 1001})), 1);
+  // An innermost extent shorter than 4 shortens the run, to nothing for 1.
+  EXPECT_EQ(LanesOf(testing::AddGraph({64, 3})), 1) << "rows of 3 never align";
+  EXPECT_EQ(LanesOf(testing::AddGraph({2})), 2);
+  EXPECT_EQ(LanesOf(testing::AddGraph({1})), 1);
+  // Symbolic sizes: the rows' alignment is checked at run time.
+  EXPECT_EQ(LanesOf(testing::AddGraph({"s0"})), 4);
+  EXPECT_EQ(LanesOf(testing::AddGraph({4, "s0"})), 4);
+}
+
+TEST(NvptxVectorLanesTest, ReductionsGetNoRuns) {
+  absl::StatusOr<loop::Program> program = testing::FuseSharedGraph("nanogpt_fp32.fw.json");
+  ASSERT_TRUE(program.ok()) << program.status();
+  int pointwise = 0;
+  for (const loop::Kernel& k : program->kernels) {
+    if (!k.reduction.empty()) {
+      EXPECT_EQ(VectorLanes(*program, k), 1) << k.name;
+    } else if (!k.parallel.empty()) {
+      pointwise += VectorLanes(*program, k) > 1;
+    }
+  }
+  EXPECT_GT(pointwise, 0);
+}
+
+TEST(NvptxVectorLanesTest, TheGridCountsRuns) {
+  // 2^20 elements in runs of 4: 2^18 threads, 1024 blocks.
+  EXPECT_EQ(GridOf(testing::AddGraph({1 << 20})), IndexExpr::Const(1024));
+  // Runs of 8 bf16: 512 blocks.
+  EXPECT_EQ(GridOf(testing::GeluBf16Graph(1 << 20)), IndexExpr::Const(512));
+  EXPECT_EQ(GridOf(testing::ScaleBf16ToF32Graph(1 << 20)), IndexExpr::Const(512));
+  // 251 runs, the last of one element.
+  EXPECT_EQ(GridOf(testing::AddGraph({1001})), IndexExpr::Const(1));
+  // No runs: a thread per element.
+  EXPECT_EQ(GridOf(testing::AddGraph({3, 1001})), IndexExpr::Const(12));
+  // 64 rows of 64 runs.
+  EXPECT_EQ(GridOf(testing::RowBroadcastAddGraph(64, 256)), IndexExpr::Const(16));
+  // Past the cap the grid strides.
+  EXPECT_EQ(GridOf(testing::AddGraph({1 << 24})), IndexExpr::Const(kMaxBlocks));
+}
+
+TEST(NvptxVectorLanesTest, SymbolicGridsCountRunsPerRow) {
+  const IndexExpr grid = GridOf(testing::AddGraph({4, "s0"}));
+  const IndexExpr runs =
+      IndexExpr::Const(4) * IndexExpr::CeilDiv(IndexExpr::Sym(0), IndexExpr::Const(4), nullptr);
+  EXPECT_EQ(grid, IndexExpr::FloorDiv(runs + IndexExpr::Const(kBlockThreads - 1),
+                                      IndexExpr::Const(kBlockThreads), nullptr));
+  for (const auto& [s0, blocks] : std::vector<std::pair<int64_t, int64_t>>{
+           {1, 1}, {4, 1}, {256, 1}, {257, 2}, {1001, 4}, {4096, 16}}) {
+    absl::StatusOr<int64_t> v = grid.Evaluate({s0}, {});
+    ASSERT_TRUE(v.ok()) << v.status();
+    EXPECT_EQ(*v, blocks) << "s0 = " << s0;
+  }
+}
+
+// The plan records the runs' geometry over the symbols and each kernel's run length.
+TEST(NvptxVectorLanesTest, ThePlanCarriesRunLengthsAndTheirGrid) {
+  absl::StatusOr<graph::Graph> g = graph::Import(testing::AddGraph({4, "s0"}));
+  ASSERT_TRUE(g.ok()) << g.status();
+  v1::CompileOptions options;
+  options.set_target(std::string(kTargetCudaSm90));
+  absl::StatusOr<v1::CompiledGraph> artifact = compiler::Compile(*g, options, "key");
+  ASSERT_TRUE(artifact.ok()) << artifact.status();
+  ASSERT_EQ(artifact->kernels_size(), 1);
+  const v1::Kernel& k = artifact->kernels(0);
+  EXPECT_EQ(k.vector_width(), 4);
+  ASSERT_EQ(k.launch().grid(0).kind_case(), v1::SymInt::kExpr);
+  EXPECT_EQ(k.launch().grid(0).expr(), "FloorDiv(4*CeilDiv(s0, 4) + 255, 256)");
+}
+
+}  // namespace
+}  // namespace kiln::codegen::nvptx
