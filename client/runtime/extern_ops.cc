@@ -13,11 +13,12 @@
 
 namespace kiln::runtime {
 
-// Defined in conv.cc and attention.cc.
+// Defined in conv.cc, attention.cc and embedding.cc.
 absl::Status RunConvolution(const ExternCall& call);
 absl::Status RunConvolutionBackward(const ExternCall& call);
 // Any scaled-dot-product attention op, forward or backward, as its registry layout says.
 absl::Status RunAttention(const ExternCall& call);
+absl::Status RunEmbeddingBackward(const ExternCall& call);
 
 namespace {
 
@@ -182,6 +183,7 @@ const std::map<std::string, OpFn, std::less<>>& Ops() {
     add("aten._scaled_dot_product_efficient_attention_backward.default", RunAttention);
     add("aten._scaled_dot_product_cudnn_attention.default", RunAttention);
     add("aten._scaled_dot_product_cudnn_attention_backward.default", RunAttention);
+    add("aten.embedding_dense_backward.default", RunEmbeddingBackward);
     for (const ops::Op* op : ops::AllOps()) {
       if (!op->collective.has_value()) continue;
       add(op->target(), [op](const ExternCall& c) { return Collective(c, *op); });

@@ -1,8 +1,8 @@
 #pragma once
 
 // The ops the CPU runtime implements natively for ExternSteps: exactly the op registry's
-// extern ops (proto/ops/registry.h): matrix products, convolutions, attention and
-// collectives. Each reads its arguments by schema position or
+// extern ops (proto/ops/registry.h): matrix products, convolutions, attention, the embedding
+// gradient and collectives. Each reads its arguments by schema position or
 // keyword, as PyTorch's schemas name them, and writes result i into outputs[i] (skipping
 // undefined outputs). Results do not depend on the number of threads.
 //

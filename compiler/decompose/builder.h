@@ -8,7 +8,7 @@
 // Builder methods return INTERNAL for inconsistent metadata and UNIMPLEMENTED for what the
 // loop IR cannot compute: the node then falls back. A symbolic size outside the IR's forms
 // becomes an opaque IndexExpr, which tensors, views, externs and fallbacks carry as it is;
-// a Compute (or ScatterAdd) that would need one in its kernel is UNIMPLEMENTED.
+// a Compute that would need one in its kernel is UNIMPLEMENTED.
 
 #include <cstdint>
 #include <functional>

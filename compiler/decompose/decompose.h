@@ -11,10 +11,8 @@
 //    gelu, softmax, nll loss, batch norm, dropout, ...) become a few Computes.
 //  - View: the same storage as another tensor under other sizes, strides and offset, as the
 //    graph's metadata records them: views are never copies.
-//  - Extern: an op the runtime runs with a library (matmuls, convolutions, attention,
-//    collectives), or a fallback for an op Kiln has no lowering for.
-//  - ScatterAdd: accumulation into a zero-initialized tensor at data-dependent rows
-//    (embedding backward), sequential per column so that results are deterministic.
+//  - Extern: an op the runtime runs with a library (matmuls, convolutions, attention, the
+//    embedding gradient, collectives), or a fallback for an op Kiln has no lowering for.
 //
 // Tensors that stand for graph values keep the layout their metadata records; others are
 // contiguous. Symbols are renamed to their canonical names. A pure function of the graph.
@@ -71,22 +69,13 @@ struct CallArg {
   std::vector<CallArg> items;
 };
 
-struct ScatterAdd {
-  int32_t indices = -1;     // i64 tensor, flattened: N entries
-  int32_t src = -1;         // [N, D] rows (flattened leading dims)
-  loop::IndexExpr rows;     // N
-  loop::IndexExpr cols;     // D
-  int64_t skip_index = -1;  // rows whose index equals this are skipped (padding_idx)
-};
-
 struct Node {
-  enum class Kind : uint8_t { kInput, kCompute, kView, kExtern, kScatterAdd };
+  enum class Kind : uint8_t { kInput, kCompute, kView, kExtern };
   Kind kind = Kind::kCompute;
   std::string name;          // canonical name of the graph node it comes from
   std::string stack_trace;   // for diagnostics
   int32_t input_index = -1;  // kInput
   Compute compute;           // kCompute
-  ScatterAdd scatter;        // kScatterAdd
   int32_t view_of = -1;      // kView: the tensor viewed
   // kExtern.
   std::string op;
@@ -96,8 +85,8 @@ struct Node {
   bool fallback = false;
   std::string reason;
   int64_t rng_stream = -1;
-  std::vector<int32_t> outputs;  // tensors made (one for kInput/kCompute/kView/kScatterAdd;
-                                 // one per result for kExtern, -1 for None)
+  std::vector<int32_t> outputs;  // tensors made (one for kInput/kCompute/kView; one per
+                                 // result for kExtern, -1 for None)
 };
 
 struct Output {

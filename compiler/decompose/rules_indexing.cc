@@ -1,5 +1,5 @@
-// Indexing: embeddings and their backward, index_select and gather, concatenation, padding,
-// flips and triangular masks.
+// Indexing: embeddings, index_select and gather, concatenation, padding, flips and triangular
+// masks. The embedding's backward is an extern call (see proto/ops/families/indexing.cc).
 
 #include <vector>
 
@@ -23,69 +23,6 @@ absl::Status Embedding(Builder& d, uint32_t node) {
                           b.Bin(Opcode::kLt, i, b.Idx(d.Tn(w).sizes[0])));
     return b.Load(w, d.ST(w), {IndexExpr(), Body::V(b.rank() - 1)}, valid, {i, -1});
   });
-}
-
-absl::Status EmbeddingBackward(Builder& d, uint32_t node) {
-  // (grad_output [..., D], indices [...], num_weights, padding_idx, scale_grad_by_freq)
-  if (d.Int(d.A(node, 4)) != 0) return d.Fallback(node, "scale_grad_by_freq has no lowering");
-  const int32_t g = d.In(node, 0), idx = d.In(node, 1);
-  const graph::Value* o = d.Out(node, 0);
-  IndexExpr rows = IndexExpr::Const(1);
-  for (const IndexExpr& s : d.Tn(idx).sizes) rows = rows * s;
-  const IndexExpr cols = d.Tn(g).sizes.back();
-  // Flattened views of the operands when they are not already 1-d/2-d.
-  auto flat = [&](int32_t t, std::vector<IndexExpr> sizes) {
-    Body b(sizes);
-    // Unravel the flat row index into t's leading dims.
-    const Tensor& tt = d.Tn(t);
-    const size_t lead = sizes.size() == 2 ? tt.sizes.size() - 1 : tt.sizes.size();
-    std::vector<IndexExpr> c(tt.sizes.size());
-    IndexExpr stride = IndexExpr::Const(1);
-    std::vector<IndexExpr> strides(lead);
-    for (size_t i = lead; i-- > 0;) {
-      strides[i] = stride;
-      stride = stride * tt.sizes[i];
-    }
-    for (size_t i = 0; i < lead; ++i) {
-      IndexExpr q = IndexExpr::FloorDiv(Body::V(0), strides[i], nullptr);
-      c[i] = i == 0 ? q : IndexExpr::Mod(q, tt.sizes[i], nullptr);
-    }
-    if (sizes.size() == 2) c[lead] = Body::V(1);
-    return d.FinishPointwise(node, b, b.Load(t, d.ST(t), c), tt.dtype, 0, true);
-  };
-  auto fi = flat(idx, {rows});
-  if (!fi.ok()) return fi.status();
-  auto fg = flat(g, {rows, cols});
-  if (!fg.ok()) return fg.status();
-  const ScalarType acc = loop::ComputeType(loop::ScalarTypeOf(o->dtype));
-  const bool direct = acc == loop::ScalarTypeOf(o->dtype);
-  Node n;
-  n.kind = Node::Kind::kScatterAdd;
-  n.name = d.NodeName(node);
-  n.scatter.indices = *fi;
-  n.scatter.src = *fg;
-  n.scatter.rows = rows;
-  n.scatter.cols = cols;
-  n.scatter.skip_index = d.Int(d.A(node, 3), -1);
-  int32_t t;
-  if (direct) {
-    auto tv = d.TensorOfValue(*o);
-    if (!tv.ok()) return tv.status();
-    t = *tv;
-    if (absl::Status s = d.ComputableLayout(t); !s.ok()) return s;
-    d.Bind(*o, t);
-  } else {
-    auto sizes = d.Syms(d.graph().sizes(*o));
-    if (!sizes.ok()) return sizes.status();
-    t = d.TempTensor(node, loop::DTypeOf(acc), *sizes);
-  }
-  n.outputs = {t};
-  d.AddNode(std::move(n));
-  if (!direct) {
-    Body b(d.Tn(t).sizes);
-    return d.FinishPointwise(node, b, d.LoadB(b, t), o->dtype, 0).status();
-  }
-  return absl::OkStatus();
 }
 
 absl::Status IndexSelect(Builder& d, uint32_t node, bool gather) {
@@ -235,8 +172,6 @@ absl::Status TriangleMask(Builder& d, uint32_t node, bool lower) {
 
 void RegisterIndexingRules(RuleRegistry& r) {
   r.Add("aten.embedding.default", [](Builder& d, uint32_t n) { return Embedding(d, n); });
-  r.Add("aten.embedding_dense_backward.default",
-        [](Builder& d, uint32_t n) { return EmbeddingBackward(d, n); });
   r.Add("aten.cat.default", [](Builder& d, uint32_t n) { return Cat(d, n, false); });
   r.Add("aten.stack.default", [](Builder& d, uint32_t n) { return Cat(d, n, true); });
   r.Add("aten.index_select.default",

@@ -37,9 +37,6 @@ class Lowerer {
         case decompose::Node::Kind::kExtern:
           s = Extern(n);
           break;
-        case decompose::Node::Kind::kScatterAdd:
-          s = Scatter(n);
-          break;
       }
       if (!s.ok()) return s;
     }
@@ -285,117 +282,6 @@ class Lowerer {
     s.kind = loop::Step::Kind::kKernel;
     s.kernel = static_cast<int32_t>(p_.kernels.size() - 1);
     p_.steps.push_back(std::move(s));
-  }
-
-  absl::Status Scatter(const decompose::Node& n) {
-    const decompose::ScatterAdd& sc = n.scatter;
-    const int32_t out = n.outputs[0];
-    const int32_t ob = NewBuffer(out, loop::Buffer::Kind::kIntermediate, -1);
-    const decompose::Tensor& ot = T(out);
-    const loop::ScalarType type = loop::ComputeType(loop::ScalarTypeOf(ot.dtype));
-    // Zero the output.
-    {
-      loop::Kernel k;
-      k.nodes = {n.name};
-      k.parallel = ot.sizes;
-      Inst zero;
-      zero.op = Opcode::kConst;
-      zero.type = type;
-      k.insts.push_back(zero);
-      Inst st;
-      st.op = Opcode::kStore;
-      st.type = type;
-      st.a = 0;
-      st.buffer = ob;
-      std::vector<IndexExpr> coords;
-      for (size_t i = 0; i < ot.sizes.size(); ++i) {
-        coords.push_back(IndexExpr::Var(static_cast<int32_t>(i)));
-      }
-      st.index = StorageIndex(ot, coords);
-      k.insts.push_back(std::move(st));
-      k.stages.push_back({false, 0, 2});
-      AddKernel(std::move(k));
-    }
-    // Each column in parallel, rows in order: deterministic sums.
-    loop::Kernel k;
-    k.nodes = {n.name};
-    k.fusible = false;
-    k.parallel = {sc.cols};
-    k.reduction = {sc.rows};
-    const IndexExpr col = IndexExpr::Var(0), row = IndexExpr::Var(1);
-    auto ib = BufferOf(sc.indices);
-    auto sb = BufferOf(sc.src);
-    if (!ib.ok()) return ib.status();
-    if (!sb.ok()) return sb.status();
-    const decompose::Tensor& it = T(sc.indices);
-    const decompose::Tensor& st = T(sc.src);
-    auto emit = [&](Inst in) {
-      k.insts.push_back(std::move(in));
-      return static_cast<int32_t>(k.insts.size() - 1);
-    };
-    Inst li;
-    li.op = Opcode::kLoad;
-    li.type = loop::ComputeType(loop::ScalarTypeOf(it.dtype));
-    li.buffer = *ib;
-    li.index = StorageIndex(it, {row});
-    int32_t idx = emit(li);
-    if (li.type != loop::ScalarType::kI64) {
-      Inst c;
-      c.op = Opcode::kCast;
-      c.type = loop::ScalarType::kI64;
-      c.a = idx;
-      idx = emit(c);
-    }
-    Inst skip;
-    skip.op = Opcode::kConst;
-    skip.type = loop::ScalarType::kI64;
-    skip.iimm = sc.skip_index;
-    int32_t skip_v = emit(skip);
-    Inst ne;
-    ne.op = Opcode::kNe;
-    ne.type = loop::ScalarType::kBool;
-    ne.a = idx;
-    ne.b = skip_v;
-    int32_t keep = emit(ne);
-    Inst lv;
-    lv.op = Opcode::kLoad;
-    lv.type = loop::ComputeType(loop::ScalarTypeOf(st.dtype));
-    lv.buffer = *sb;
-    lv.index = StorageIndex(st, {row, col});
-    int32_t v = emit(lv);
-    if (lv.type != type) {
-      Inst c;
-      c.op = Opcode::kCast;
-      c.type = type;
-      c.a = v;
-      v = emit(c);
-    }
-    Inst lo;
-    lo.op = Opcode::kLoad;
-    lo.type = type;
-    lo.buffer = ob;
-    lo.index = StorageIndex(ot, {IndexExpr(), col});
-    lo.dyn.push_back({idx, ot.strides[0]});
-    lo.mask = keep;
-    int32_t old = emit(lo);
-    Inst add;
-    add.op = Opcode::kAdd;
-    add.type = type;
-    add.a = old;
-    add.b = v;
-    int32_t sum = emit(add);
-    Inst so;
-    so.op = Opcode::kStore;
-    so.type = type;
-    so.a = sum;
-    so.buffer = ob;
-    so.index = lo.index;
-    so.dyn = lo.dyn;
-    so.mask = keep;
-    emit(so);
-    k.stages.push_back({true, 0, static_cast<int32_t>(k.insts.size())});
-    AddKernel(std::move(k));
-    return absl::OkStatus();
   }
 
   const PrimGraph& g_;

@@ -22,12 +22,28 @@ constexpr const char* kIndexing[] = {
     "SymInt start, SymInt end, SymInt step) -> Tensor",
     "aten.embedding.default(Tensor weight, Tensor indices, SymInt padding_idx=-1, "
     "bool scale_grad_by_freq=False, bool sparse=False) -> Tensor",
+};
+
+// The embedding gradient is a library call on every target. It is a scatter-add into rows
+// the indices choose, and the two ways to parallelize it that a compiler's kernels have are
+// both wrong here: float atomics (Inductor's) change the result from run to run, and a
+// thread per column looping over every index in order is deterministic but serial (most of
+// nanoGPT's backward on an H100). What makes it fast and deterministic is a sort of the
+// indices, which the loop IR cannot express: PyTorch's CUDA kernel sorts them (a stable
+// radix sort) and sums each row's contributions in index order, and the CPU runtime buckets
+// them by row and sums each row in index order, a thread per block of rows. The CUDA kernel
+// keeps the number of distinct rows on the device (no host synchronization, with or without
+// scale_grad_by_freq), so a CUDA graph may capture it.
+constexpr const char* kLibraryCalls[] = {
     "aten.embedding_dense_backward.default(Tensor grad_output, Tensor indices, "
     "SymInt num_weights, SymInt padding_idx, bool scale_grad_by_freq) -> Tensor",
 };
 
 }  // namespace
 
-void AddIndexingOps(OpTable& t) { t.Add(Traits{}, kIndexing); }
+void AddIndexingOps(OpTable& t) {
+  t.Add(Traits{}, kIndexing);
+  t.Add(Traits{.extern_call = true}, kLibraryCalls);
+}
 
 }  // namespace kiln::ops

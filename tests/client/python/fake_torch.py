@@ -1,7 +1,9 @@
 """A stand-in for the few parts of PyTorch that kiln.gpu_runtime uses, so that its plan
-bookkeeping (symbols, buffers, pointers, launch geometry, input checks) runs in CI, where
-there is no PyTorch: tensors are views (storage, offset, sizes, strides) of storages that
-are plain address ranges; nothing holds data. install() puts it in sys.modules as `torch`.
+bookkeeping (symbols, buffers, pointers, launch geometry, input checks, the ATen ops extern
+steps call) runs in CI, where there is no PyTorch: tensors are views (storage, offset, sizes,
+strides) of storages that are plain address ranges; nothing holds data. ATen ops record their
+calls in `calls`, and copy_ records its copies in `copies`. install() puts it in sys.modules
+as `torch`.
 """
 
 from __future__ import annotations
@@ -81,6 +83,39 @@ class Tensor:
 
     def data_ptr(self) -> int:
         return self._storage.data_ptr() + self._offset * self.dtype.itemsize
+
+    def copy_(self, src: "Tensor") -> "Tensor":
+        copies.append((self, src))
+        return self
+
+
+# (destination, source) of every Tensor.copy_, in order.
+copies: list[tuple[Tensor, Tensor]] = []
+# (target, args, kwargs) of every call of an op under torch.ops, in order.
+calls: list[tuple[str, tuple, dict]] = []
+
+
+class _OpOverload:
+    """torch.ops.<namespace>.<op>.<overload>: records each call and returns what `result`
+    makes of the arguments."""
+
+    def __init__(self, target: str, result: Any) -> None:
+        self.target = target
+        self._result = result
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        calls.append((self.target, args, kwargs))
+        return self._result(*args, **kwargs)
+
+
+def _embedding_dense_backward(grad: Tensor, indices: Tensor, num_weights: int,
+                              padding_idx: int, scale_grad_by_freq: bool) -> Tensor:
+    return empty([num_weights, grad.shape[-1]], dtype=grad.dtype, device=grad.device)
+
+
+ops = types.SimpleNamespace(aten=types.SimpleNamespace(
+    embedding_dense_backward=types.SimpleNamespace(default=_OpOverload(
+        "aten.embedding_dense_backward.default", _embedding_dense_backward))))
 
 
 def empty(*sizes: Any, dtype: dtype = None, device: Any = "cpu") -> Tensor:  # noqa: A002

@@ -2,7 +2,8 @@
 (fake_torch.py) whose tensors are address ranges, and the stand-in CUDA driver
 (tests/client/runtime/cuda/fake_libcuda.c) recording each launch. What reaches the driver —
 pointers (an input's storage offset applied, arena offsets), symbols, RNG seed and offset,
-grid and block — and the errors for artifacts and inputs that do not fit."""
+grid and block —, what reaches the ATen ops of extern steps, and the errors for artifacts and
+inputs that do not fit."""
 
 from __future__ import annotations
 
@@ -164,3 +165,66 @@ def test_artifacts_the_runtime_cannot_run_are_refused_saying_why() -> None:
     bad_expr.kernels[0].launch.grid[0].expr = "CeilDiv(s7, 256)"
     with pytest.raises(RuntimeLoadError, match="unknown symbol 's7'"):
         GpuRuntime(bad_expr, torch.device("cuda", 0))
+
+
+def view(buffer: int, sizes: list[int], strides: list[int], dtype: int) -> pb.TensorView:
+    v = pb.TensorView(buffer=buffer, dtype=dtype, offset=sym("0"))
+    v.sizes.extend(sym(str(x)) for x in sizes)
+    v.strides.extend(sym(str(x)) for x in strides)
+    return v
+
+
+def embedding_backward_artifact(padding_idx: int, scale: bool) -> pb.CompiledGraph:
+    """grad_weight = embedding_dense_backward(grad [6, 4] float32, indices [6] int64, 10,
+    padding_idx, scale) as the compiler plans it: one extern step and no kernels."""
+    a = pb.CompiledGraph(target="cuda:sm_90", compile_key="e" * 64)
+    a.buffers.add(kind=pb.BUFFER_KIND_INPUT, input_index=0, dtype=1, size_bytes=sym("96"),
+                  alignment=4, name="grad")
+    a.buffers.add(kind=pb.BUFFER_KIND_INPUT, input_index=1, dtype=5, size_bytes=sym("48"),
+                  alignment=8, name="indices")
+    a.buffers.add(kind=pb.BUFFER_KIND_OUTPUT, dtype=1, size_bytes=sym("160"), alignment=64,
+                  name="grad_weight")
+    call = a.steps.add().extern_call
+    call.op = "aten.embedding_dense_backward.default"
+    call.node = "%2"
+    call.rng_stream = -1
+    call.args.add().tensor.CopyFrom(view(0, [6, 4], [4, 1], 1))
+    call.args.add().tensor.CopyFrom(view(1, [6], [1], 5))
+    call.args.add().value.int_value = 10
+    call.args.add().value.int_value = padding_idx
+    call.args.add().value.bool_value = scale
+    call.outputs.add().CopyFrom(view(2, [10, 4], [4, 1], 1))
+    a.outputs.add().view.CopyFrom(view(2, [10, 4], [4, 1], 1))
+    for name, dtype, sizes, strides in (("grad", 1, [6, 4], [4, 1]), ("indices", 5, [6], [1])):
+        spec = a.inputs.add(name=name, dtype=dtype)
+        spec.sizes.extend(sym(str(x)) for x in sizes)
+        spec.strides.extend(sym(str(x)) for x in strides)
+    a.cudagraph.workspace_bytes.CopyFrom(sym("0"))
+    a.cudagraph.capturable = True
+    return a
+
+
+@pytest.mark.parametrize("padding_idx,scale", [(-1, False), (3, True)])
+def test_the_embedding_gradient_is_atens_sorting_kernel(padding_idx: int, scale: bool) -> None:
+    # ATen's CUDA embedding_dense_backward sums each row in index order (deterministic) and
+    # handles padding_idx and scale_grad_by_freq itself: the runtime passes them through.
+    driver = Driver()
+    runtime = GpuRuntime(embedding_backward_artifact(padding_idx, scale), torch.device("cuda", 0))
+    grad = torch.empty_strided([6, 4], [4, 1], torch.float32, "cuda:0", 8)
+    indices = torch.empty_strided([6], [1], torch.int64, "cuda:0")
+    launches, calls, copies = driver.count(), len(torch.calls), len(torch.copies)
+    (grad_weight,) = runtime.run([grad, indices])
+    assert driver.count() == launches, "no kernel of Kiln's computes it"
+    assert len(torch.calls) == calls + 1
+    target, args, kwargs = torch.calls[-1]
+    assert target == "aten.embedding_dense_backward.default"
+    assert args[2:] == (10, padding_idx, scale) and kwargs == {}
+    # The op reads the caller's tensors where they are.
+    assert (args[0].data_ptr(), args[0].shape, args[0].stride()) == (grad.data_ptr(), [6, 4],
+                                                                     [4, 1])
+    assert (args[1].data_ptr(), args[1].dtype) == (indices.data_ptr(), torch.int64)
+    # Its result lands in the output the runtime returns.
+    assert len(torch.copies) == copies + 1
+    dst, src = torch.copies[-1]
+    assert dst.data_ptr() == grad_weight.data_ptr() and dst.shape == [10, 4]
+    assert (src.shape, src.dtype) == ([10, 4], torch.float32)

@@ -415,6 +415,100 @@ TEST_F(ExternOpsTest, BroadcastReachesTheHookWithItsSource) {
   EXPECT_EQ(outs[0].ToDoubles(), x.ToDoubles());
 }
 
+constexpr auto kI64 = v1::DTYPE_INT64;
+constexpr auto kI32 = v1::DTYPE_INT32;
+constexpr const char* kEmbeddingBackward = "aten.embedding_dense_backward.default";
+
+// embedding_dense_backward's arguments: grad_output [..., D], indices [...], num_weights,
+// padding_idx, scale_grad_by_freq.
+std::vector<CallValue> EmbeddingGradArgs(const Tensor& grad, const Tensor& indices, int64_t rows,
+                                         int64_t padding_idx, bool scale) {
+  return {V(grad), V(indices), V(rows), V(padding_idx), B(scale)};
+}
+
+// Indices of every row of the table and many repeats (more indices than rows), padding rows,
+// scaling by frequency, int32 and int64 indices, every floating dtype, strided operands and
+// outputs, and tables with rows no index names (their gradient is zero).
+TEST_F(ExternOpsTest, EmbeddingBackwardAgainstInterpreter) {
+  struct Case {
+    std::vector<int64_t> index_sizes;
+    int64_t rows, cols;
+  };
+  const std::vector<Case> cases = {{{3, 17}, 11, 6}, {{40}, 7, 33}, {{2, 3, 4}, 50, 5},
+                                   {{1}, 1, 1},      {{0}, 4, 3},   {{5}, 9, 0}};
+  for (const Case& c : cases) {
+    for (DType dtype : {kF32, kF64, kBF16, kF16}) {
+      for (DType index_dtype : {kI64, kI32}) {
+        for (const auto& [padding_idx, scale] : std::vector<std::pair<int64_t, bool>>{
+                 {-1, false}, {c.rows / 2, false}, {-1, true}, {c.rows - 1, true}}) {
+          SCOPED_TRACE(::testing::Message()
+                       << "indices " << c.index_sizes.size() << "-d, " << c.rows << "x" << c.cols
+                       << " dtype " << dtype << " index dtype " << index_dtype << " padding "
+                       << padding_idx << " scale " << scale);
+          const Layout layout = dtype == kF32 ? Layout::kStrided : Layout::kContiguous;
+          std::vector<int64_t> grad_sizes = c.index_sizes;
+          grad_sizes.push_back(c.cols);
+          const Tensor indices = RandomTensor(c.index_sizes, index_dtype, layout, rng_, 0,
+                                              static_cast<double>(c.rows));
+          const Tensor grad =
+              RandomTensor(grad_sizes, dtype, dtype == kBF16 ? Layout::kTransposed : layout, rng_);
+          Check(kEmbeddingBackward, EmbeddingGradArgs(grad, indices, c.rows, padding_idx, scale),
+                {}, layout);
+        }
+      }
+    }
+  }
+}
+
+// Each row is summed in index order: 1e8 + 1 - 1e8 is 0 in float32 that way and 1 in any
+// order that adds the 1 last (the interpreter, in double, says 1: this is about order only).
+TEST_F(ExternOpsTest, EmbeddingBackwardSumsEachRowInIndexOrder) {
+  const Tensor grad = Tensor::Empty({5, 1}, kF32);
+  grad.FromDoubles({1e8, 7, 1, 5, -1e8});
+  const Tensor indices = Tensor::Empty({5}, kI64);
+  indices.FromDoubles({2, 0, 2, 1, 2});
+  const Tensor out = Tensor::Empty({3, 1}, kF32);
+  ExternContext ctx;
+  ctx.pool = &pool_;
+  ASSERT_TRUE(
+      RunDirect(kEmbeddingBackward, EmbeddingGradArgs(grad, indices, 3, -1, false), {out}, ctx)
+          .ok());
+  EXPECT_EQ(out.ToDoubles(), (std::vector<double>{7, 5, 0}));
+}
+
+TEST_F(ExternOpsTest, EmbeddingBackwardErrorsNameTheArgument) {
+  ExternContext ctx;
+  ctx.pool = &pool_;
+  const Tensor grad = RandomTensor({4, 3}, kF32, Layout::kContiguous, rng_);
+  const Tensor out = Tensor::Empty({5, 3}, kF32);
+  Tensor indices = Tensor::Empty({4}, kI64);
+  indices.FromDoubles({0, 4, 5, 1});
+  absl::Status s =
+      RunDirect(kEmbeddingBackward, EmbeddingGradArgs(grad, indices, 5, -1, false), {out}, ctx);
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(s.message().find("index 5 is out of range for 5 rows"), std::string::npos) << s;
+  indices.FromDoubles({0, -1, 2, 1});
+  s = RunDirect(kEmbeddingBackward, EmbeddingGradArgs(grad, indices, 5, -1, false), {out}, ctx);
+  EXPECT_NE(s.message().find("index -1 is out of range"), std::string::npos) << s;
+  const Tensor float_indices = RandomTensor({4}, kF32, Layout::kContiguous, rng_, 0, 4);
+  s = RunDirect(kEmbeddingBackward, EmbeddingGradArgs(grad, float_indices, 5, -1, false), {out},
+                ctx);
+  EXPECT_NE(s.message().find("indices must be int64 or int32, got float32"), std::string::npos)
+      << s;
+  indices = Tensor::Empty({3}, kI64);
+  s = RunDirect(kEmbeddingBackward, EmbeddingGradArgs(grad, indices, 5, -1, false), {out}, ctx);
+  EXPECT_NE(s.message().find("does not have a row for each of the indices"), std::string::npos)
+      << s;
+  indices = Tensor::Empty({4}, kI64);
+  s = RunDirect(kEmbeddingBackward, EmbeddingGradArgs(grad, indices, 6, -1, false), {out}, ctx);
+  EXPECT_NE(s.message().find("output 0 is float32[5, 3]"), std::string::npos) << s;
+  const Tensor int_grad = Tensor::Empty({4, 3}, kI64);
+  EXPECT_EQ(RunDirect(kEmbeddingBackward, EmbeddingGradArgs(int_grad, indices, 5, -1, false),
+                      {Tensor::Empty({5, 3}, kI64)}, ctx)
+                .code(),
+            absl::StatusCode::kUnimplemented);
+}
+
 // Results are bit-identical whatever the number of threads.
 TEST_F(ExternOpsTest, SameBytesForAnyThreadCount) {
   const Tensor a = RandomTensor({200, 300}, kF32, Layout::kTransposed, rng_);
@@ -422,6 +516,8 @@ TEST_F(ExternOpsTest, SameBytesForAnyThreadCount) {
   const Tensor x = RandomTensor({2, 4, 20, 17}, kF32, Layout::kContiguous, rng_);
   const Tensor w = RandomTensor({6, 2, 3, 3}, kF32, Layout::kContiguous, rng_);
   const Tensor q = RandomTensor({2, 2, 40, 16}, kF32, Layout::kContiguous, rng_);
+  const Tensor indices = RandomTensor({8, 250}, kI64, Layout::kContiguous, rng_, 0, 300);
+  const Tensor embedding_grad = RandomTensor({8, 250, 40}, kF32, Layout::kContiguous, rng_);
   std::vector<std::vector<Tensor>> runs;
   for (int threads : {1, 2, 4}) {
     std::vector<Tensor> all;
@@ -447,6 +543,13 @@ TEST_F(ExternOpsTest, SameBytesForAnyThreadCount) {
                                  {V(q), V(q), V(q), None(), B(true), V(0.0), B(true)}, {},
                                  Layout::kContiguous, threads)) {
       all.push_back(t);
+    }
+    for (bool scale : {false, true}) {
+      for (const Tensor& t :
+           Check(kEmbeddingBackward, EmbeddingGradArgs(embedding_grad, indices, 300, 7, scale), {},
+                 Layout::kContiguous, threads)) {
+        all.push_back(t);
+      }
     }
     runs.push_back(all);
   }

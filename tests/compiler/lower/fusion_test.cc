@@ -90,9 +90,10 @@ TEST(FusionTest, MlpForwardBetweenMatmulsIsAtMostTwoKernels) {
   }
 }
 
-// A buffer one kernel zeroes and a scatter then accumulates into (embedding backward): a
-// kernel reading it afterwards must not join the zeroing kernel, where it would read zeros
-// (nanoGPT's tied embedding gradient, lm_head's plus the embedding's, came out wrong so).
+// A buffer one kernel zeroes and an unfusible scatter then accumulates into: a kernel reading
+// it afterwards must not join the zeroing kernel, where it would read zeros (nanoGPT's tied
+// embedding gradient, lm_head's plus the embedding's, came out wrong so when the embedding's
+// backward was such a scatter).
 TEST(FusionTest, AReaderNeverJoinsAKernelWhoseStoreALaterStepWritesOver) {
   using loop::IndexExpr;
   using loop::Inst;

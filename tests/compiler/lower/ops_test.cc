@@ -383,6 +383,12 @@ std::vector<OpCase> Cases() {
   cases.push_back({"embedding_backward",
                    "aten.embedding_dense_backward.default",
                    {T({2, 5, 6}), T({2, 5}, i64), I(11), I(-1), B(false)}});
+  cases.push_back({"embedding_backward_padding_scaled",
+                   "aten.embedding_dense_backward.default",
+                   {T({4, 9, 6}, f32, {1, 24, 4}), T({4, 9}, i32), I(7), I(2), B(true)}});
+  cases.push_back({"embedding_backward_bf16",
+                   "aten.embedding_dense_backward.default",
+                   {T({30, 6}, bf16), T({30}, i64), I(11), I(0), B(false)}});
   cases.push_back({"slice_backward",
                    "aten.slice_backward.default",
                    {T({2, 3}), Ints({2, 9}), I(1), I(1), I(7), I(2)}});
@@ -678,6 +684,39 @@ TEST(OpListTest, EveryRegistryPointwiseOpAndReductionHasALowering) {
   }
   EXPECT_EQ(missing, (std::vector<std::string>{"aten.erfinv.default", "aten.logsumexp.default"}))
       << "no lowering: " << absl::StrJoin(missing, ", ");
+}
+
+// The embedding gradient is one extern step on every target, with or without
+// scale_grad_by_freq, and does not keep a plan from being captured.
+TEST(OpListTest, EmbeddingBackwardIsAnExternStepOnEveryTarget) {
+  for (const bool scale : {false, true}) {
+    SCOPED_TRACE(::testing::Message() << "scale_grad_by_freq " << scale);
+    auto proto =
+        OneOpGraph("aten.embedding_dense_backward.default",
+                   {T({4, 8, 16}), T({4, 8}, v1::DTYPE_INT64), I(50), I(-1), B(scale)}, {});
+    ASSERT_TRUE(proto.ok()) << proto.status();
+    auto g = graph::Import(*proto);
+    ASSERT_TRUE(g.ok()) << g.status();
+    std::vector<std::string> targets = {std::string(codegen::kTargetX86_64)};
+#ifdef KILN_HAVE_CUDA
+    targets.push_back(std::string(codegen::kTargetCudaSm90));
+#endif
+    for (const std::string& target : targets) {
+      v1::CompileOptions options;
+      options.set_target(target);
+      options.set_require_cudagraph(true);
+      auto artifact = compiler::Compile(*g, options, "embedding");
+      ASSERT_TRUE(artifact.ok()) << target << ": " << artifact.status();
+      EXPECT_EQ(artifact->summary().fallback_steps(), 0) << target;
+      std::vector<std::string> externs;
+      for (const v1::PlanStep& step : artifact->steps()) {
+        if (step.has_extern_call()) externs.push_back(step.extern_call().op());
+      }
+      EXPECT_EQ(externs, std::vector<std::string>{"aten.embedding_dense_backward.default"})
+          << target;
+      EXPECT_TRUE(artifact->cudagraph().capturable()) << target;
+    }
+  }
 }
 
 // An op without a lowering falls back; the compile succeeds and says why.
