@@ -28,8 +28,15 @@ def script_parser() -> argparse.ArgumentParser:
     with options of its own adds them to it."""
     parser = argparse.ArgumentParser()
     parser.add_argument("--bundle", type=pathlib.Path, required=True)
-    parser.add_argument("--out", type=pathlib.Path, required=True)
+    parser.add_argument("--out", type=_out_dir, required=True)
     return parser
+
+
+def _out_dir(path: str) -> pathlib.Path:
+    """--out: made when missing, so a script can write under a new folder of $OUT."""
+    out = pathlib.Path(path)
+    out.mkdir(parents=True, exist_ok=True)
+    return out
 
 
 def bundle_and_out() -> Any:
