@@ -453,6 +453,7 @@ def main() -> int:
     wanted = args.only.split(",")
     paths = sorted(str(p) for p in args.graphs.iterdir()
                    if p.name.endswith((".json", ".json.gz")) and any(w in p.name for w in wanted))
+    args.out.mkdir(parents=True, exist_ok=True)
     results = args.out / "corpus_gpu.jsonl"
     results.write_text("")
     report: list = []
