@@ -62,6 +62,8 @@ absl::Status Verify(const v1::CodeModule& module, absl::string_view label) {
 
 LoadedModule::~LoadedModule() {
   if (handle_ != nullptr) dlclose(handle_);
+  // Only now may another module's file take this descriptor number (and so its path).
+  if (fd_ >= 0) ::close(fd_);
 }
 
 absl::StatusOr<std::shared_ptr<LoadedModule>> LoadedModule::Load(const v1::CodeModule& module,
@@ -86,15 +88,14 @@ absl::StatusOr<std::shared_ptr<LoadedModule>> LoadedModule::Load(const v1::CodeM
   }
   const std::string path = absl::StrCat("/proc/self/fd/", fd);
   void* handle = dlopen(path.c_str(), RTLD_NOW | RTLD_LOCAL);
-  // The loader has mapped the file; the descriptor is no longer needed.
-  ::close(fd);
   if (handle == nullptr) {
+    ::close(fd);
     const char* err = dlerror();
     return absl::InternalError(absl::StrCat(label, " (", module.digest().hash(),
                                             ") failed to load: ", err != nullptr ? err : "?"));
   }
   std::shared_ptr<LoadedModule> loaded(
-      new LoadedModule(handle, module.digest().hash(), std::string(label)));
+      new LoadedModule(handle, fd, module.digest().hash(), std::string(label)));
   cache.modules[module.digest().hash()] = loaded;
   // Drop entries whose modules are gone.
   for (auto i = cache.modules.begin(); i != cache.modules.end();) {

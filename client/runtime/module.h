@@ -4,8 +4,10 @@
 // its digest before anything else happens, then handed to the dynamic loader through an
 // anonymous memory file (memfd_create, dlopen of /proc/self/fd/N with RTLD_NOW |
 // RTLD_LOCAL), so nothing touches the file system and symbols of one module never satisfy
-// another's. Loaded modules are cached process-wide by digest: graphs that share a module
-// share one mapping, which is unloaded when the last user lets go.
+// another's. The loader knows a library by the path it was opened under, so the file stays
+// open while its module is loaded: no other module's file can take its descriptor number
+// and be mistaken for it. Loaded modules are cached process-wide by digest: graphs that share a
+// module share one mapping, which is unloaded when the last user lets go.
 //
 // Thread-safe. Errors: DATA_LOSS when the bytes do not match the digest, INVALID_ARGUMENT
 // for a module that is not an x86-64 shared object, INTERNAL with the loader's message when
@@ -38,10 +40,11 @@ class LoadedModule {
   const std::string& digest() const { return digest_; }
 
  private:
-  LoadedModule(void* handle, std::string digest, std::string label)
-      : handle_(handle), digest_(std::move(digest)), label_(std::move(label)) {}
+  LoadedModule(void* handle, int fd, std::string digest, std::string label)
+      : handle_(handle), fd_(fd), digest_(std::move(digest)), label_(std::move(label)) {}
 
   void* handle_;
+  int fd_;  // the memory file the module was loaded from
   std::string digest_;
   std::string label_;
 };

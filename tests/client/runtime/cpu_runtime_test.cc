@@ -306,6 +306,31 @@ TEST_F(CpuRuntimeTest, ModulesAreSharedByDigest) {
   EXPECT_EQ(LoadedModuleCount(), before);
 }
 
+// Two different modules loaded at once are two mappings. The loader knows a library by the
+// path it was opened under: with the memory file closed after loading, the second module's
+// file got the first one's descriptor number, the same /proc/self/fd/N path, and dlopen
+// handed back the first module.
+TEST_F(CpuRuntimeTest, DifferentModulesLoadedAtOnceStayApart) {
+  auto module = [](const std::string& bytes) {
+    v1::CodeModule m;
+    m.set_target("x86_64");
+    m.set_kind(v1::BINARY_KIND_SHARED_OBJECT);
+    m.set_binary(bytes);
+    *m.mutable_digest() = DigestOf(bytes);
+    return m;
+  };
+  // Bytes after an ELF object's end are not part of it: the same code, another digest.
+  absl::StatusOr<std::shared_ptr<LoadedModule>> a = LoadedModule::Load(module(bytes_), "a");
+  ASSERT_TRUE(a.ok()) << a.status();
+  absl::StatusOr<std::shared_ptr<LoadedModule>> b =
+      LoadedModule::Load(module(bytes_ + std::string(64, '\0')), "b");
+  ASSERT_TRUE(b.ok()) << b.status();
+  absl::StatusOr<CpuKernelFn> ka = (*a)->FindKernel("kiln_test_add");
+  absl::StatusOr<CpuKernelFn> kb = (*b)->FindKernel("kiln_test_add");
+  ASSERT_TRUE(ka.ok() && kb.ok());
+  EXPECT_NE(*ka, *kb) << "the second module resolved to the first one's mapping";
+}
+
 TEST_F(CpuRuntimeTest, MalformedPlansAreRejected) {
   auto expect_invalid = [&](v1::CompiledGraph g, const std::string& needle) {
     absl::StatusOr<std::unique_ptr<CpuRuntime>> rt = CpuRuntime::Load(g);
