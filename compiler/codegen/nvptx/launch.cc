@@ -74,7 +74,7 @@ KernelSchedule ScheduleKernel(const loop::Program& program, const loop::Kernel& 
   IndexExpr blocks;
   if (points.is_const()) {
     const int64_t n = points.const_value();
-    blocks = IndexExpr::Const(std::min(kMaxBlocks, (n + kBlockThreads - 1) / kBlockThreads));
+    blocks = IndexExpr::Const(std::min(kMaxGridBlocks, (n + kBlockThreads - 1) / kBlockThreads));
   } else {
     blocks = IndexExpr::FloorDiv(points + IndexExpr::Const(kBlockThreads - 1),
                                  IndexExpr::Const(kBlockThreads), nullptr);

@@ -87,7 +87,9 @@ TEST(NvptxLaunchTest, ConstantRangesGetEnoughBlocksUpToTheCap) {
   EXPECT_EQ(small.block[0], loop::IndexExpr::Const(kBlockThreads));
   EXPECT_EQ(schedule(256).grid[0], loop::IndexExpr::Const(1));
   EXPECT_EQ(schedule(257).grid[0], loop::IndexExpr::Const(2));
-  EXPECT_EQ(schedule(int64_t{1} << 30).grid[0], loop::IndexExpr::Const(kMaxBlocks));
+  EXPECT_EQ(schedule(int64_t{1} << 30).grid[0], loop::IndexExpr::Const(int64_t{1} << 22));
+  EXPECT_EQ(schedule(int64_t{1} << 40).grid[0], loop::IndexExpr::Const(kMaxGridBlocks))
+      << "past the hardware's grid limit the grid strides";
   EXPECT_EQ(schedule(0).grid[0], loop::IndexExpr::Const(0));
   loop::Kernel none;  // no parallel dimension: one point
   EXPECT_EQ(ScheduleKernel(loop::Program(), none).grid[0], loop::IndexExpr::Const(1));
@@ -107,7 +109,7 @@ TEST(NvptxLaunchTest, SymbolicRangesGetOneThreadPerPoint) {
     const loop::IndexExpr& grid = (*schedules)[i].grid[0];
     if (points.is_const()) {
       EXPECT_TRUE(grid.is_const()) << "kernel " << i;
-      EXPECT_LE(grid.const_value(), kMaxBlocks) << "kernel " << i;
+      EXPECT_LE(grid.const_value(), kMaxGridBlocks) << "kernel " << i;
       continue;
     }
     ++symbolic;

@@ -98,8 +98,8 @@ TEST(NvptxVectorLanesTest, TheGridCountsRuns) {
   EXPECT_EQ(GridOf(testing::AddGraph({3, 1001})), IndexExpr::Const(12));
   // 64 rows of 64 runs.
   EXPECT_EQ(GridOf(testing::RowBroadcastAddGraph(64, 256)), IndexExpr::Const(16));
-  // Past the cap the grid strides.
-  EXPECT_EQ(GridOf(testing::AddGraph({1 << 24})), IndexExpr::Const(kMaxBlocks));
+  // A thread per run however many: 2^22 runs of 4.
+  EXPECT_EQ(GridOf(testing::AddGraph({1 << 24})), IndexExpr::Const(1 << 14));
 }
 
 TEST(NvptxVectorLanesTest, SymbolicGridsCountRunsPerRow) {
