@@ -73,6 +73,12 @@ void RegisterFactoryRules(RuleRegistry& r) {
   r.Add("aten.empty_like.default", fill_const(0));
   r.Add("aten.ones.default", fill_const(1));
   r.Add("aten.ones_like.default", fill_const(1));
+  // new_*: `self` gives only the dtype and device, which the output's metadata already says.
+  r.Add("aten.new_zeros.default", fill_const(0));
+  r.Add("aten.new_ones.default", fill_const(1));
+  r.Add("aten.new_full.default", fill_arg(2));
+  r.Add("aten.new_empty.default", fill_const(0));
+  r.Add("aten.new_empty_strided.default", fill_const(0));
   for (const char* t : {"aten.arange.default", "aten.arange.start", "aten.arange.start_step"}) {
     r.Add(t, [](Builder& d, uint32_t n) { return Arange(d, n); });
   }

@@ -34,6 +34,18 @@ constexpr const char* kFactories[] = {
     "Device? device=None, bool? pin_memory=None, MemoryFormat? memory_format=None) -> Tensor",
     "aten.empty_like.default(Tensor self, *, ScalarType? dtype=None, Layout? layout=None, "
     "Device? device=None, bool? pin_memory=None, MemoryFormat? memory_format=None) -> Tensor",
+    "aten.new_zeros.default(Tensor self, SymInt[] size, *, ScalarType? dtype=None, "
+    "Layout? layout=None, Device? device=None, bool? pin_memory=None) -> Tensor",
+    "aten.new_ones.default(Tensor self, SymInt[] size, *, ScalarType? dtype=None, "
+    "Layout? layout=None, Device? device=None, bool? pin_memory=None) -> Tensor",
+    "aten.new_full.default(Tensor self, SymInt[] size, Scalar fill_value, *, "
+    "ScalarType? dtype=None, Layout? layout=None, Device? device=None, "
+    "bool? pin_memory=None) -> Tensor",
+    "aten.new_empty.default(Tensor self, SymInt[] size, *, ScalarType? dtype=None, "
+    "Layout? layout=None, Device? device=None, bool? pin_memory=None) -> Tensor",
+    "aten.new_empty_strided.default(Tensor self, SymInt[] size, SymInt[] stride, *, "
+    "ScalarType? dtype=None, Layout? layout=None, Device? device=None, "
+    "bool? pin_memory=None) -> Tensor",
 };
 
 }  // namespace

@@ -315,6 +315,11 @@ std::vector<OpCase> Cases() {
   cases.push_back({"arange", "aten.arange.start_step", {I(2), I(20), I(3)}});
   cases.push_back({"full", "aten.full.default", {Ints({3, 4}), F(1.5)}});
   cases.push_back({"zeros", "aten.zeros.default", {Ints({2, 5})}});
+  // new_*: the dtype is self's (T5 and BERT write new_zeros and new_ones).
+  cases.push_back({"new_zeros_bf16", "aten.new_zeros.default", {T({3}, bf16), Ints({2, 5})}});
+  cases.push_back({"new_ones", "aten.new_ones.default", {T({3}), Ints({4})}});
+  cases.push_back({"new_full_i64", "aten.new_full.default", {T({3}, i64), Ints({2, 2}), I(7)}});
+  cases.push_back({"new_empty", "aten.new_empty.default", {T({3}), Ints({3, 3})}});
   // Reductions.
   for (const auto& f : floats) {
     cases.push_back(
