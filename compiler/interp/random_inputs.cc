@@ -127,12 +127,9 @@ class RangeInference {
   // Size `dim` (negative counts from the end) of the tensor an argument refers to; a 0-d
   // tensor has size 1 along its dim 0 (or -1), as indexing ops see it.
   std::optional<int64_t> SizeOf(const v1::Argument& a, int64_t dim) const {
-    if (!a.has_ref()) return std::nullopt;
-    auto it = meta_.find(a.ref().node());
-    if (it == meta_.end() || it->second.empty()) return std::nullopt;
-    const size_t out = a.ref().has_output() ? static_cast<size_t>(a.ref().output()) : 0;
-    if (out >= it->second.size() || !it->second[out]->has_tensor()) return std::nullopt;
-    const v1::TensorMeta& t = it->second[out]->tensor();
+    const v1::TensorMeta* meta = TensorOf(a);
+    if (meta == nullptr) return std::nullopt;
+    const v1::TensorMeta& t = *meta;
     const int64_t rank = t.sizes_size();
     if (rank == 0 && (dim == 0 || dim == -1)) return 1;
     if (dim < 0) dim += rank;
@@ -256,12 +253,19 @@ class RangeInference {
   }
 
   std::optional<int64_t> RankOf(const v1::Argument& a) const {
-    if (!a.has_ref()) return std::nullopt;
+    const v1::TensorMeta* meta = TensorOf(a);
+    if (meta == nullptr) return std::nullopt;
+    return meta->sizes_size();
+  }
+
+  // The metadata of the tensor an argument refers to; null for anything else.
+  const v1::TensorMeta* TensorOf(const v1::Argument& a) const {
+    if (!a.has_ref()) return nullptr;
     auto it = meta_.find(a.ref().node());
-    if (it == meta_.end() || it->second.empty()) return std::nullopt;
+    if (it == meta_.end() || it->second.empty()) return nullptr;
     const size_t out = a.ref().has_output() ? static_cast<size_t>(a.ref().output()) : 0;
-    if (out >= it->second.size() || !it->second[out]->has_tensor()) return std::nullopt;
-    return it->second[out]->tensor().sizes_size();
+    if (out >= it->second.size() || !it->second[out]->has_tensor()) return nullptr;
+    return &it->second[out]->tensor();
   }
 
   void MarkPositive(const v1::Node& node, int pos, int item = -1) {
@@ -429,11 +433,11 @@ absl::StatusOr<SymbolMap> ResolveSymbols(const v1::Graph& graph, const SymbolMap
   return out;
 }
 
-absl::StatusOr<std::map<std::string, std::pair<int64_t, int64_t>, std::less<>>> IntInputRanges(
-    const v1::Graph& graph, const RandomInputOptions& options) {
-  absl::StatusOr<SymbolMap> symbols = ResolveSymbols(graph, options.symbols);
-  if (!symbols.ok()) return symbols.status();
-  const RangeInference inferred(graph, *symbols);
+namespace {
+
+// The ranges of each kind of input, from one inference over the graph.
+std::map<std::string, std::pair<int64_t, int64_t>, std::less<>> IntRanges(
+    const v1::Graph& graph, const RangeInference& inferred, const RandomInputOptions& options) {
   std::map<std::string, std::pair<int64_t, int64_t>, std::less<>> out;
   for (const v1::GraphInput& in : graph.inputs()) {
     if (!in.meta().has_tensor()) continue;
@@ -449,31 +453,41 @@ absl::StatusOr<std::map<std::string, std::pair<int64_t, int64_t>, std::less<>>> 
   return out;
 }
 
+std::map<std::string, std::pair<double, double>, std::less<>> FloatRanges(
+    const v1::Graph& graph, const RangeInference& inferred, const RandomInputOptions& options) {
+  std::map<std::string, std::pair<double, double>, std::less<>> out;
+  for (const v1::GraphInput& in : graph.inputs()) {
+    if (!in.meta().has_tensor() || !IsFloating(in.meta().tensor().dtype())) continue;
+    auto it = options.float_ranges.find(in.name());
+    out[in.name()] =
+        it != options.float_ranges.end() ? it->second : inferred.FloatRangeOf(in.name());
+  }
+  return out;
+}
+
+}  // namespace
+
+absl::StatusOr<std::map<std::string, std::pair<int64_t, int64_t>, std::less<>>> IntInputRanges(
+    const v1::Graph& graph, const RandomInputOptions& options) {
+  absl::StatusOr<SymbolMap> symbols = ResolveSymbols(graph, options.symbols);
+  if (!symbols.ok()) return symbols.status();
+  return IntRanges(graph, RangeInference(graph, *symbols), options);
+}
+
 absl::StatusOr<std::map<std::string, std::pair<double, double>, std::less<>>> FloatInputRanges(
     const v1::Graph& graph, const RandomInputOptions& options) {
   absl::StatusOr<SymbolMap> symbols = ResolveSymbols(graph, options.symbols);
   if (!symbols.ok()) return symbols.status();
-  const RangeInference inferred(graph, *symbols);
-  std::map<std::string, std::pair<double, double>, std::less<>> out;
-  for (const v1::GraphInput& in : graph.inputs()) {
-    if (!in.meta().has_tensor() || !IsFloating(in.meta().tensor().dtype())) continue;
-    out[in.name()] = inferred.FloatRangeOf(in.name());
-    if (auto it = options.float_ranges.find(in.name()); it != options.float_ranges.end()) {
-      out[in.name()] = it->second;
-    }
-  }
-  return out;
+  return FloatRanges(graph, RangeInference(graph, *symbols), options);
 }
 
 absl::StatusOr<std::vector<Value>> MakeRandomInputs(const v1::Graph& graph,
                                                     const RandomInputOptions& options) {
   absl::StatusOr<SymbolMap> symbols = ResolveSymbols(graph, options.symbols);
   if (!symbols.ok()) return symbols.status();
-  auto ranges = IntInputRanges(graph, options);
-  if (!ranges.ok()) return ranges.status();
-  auto float_ranges = FloatInputRanges(graph, options);
-  if (!float_ranges.ok()) return float_ranges.status();
   const RangeInference inference(graph, *symbols);
+  const auto ranges = IntRanges(graph, inference, options);
+  const auto float_ranges = FloatRanges(graph, inference, options);
   std::vector<Value> out;
   for (int i = 0; i < graph.inputs_size(); ++i) {
     const v1::GraphInput& in = graph.inputs(i);
@@ -515,11 +529,11 @@ absl::StatusOr<std::vector<Value>> MakeRandomInputs(const v1::Graph& graph,
     Tensor t = Tensor::ZerosStrided(sizes, strides, offset, m.dtype());
     const std::vector<int64_t> slots = t.ElementIndices();
     if (IsFloating(m.dtype())) {
-      const auto [low, high] = float_ranges->at(in.name());
+      const auto [low, high] = float_ranges.at(in.name());
       for (int64_t slot : slots) t.WriteDouble(slot, low + (high - low) * rng.Uniform());
     } else {
       std::pair<int64_t, int64_t> range = {0, 2};
-      if (auto it = ranges->find(in.name()); it != ranges->end()) range = it->second;
+      if (auto it = ranges.find(in.name()); it != ranges.end()) range = it->second;
       const PoolWindow* window = inference.PoolWindowOf(in.name());
       if (options.int_ranges.contains(in.name()) || sizes.size() < 2) window = nullptr;
       for (size_t k = 0; k < slots.size(); ++k) {
