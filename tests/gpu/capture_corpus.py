@@ -147,14 +147,14 @@ def build_gpt2(attn: str = "sdpa", p: float = 0.0, tiny: bool = False) -> tuple:
     return HfLoss(model), [tokens(2, t, vocab), tokens(2, t, vocab)]
 
 
-def build_gpt2_124m() -> tuple:
+def build_gpt2_124m(batch: int = 2, seq: int = 128) -> tuple:
     """GPT-2 at its published size (124M parameters: 12 layers, 768 wide, 50,257 tokens),
-    dropout off, on 2 sequences of 128 tokens."""
+    dropout off, on `batch` sequences of `seq` tokens."""
     from transformers import AutoModelForCausalLM, GPT2Config
 
     cfg = GPT2Config(resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0)
     model = AutoModelForCausalLM.from_config(cfg, attn_implementation="sdpa")
-    return HfLoss(model), [tokens(2, 128, cfg.vocab_size), tokens(2, 128, cfg.vocab_size)]
+    return HfLoss(model), [tokens(batch, seq, cfg.vocab_size), tokens(batch, seq, cfg.vocab_size)]
 
 
 def build_llama(tiny: bool = False) -> tuple:
@@ -224,10 +224,10 @@ def images(b: int, c: int, hw: int, classes: int = 10) -> list:
             torch.randint(0, classes, (b,), device=DEVICE)]
 
 
-def build_resnet18() -> tuple:
+def build_resnet18(batch: int = 4, hw: int = 64) -> tuple:
     import torchvision
 
-    return Classify(torchvision.models.resnet18(num_classes=10)), images(4, 3, 64)
+    return Classify(torchvision.models.resnet18(num_classes=10)), images(batch, 3, hw)
 
 
 def build_resnet18_infer() -> tuple:

@@ -60,12 +60,9 @@ from __future__ import annotations
 
 import json
 import math
-import os
 import pathlib
 import re
-import signal
 import statistics
-import subprocess
 import sys
 import time
 import traceback
@@ -75,6 +72,7 @@ from typing import Any, Callable, Mapping, Optional
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
 
 from kilnd_process import KilnServer, script_parser  # noqa: E402
+from worker_process import run_worker  # noqa: E402
 
 # Relative loss difference against eager that passes, by precision (the module's docstring
 # says why these values).
@@ -518,27 +516,11 @@ def run_process(config: TrainConfig, mode: str, steps: int, timeout: float,
     events_path = out / RUNS_DIR / f"{config.name}.{mode}.jsonl"
     events_path.parent.mkdir(parents=True, exist_ok=True)
     events_path.write_text("")
-    env = dict(server.env, PYTHONUNBUFFERED="1")
     before = scrape(server)
-    start = time.perf_counter()
-    process = subprocess.Popen(
-        [sys.executable, str(pathlib.Path(__file__).resolve()), "--worker", config.name, mode,
-         str(steps), str(events_path)],
-        env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-        errors="replace", start_new_session=True)
-    timed_out_after = None
-    try:
-        output, _ = process.communicate(timeout=timeout)
-    except subprocess.TimeoutExpired:
-        try:
-            os.killpg(process.pid, signal.SIGKILL)
-        except ProcessLookupError:  # it ended in the meantime
-            pass
-        output, _ = process.communicate()
-        timed_out_after = timeout
-    seconds = time.perf_counter() - start
-    run = summarize_run(read_events(events_path), process.returncode, output or "",
-                        timed_out_after, seconds, steps)
+    result = run_worker([str(pathlib.Path(__file__).resolve()), "--worker", config.name, mode,
+                         str(steps), str(events_path)], server.env, timeout)
+    run = summarize_run(read_events(events_path), result.returncode, result.output,
+                        result.timed_out_after, result.seconds, steps)
     run["server"] = counter_delta(before, scrape(server))
     if server.process is not None and server.process.poll() is not None:
         run["kilnd_exited"] = server.process.returncode

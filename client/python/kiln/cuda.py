@@ -45,8 +45,11 @@ class _Library:
         lib.kiln_cuda_launch.argtypes = [vp, ctypes.POINTER(ctypes.c_uint32),
                                          ctypes.POINTER(ctypes.c_uint32), ctypes.c_uint32, vp,
                                          ctypes.POINTER(ctypes.c_uint64), ctypes.c_size_t] + err
+        lib.kiln_cuda_launch_sequence.argtypes = [vp, ctypes.c_size_t, vp, ctypes.c_size_t, vp,
+                                                  ctypes.POINTER(ctypes.c_size_t)] + err
         for fn in (lib.kiln_cuda_open, lib.kiln_cuda_module_load, lib.kiln_cuda_module_function,
-                   lib.kiln_cuda_function_attributes, lib.kiln_cuda_launch):
+                   lib.kiln_cuda_function_attributes, lib.kiln_cuda_launch,
+                   lib.kiln_cuda_launch_sequence):
             fn.restype = ctypes.c_int
         self.lib = lib
         self.path = path
@@ -148,3 +151,64 @@ def launch(function: Function, grid: Sequence[int], block: Sequence[int], shared
     b = (ctypes.c_uint32 * 3)(*block)
     p = (ctypes.c_uint64 * max(1, len(params)))(*(v & 0xFFFFFFFFFFFFFFFF for v in params))
     _call(_lib().kiln_cuda_launch, function.handle, g, b, shared_bytes, stream, p, len(params))
+
+
+class _LaunchRecord(ctypes.Structure):
+    """kiln_cuda_launch_record."""
+
+    _fields_ = [("function", ctypes.c_void_p), ("grid", ctypes.c_uint32 * 3),
+                ("block", ctypes.c_uint32 * 3), ("shared_bytes", ctypes.c_uint32),
+                ("param_count", ctypes.c_uint32), ("param_slots", ctypes.POINTER(ctypes.c_uint32))]
+
+
+class SequenceFailed(CudaError):
+    """A launch of a LaunchSequence failed; `index` is the launch's place in the sequence."""
+
+    def __init__(self, code: int, message: str, index: int) -> None:
+        super().__init__(code, message)
+        self.index = index
+
+
+class LaunchSequence:
+    """Kernel launches made once and run many times with one call into the library: each
+    parameter names a slot of a table that every run fills (buffer addresses, the RNG seed
+    and offset, symbol values), so a run's host work is one call, not one per kernel.
+
+        seq = LaunchSequence([(function, grid, block, shared_bytes, [slot, ...]), ...])
+        seq.run(slot_values, stream)
+    """
+
+    def __init__(self, launches: Sequence[tuple[Function, Sequence[int], Sequence[int], int,
+                                                 Sequence[int]]]) -> None:
+        self._lib = _lib()
+        self.functions = [launch[0] for launch in launches]  # kept alive with their modules
+        self.count = len(launches)
+        self._records = (_LaunchRecord * max(1, self.count))()
+        self._slots = []
+        for record, (function, grid, block, shared_bytes, slots) in zip(self._records, launches):
+            if len(slots) > MAX_PARAMS:
+                raise CudaError(-1, f"{function.name}: {len(slots)} parameters, more than "
+                                    f"{MAX_PARAMS}")
+            table = (ctypes.c_uint32 * max(1, len(slots)))(*slots)
+            self._slots.append(table)
+            record.function = function.handle
+            record.grid[:] = list(grid)
+            record.block[:] = list(block)
+            record.shared_bytes = shared_bytes
+            record.param_count = len(slots)
+            record.param_slots = table
+
+    def run(self, slot_values: Sequence[int], stream: int) -> None:
+        """Launches every kernel in order on `stream`, parameters from `slot_values` (8-byte
+        values: pointers, int64s as two's complement). Raises SequenceFailed naming the
+        launch that failed; the ones before it were launched."""
+        if self.count == 0:
+            return
+        slots = (ctypes.c_uint64 * max(1, len(slot_values)))(*slot_values)
+        failed = ctypes.c_size_t(self.count)
+        buf = ctypes.create_string_buffer(_ERROR_BYTES)
+        code = self._lib.kiln_cuda_launch_sequence(self._records, self.count, slots,
+                                                   len(slot_values), stream,
+                                                   ctypes.byref(failed), buf, _ERROR_BYTES)
+        if code != 0:
+            raise SequenceFailed(code, buf.value.decode("utf-8", "replace"), failed.value)

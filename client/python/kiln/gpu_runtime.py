@@ -5,7 +5,8 @@
 
 Loading checks every module against its digest, loads the cubins (kiln.cuda) into the
 device's primary context, resolves every kernel and parses every expression once. A run
-binds the symbols from the inputs, checks the inputs against the plan, takes one arena for
+binds the symbols from the inputs (the plan at those values is evaluated once and kept:
+kiln.bound_plan), checks the inputs against the plan, takes one arena for
 intermediates and workspaces and one allocation per output from PyTorch's caching
 allocator, and runs the steps in order on PyTorch's current stream: kernels through the
 driver, extern and fallback steps as ATen ops through PyTorch, copies and write-backs with
@@ -28,33 +29,27 @@ from __future__ import annotations
 import hashlib
 import itertools
 import struct
+from collections import OrderedDict
 from dataclasses import dataclass, field
 from typing import Any, Callable, Optional, Sequence
 
 from kiln import cuda
-from kiln.aten import constant, resolve_op, torch_dtype
+from kiln.aten import resolve_op, torch_dtype
+from kiln.bound_plan import (BUFFER_INPUT, PARAM_BUFFER, PARAM_RNG_OFFSET, PARAM_RNG_SEED,
+                             PARAM_SCALAR, PARAM_SYMBOL, BoundPlan, InputMismatch, StepFailed)
 from kiln.symexpr import Evaluator, ExprError, compile_expr, compile_symint
 
-_BUFFER_INPUT, _BUFFER_OUTPUT, _BUFFER_INTERMEDIATE, _BUFFER_WORKSPACE = 1, 2, 3, 4
-_PARAM_BUFFER, _PARAM_SYMBOL, _PARAM_SCALAR, _PARAM_RNG_SEED, _PARAM_RNG_OFFSET = 1, 2, 3, 4, 5
-_BINARY_CUBIN, _BINARY_PTX = 1, 2
+# InputMismatch and StepFailed are what run() raises.
+__all__ = ["GpuRuntime", "InputMismatch", "RuntimeLoadError", "StepFailed"]
 
-# Ops whose argument at this position is a storage offset into their first argument's
-# storage.
-_STORAGE_OFFSET_ARG = {"aten.as_strided.default": 3, "aten.as_strided_copy.default": 3,
-                       "aten.as_strided_scatter.default": 4}
+_BINARY_CUBIN, _BINARY_PTX = 1, 2
+# Bound plans kept per runtime, by symbol values: a dynamic dimension that takes many values
+# (a last partial batch, varying sequence lengths) binds again past this many.
+_BOUND_PLANS = 16
 
 
 class RuntimeLoadError(ValueError):
     """An artifact this runtime cannot run; the message says what and where."""
-
-
-class InputMismatch(ValueError):
-    """Inputs that do not fit the plan; the message names the input."""
-
-
-class StepFailed(RuntimeError):
-    """A plan step that failed; the message names the step, the cause is chained."""
 
 
 @dataclass
@@ -149,11 +144,12 @@ class GpuRuntime:
         self.sources = [(s.input_index, s.dim, s.from_stride) for s in artifact.symbol_sources]
         self.workspace = self._symint(artifact.cudagraph.workspace_bytes, "workspace bytes")
         # Inputs some kernel reads or writes: those must be on the plan's device.
-        self._kernel_inputs = {self.buffers[b].input_index for k in self.kernels
+        self.kernel_inputs = {self.buffers[b].input_index for k in self.kernels
                                for kind, b in k.params
-                               if kind == _PARAM_BUFFER and self.buffers[b].kind == _BUFFER_INPUT}
+                               if kind == PARAM_BUFFER and self.buffers[b].kind == BUFFER_INPUT}
         self.rng_increment = int(artifact.cudagraph.rng_offset_increment)
         self._rng_offset = itertools.count(0, max(1, self.rng_increment))
+        self._bound: OrderedDict[tuple, BoundPlan] = OrderedDict()
 
     # Loading.
 
@@ -204,13 +200,13 @@ class GpuRuntime:
             raise RuntimeLoadError(f"{where}: {e}") from e
         params: list[tuple[int, Any]] = []
         for p in k.params:
-            if p.kind == _PARAM_BUFFER:
+            if p.kind == PARAM_BUFFER:
                 params.append((p.kind, p.buffer))
-            elif p.kind == _PARAM_SYMBOL:
+            elif p.kind == PARAM_SYMBOL:
                 if p.symbol not in self.symbols:
                     raise RuntimeLoadError(f"{where}: unknown symbol {p.symbol!r}")
                 params.append((p.kind, self.symbols.index(p.symbol)))
-            elif p.kind == _PARAM_SCALAR:
+            elif p.kind == PARAM_SCALAR:
                 value = p.scalar
                 if value.WhichOneof("kind") == "float_value":
                     params.append((p.kind, struct.unpack("<q", struct.pack("<d",
@@ -218,7 +214,7 @@ class GpuRuntime:
                 else:
                     params.append((p.kind, int(getattr(value, value.WhichOneof("kind") or
                                                        "int_value"))))
-            elif p.kind in (_PARAM_RNG_SEED, _PARAM_RNG_OFFSET):
+            elif p.kind in (PARAM_RNG_SEED, PARAM_RNG_OFFSET):
                 params.append((p.kind, None))
             else:
                 raise RuntimeLoadError(f"{where}: parameter kind {p.kind} is not supported")
@@ -308,34 +304,18 @@ class GpuRuntime:
                 values[sym] = int(x.stride(dim) if from_stride else x.size(dim))
         return values
 
-    def _check_inputs(self, inputs: Sequence[Any], s: list[int]) -> None:
-        import torch  # noqa: PLC0415
-
-        if self.inputs and len(inputs) != len(self.inputs):
-            raise InputMismatch(f"the plan takes {len(self.inputs)} inputs, {len(inputs)} given")
-        for index, (spec, x) in enumerate(zip(self.inputs, inputs)):
-            if spec.dtype is None:
-                continue
-            if not isinstance(x, torch.Tensor):
-                raise InputMismatch(f"input {spec.name}: expected a tensor, got {type(x).__name__}")
-            if x.dtype != spec.dtype:
-                raise InputMismatch(f"input {spec.name}: dtype {x.dtype}, the plan expects "
-                                    f"{spec.dtype}")
-            # CPU tensors (attention's philox seed and offset, saved by the forward) reach
-            # only extern and fallback ops, which take them where they are; a kernel cannot.
-            if x.device != self.device and (x.device.type != "cpu" or
-                                            index in self._kernel_inputs):
-                raise InputMismatch(f"input {spec.name}: on {x.device}, the plan runs on "
-                                    f"{self.device}")
-            sizes = [e(s) for e in spec.sizes]
-            if list(x.shape) != sizes:
-                raise InputMismatch(f"input {spec.name}: sizes {list(x.shape)}, the plan "
-                                    f"expects {sizes}")
-            strides = [e(s) for e in spec.strides]
-            for d, (size, stride) in enumerate(zip(sizes, strides)):
-                if size > 1 and x.stride(d) != stride:
-                    raise InputMismatch(f"input {spec.name}: strides {list(x.stride())}, the "
-                                        f"plan expects {strides}")
+    def bound(self, s: list[int], group_launches: bool = True) -> BoundPlan:
+        """The plan bound to symbol values `s`, made on first use and kept (see
+        _BOUND_PLANS)."""
+        key = (tuple(s), group_launches)
+        plan = self._bound.get(key)
+        if plan is None:
+            plan = self._bound[key] = BoundPlan(self, s, group_launches)
+            if len(self._bound) > _BOUND_PLANS:
+                self._bound.popitem(last=False)
+        else:
+            self._bound.move_to_end(key)
+        return plan
 
     def run(self, inputs: Sequence[Any], rng_seed: Optional[int] = None,
             rng_offset: Optional[int] = None,
@@ -345,155 +325,15 @@ class GpuRuntime:
         buffer_view(buffer, dtype, sizes, strides) viewing a buffer's memory as a tensor."""
         import torch  # noqa: PLC0415
 
-        s = self.bind_symbols(inputs)
-        self._check_inputs(inputs, s)
+        plan = self.bound(self.bind_symbols(inputs), group_launches=after_step is None)
+        plan.check_inputs(inputs)
         if rng_seed is None:
             rng_seed = torch.initial_seed()
         if rng_offset is None:
             rng_offset = next(self._rng_offset)
-        arena_bytes = max(0, self.workspace(s))
-        arena = torch.empty(arena_bytes, dtype=torch.uint8, device=self.device)
-        storages: list[Any] = []
-        bases: list[int] = []
-        for b in self.buffers:
-            if b.kind == _BUFFER_INPUT:
-                # An input buffer starts at the tensor's first element, its storage offset
-                # applied; views of it reach back no further.
-                x = inputs[b.input_index]
-                storages.append(x.untyped_storage())
-                bases.append(x.storage_offset() * x.element_size())
-            elif b.kind == _BUFFER_OUTPUT:
-                size = max(0, b.size(s))
-                size = -(-size // b.alignment) * b.alignment
-                storages.append(torch.empty(size, dtype=torch.uint8,
-                                            device=self.device).untyped_storage())
-                bases.append(0)
-            else:
-                storages.append(arena.untyped_storage())
-                bases.append(b.offset(s))
-        pointers = [st.data_ptr() + base for st, base in zip(storages, bases)]
-        stream = torch.cuda.current_stream(self.device).cuda_stream
+        return plan.run(inputs, rng_seed, rng_offset, after_step)
 
-        # Results that ops return on the CPU (attention's philox seed and offset), by buffer:
-        # the plan's buffers are all on the GPU, but the ops that read such values back
-        # expect them where they were made.
-        host_values: dict[int, Any] = {}
-
-        def at(storage: Any, byte_base: int, dtype: Any, offset: int, sizes: Sequence[int],
-               strides: Sequence[int]) -> Any:
-            t = torch.empty(0, dtype=dtype, device=storage.device)
-            return t.set_(storage, byte_base // dtype.itemsize + offset, list(sizes),
-                          list(strides))
-
-        def view(v: _View) -> Any:
-            host = host_values.get(v.buffer)
-            storage, base = (host.untyped_storage(), 0) if host is not None else \
-                (storages[v.buffer], bases[v.buffer])
-            return at(storage, base, v.dtype, v.offset(s), [e(s) for e in v.sizes],
-                      [e(s) for e in v.strides])
-
-        def buffer_view(buffer: int, dtype: Any, sizes: Sequence[int],
-                        strides: Sequence[int]) -> Any:
-            return at(storages[buffer], bases[buffer], dtype, 0, sizes, strides)
-
-        symbol_values = dict(zip(self.symbols, s))
-        for index, step in enumerate(self.steps):
-            try:
-                if step.kind == "launch":
-                    self._launch(self.kernels[step.kernel], s, pointers, stream, rng_seed,
-                                 rng_offset)
-                elif step.kind == "call":
-                    assert step.call is not None
-                    self._run_call(step.call, view, symbol_values, host_values, bases)
-                elif step.kind == "copy":
-                    assert step.src is not None and step.dst is not None
-                    view(step.dst).copy_(view(step.src))
-                elif step.kind == "write_back":
-                    assert step.src is not None
-                    inputs[step.input_index].copy_(view(step.src))
-            except cuda.CudaError as e:
-                raise cuda.CudaError(e.code, f"{step.label}: {e}") from e
-            except (RuntimeError, ValueError, TypeError) as e:
-                raise StepFailed(f"{step.label}: {type(e).__name__}: {e}") from e
-            if after_step is not None:
-                after_step(index, buffer_view)
-        out: list[Any] = []
-        for o in self.outputs:
-            if o.kind == "none":
-                out.append(None)
-            elif o.kind == "symbol":
-                assert o.symbol is not None
-                out.append(o.symbol(s))
-            else:
-                assert o.view is not None
-                out.append(view(o.view))
-        return out
-
-    def _launch(self, k: _Kernel, s: list[int], pointers: list[int], stream: int, seed: int,
-                offset: int) -> None:
-        grid = [e(s) for e in k.grid]
-        if min(grid) <= 0:
-            return  # nothing to compute: a dimension of size 0
-        block = [e(s) for e in k.block]
-        params = []
-        for kind, payload in k.params:
-            if kind == _PARAM_BUFFER:
-                params.append(pointers[payload])
-            elif kind == _PARAM_SYMBOL:
-                params.append(s[payload])
-            elif kind == _PARAM_SCALAR:
-                params.append(payload)
-            elif kind == _PARAM_RNG_SEED:
-                params.append(seed)
-            else:
-                params.append(offset)
-        cuda.launch(k.function, grid, block, k.shared_bytes, stream, params)
-
-    def _value(self, a: tuple[str, Any], view: Callable[[_View], Any],
-               symbols: dict[str, int]) -> Any:
-        kind, payload = a
-        if kind == "view":
-            return view(payload) if payload is not None else None
-        if kind == "list":
-            return [self._value(x, view, symbols) for x in payload]
-        return constant(payload, lambda r: None, symbols, self.device)
-
-    def _run_call(self, c: _Call, view: Callable[[_View], Any], symbols: dict[str, int],
-                  host_values: dict[int, Any], bases: list[int]) -> None:
-        args = [self._value(a, view, symbols) for a in c.args]
-        if c.target in _STORAGE_OFFSET_ARG and len(args) > _STORAGE_OFFSET_ARG[c.target]:
-            # The graph's storage_offset counts from the start of self's storage; here self
-            # lives at an offset inside the arena (or an output allocation).
-            self_arg = c.args[0]
-            if self_arg[0] == "view" and self_arg[1] is not None and \
-                    self.buffers[self_arg[1].buffer].kind != _BUFFER_INPUT:
-                i = _STORAGE_OFFSET_ARG[c.target]
-                args[i] = (args[i] or 0) + bases[self_arg[1].buffer] // self_arg[1].itemsize
-        kwargs = {name: self._value(a, view, symbols) for name, a in c.kwargs}
-        if c.collective:
-            args, kwargs = self._bind_groups(c.target, args, kwargs)
-        result = c.op(*args, **kwargs)
-        if c.collective and c.target.startswith("_c10d_functional.") and \
-                "wait_tensor" not in c.target:
-            import torch  # noqa: PLC0415
-
-            result = torch.ops._c10d_functional.wait_tensor.default(result)
-        results = list(result) if isinstance(result, (list, tuple)) else [result]
-        if len(c.outputs) == 1 and len(results) != 1:
-            results = [result]
-        for out, r in zip(c.outputs, results):
-            if out is None:
-                continue
-            if getattr(r, "device", None) is not None and r.device.type == "cpu":
-                host_values[out.buffer] = r.contiguous()
-                continue
-            host_values.pop(out.buffer, None)
-            target = view(out)
-            if isinstance(r, (list, tuple)):
-                raise ValueError(f"{c.target} returned a list where one tensor was expected")
-            target.copy_(r)
-
-    def _bind_groups(self, target: str, args: list[Any],
+    def bind_groups(self, target: str, args: list[Any],
                      kwargs: dict[str, Any]) -> tuple[list[Any], dict[str, Any]]:
         """Canonical group names pgN become this process's N-th group."""
 

@@ -76,6 +76,73 @@ class PushedContext {
   const CUresult result_;
 };
 
+// Refuses empty extents and parameter lists past KILN_CUDA_MAX_PARAMS, naming `where`.
+int CheckShape(const char* where, const uint32_t grid[3], const uint32_t block[3],
+               size_t param_count, char* error, size_t error_size) {
+  if (param_count > KILN_CUDA_MAX_PARAMS) {
+    return Fail(KILN_CUDA_ERROR_BAD_ARGUMENT,
+                std::string(where) + ": " + std::to_string(param_count) +
+                    " parameters, more than " + std::to_string(KILN_CUDA_MAX_PARAMS),
+                error, error_size);
+  }
+  for (int i = 0; i < 3; ++i) {
+    if (grid[i] == 0 || block[i] == 0) {
+      return Fail(KILN_CUDA_ERROR_BAD_ARGUMENT,
+                  std::string(where) + ": grid " + std::to_string(grid[0]) + "x" +
+                      std::to_string(grid[1]) + "x" + std::to_string(grid[2]) + ", block " +
+                      std::to_string(block[0]) + "x" + std::to_string(block[1]) + "x" +
+                      std::to_string(block[2]) + " has an empty extent",
+                  error, error_size);
+    }
+  }
+  return 0;
+}
+
+// A thread with no current context (PyTorch's autograd threads before their first CUDA call)
+// gets the function's module's.
+int MakeContextCurrent(const Driver& d, const kiln_cuda_function& function, char* error,
+                       size_t error_size) {
+  CUcontext current = nullptr;
+  if (d.CtxGetCurrent(&current) == kCudaSuccess && current == nullptr) {
+    if (CUresult r = d.CtxSetCurrent(function.module->context); r != kCudaSuccess) {
+      return Fail(r, DescribeError(d, "cuCtxSetCurrent", r), error, error_size);
+    }
+  }
+  return 0;
+}
+
+// One launch, its parameters' values in `params`; shapes checked already.
+int Launch(const Driver& d, kiln_cuda_function* function, const uint32_t grid[3],
+           const uint32_t block[3], uint32_t shared_bytes, void* stream, const uint64_t* params,
+           size_t param_count, char* error, size_t error_size) {
+  const int shared = static_cast<int>(shared_bytes);
+  if (shared > function->shared_allowed.load(std::memory_order_relaxed)) {
+    if (CUresult r = d.FuncSetAttribute(
+            function->function, kiln::runtime::cuda::kFuncMaxDynamicSharedSizeBytes, shared);
+        r != kCudaSuccess) {
+      return Fail(r,
+                  DescribeError(d, "cuFuncSetAttribute", r) + " (" + std::to_string(shared) +
+                      " bytes of dynamic shared memory)",
+                  error, error_size);
+    }
+    function->shared_allowed.store(shared, std::memory_order_relaxed);
+  }
+  // cuLaunchKernel takes a pointer to each parameter's value.
+  void* pointers[KILN_CUDA_MAX_PARAMS];
+  uint64_t values[KILN_CUDA_MAX_PARAMS];
+  for (size_t i = 0; i < param_count; ++i) {
+    values[i] = params[i];
+    pointers[i] = &values[i];
+  }
+  if (CUresult r =
+          d.LaunchKernel(function->function, grid[0], grid[1], grid[2], block[0], block[1],
+                         block[2], shared_bytes, static_cast<CUstream>(stream), pointers, nullptr);
+      r != kCudaSuccess) {
+    return Fail(r, DescribeError(d, "cuLaunchKernel", r), error, error_size);
+  }
+  return 0;
+}
+
 }  // namespace
 
 extern "C" {
@@ -215,55 +282,62 @@ int kiln_cuda_launch(kiln_cuda_function* function, const uint32_t grid[3], const
     return Fail(KILN_CUDA_ERROR_BAD_ARGUMENT, "kiln_cuda_launch: a NULL argument", error,
                 error_size);
   }
-  if (param_count > KILN_CUDA_MAX_PARAMS) {
-    return Fail(KILN_CUDA_ERROR_BAD_ARGUMENT,
-                "kiln_cuda_launch: " + std::to_string(param_count) + " parameters, more than " +
-                    std::to_string(KILN_CUDA_MAX_PARAMS),
-                error, error_size);
-  }
-  for (int i = 0; i < 3; ++i) {
-    if (grid[i] == 0 || block[i] == 0) {
-      return Fail(KILN_CUDA_ERROR_BAD_ARGUMENT,
-                  "kiln_cuda_launch: grid " + std::to_string(grid[0]) + "x" +
-                      std::to_string(grid[1]) + "x" + std::to_string(grid[2]) + ", block " +
-                      std::to_string(block[0]) + "x" + std::to_string(block[1]) + "x" +
-                      std::to_string(block[2]) + " has an empty extent",
-                  error, error_size);
-    }
+  if (int code = CheckShape("kiln_cuda_launch", grid, block, param_count, error, error_size)) {
+    return code;
   }
   int code = 0;
   const Driver* d = Open(&code, error, error_size);
   if (d == nullptr) return code;
-  CUcontext current = nullptr;
-  if (d->CtxGetCurrent(&current) == kCudaSuccess && current == nullptr) {
-    if (CUresult r = d->CtxSetCurrent(function->module->context); r != kCudaSuccess) {
-      return Fail(r, DescribeError(*d, "cuCtxSetCurrent", r), error, error_size);
+  if (int code = MakeContextCurrent(*d, *function, error, error_size)) return code;
+  return Launch(*d, function, grid, block, shared_bytes, stream, params, param_count, error,
+                error_size);
+}
+
+int kiln_cuda_launch_sequence(const kiln_cuda_launch_record* records, size_t count,
+                              const uint64_t* slots, size_t slot_count, void* stream,
+                              size_t* failed, char* error, size_t error_size) {
+  if (failed != nullptr) *failed = count;
+  if ((records == nullptr && count > 0) || (slots == nullptr && slot_count > 0)) {
+    return Fail(KILN_CUDA_ERROR_BAD_ARGUMENT, "kiln_cuda_launch_sequence: a NULL argument", error,
+                error_size);
+  }
+  for (size_t i = 0; i < count; ++i) {
+    const kiln_cuda_launch_record& r = records[i];
+    const std::string where = "kiln_cuda_launch_sequence: record " + std::to_string(i);
+    int code = 0;
+    if (r.function == nullptr || (r.param_slots == nullptr && r.param_count > 0)) {
+      code = Fail(KILN_CUDA_ERROR_BAD_ARGUMENT, where + ": a NULL function or slot list", error,
+                  error_size);
+    } else {
+      code = CheckShape(where.c_str(), r.grid, r.block, r.param_count, error, error_size);
+    }
+    for (uint32_t p = 0; code == 0 && p < r.param_count; ++p) {
+      if (r.param_slots[p] >= slot_count) {
+        code = Fail(KILN_CUDA_ERROR_BAD_ARGUMENT,
+                    where + ": parameter " + std::to_string(p) + " takes slot " +
+                        std::to_string(r.param_slots[p]) + " of " + std::to_string(slot_count),
+                    error, error_size);
+      }
+    }
+    if (code != 0) {
+      if (failed != nullptr) *failed = i;
+      return code;
     }
   }
-  const int shared = static_cast<int>(shared_bytes);
-  if (shared > function->shared_allowed.load(std::memory_order_relaxed)) {
-    if (CUresult r = d->FuncSetAttribute(
-            function->function, kiln::runtime::cuda::kFuncMaxDynamicSharedSizeBytes, shared);
-        r != kCudaSuccess) {
-      return Fail(r,
-                  DescribeError(*d, "cuFuncSetAttribute", r) + " (" + std::to_string(shared) +
-                      " bytes of dynamic shared memory)",
-                  error, error_size);
-    }
-    function->shared_allowed.store(shared, std::memory_order_relaxed);
-  }
-  // cuLaunchKernel takes a pointer to each parameter's value.
-  void* pointers[KILN_CUDA_MAX_PARAMS];
+  if (count == 0) return 0;
+  int code = 0;
+  const Driver* d = Open(&code, error, error_size);
+  if (d == nullptr) return code;
+  if (int code = MakeContextCurrent(*d, *records[0].function, error, error_size)) return code;
   uint64_t values[KILN_CUDA_MAX_PARAMS];
-  for (size_t i = 0; i < param_count; ++i) {
-    values[i] = params[i];
-    pointers[i] = &values[i];
-  }
-  if (CUresult r =
-          d->LaunchKernel(function->function, grid[0], grid[1], grid[2], block[0], block[1],
-                          block[2], shared_bytes, static_cast<CUstream>(stream), pointers, nullptr);
-      r != kCudaSuccess) {
-    return Fail(r, DescribeError(*d, "cuLaunchKernel", r), error, error_size);
+  for (size_t i = 0; i < count; ++i) {
+    const kiln_cuda_launch_record& r = records[i];
+    for (uint32_t p = 0; p < r.param_count; ++p) values[p] = slots[r.param_slots[p]];
+    if (int code = Launch(*d, r.function, r.grid, r.block, r.shared_bytes, stream, values,
+                          r.param_count, error, error_size)) {
+      if (failed != nullptr) *failed = i;
+      return code;
+    }
   }
   return 0;
 }

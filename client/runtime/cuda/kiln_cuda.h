@@ -72,6 +72,28 @@ KILN_CUDA_API int kiln_cuda_launch(kiln_cuda_function* function, const uint32_t 
                                    const uint64_t* params, size_t param_count, char* error,
                                    size_t error_size);
 
+/* One launch of a sequence (kiln_cuda_launch_sequence). Its parameters are not values but
+ * indices into the sequence's table of slots, so one record serves every run: a run fills the
+ * slots (buffer addresses, the RNG seed and offset, symbol values) and launches the records. */
+typedef struct kiln_cuda_launch_record {
+  kiln_cuda_function* function;
+  uint32_t grid[3];
+  uint32_t block[3];
+  uint32_t shared_bytes;
+  uint32_t param_count;
+  const uint32_t* param_slots; /* param_count indices into `slots` */
+} kiln_cuda_launch_record;
+
+/* Launches `count` records in order on `stream`, parameter i of a record taking the value
+ * slots[record.param_slots[i]]. Checks every record before launching any, so an invalid one
+ * (a slot out of range, an empty extent, too many parameters) launches nothing; a driver
+ * failure stops the sequence there. `failed` (may be NULL) receives the index of the record
+ * that failed, or `count`. One call for a plan's run of kernels instead of one a kernel: the
+ * host's work per launch is the driver's alone. */
+KILN_CUDA_API int kiln_cuda_launch_sequence(const kiln_cuda_launch_record* records, size_t count,
+                                            const uint64_t* slots, size_t slot_count, void* stream,
+                                            size_t* failed, char* error, size_t error_size);
+
 #ifdef __cplusplus
 }
 #endif

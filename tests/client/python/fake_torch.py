@@ -113,9 +113,24 @@ def _embedding_dense_backward(grad: Tensor, indices: Tensor, num_weights: int,
     return empty([num_weights, grad.shape[-1]], dtype=grad.dtype, device=grad.device)
 
 
+def _mm(a: Tensor, b: Tensor) -> Tensor:
+    return empty([a.shape[0], b.shape[1]], dtype=a.dtype, device=a.device)
+
+
+def _mm_out(a: Tensor, b: Tensor, *, out: Tensor) -> Tensor:
+    return out
+
+
+_Argument = types.SimpleNamespace
+_mm_out_op = _OpOverload("aten.mm.out", _mm_out)
+_mm_out_op._schema = types.SimpleNamespace(arguments=[
+    _Argument(name="self", is_out=False), _Argument(name="mat2", is_out=False),
+    _Argument(name="out", is_out=True)])
+
 ops = types.SimpleNamespace(aten=types.SimpleNamespace(
     embedding_dense_backward=types.SimpleNamespace(default=_OpOverload(
-        "aten.embedding_dense_backward.default", _embedding_dense_backward))))
+        "aten.embedding_dense_backward.default", _embedding_dense_backward)),
+    mm=types.SimpleNamespace(default=_OpOverload("aten.mm.default", _mm), out=_mm_out_op)))
 
 
 def empty(*sizes: Any, dtype: dtype = None, device: Any = "cpu") -> Tensor:  # noqa: A002

@@ -228,3 +228,100 @@ def test_the_embedding_gradient_is_atens_sorting_kernel(padding_idx: int, scale:
     dst, src = torch.copies[-1]
     assert dst.data_ptr() == grad_weight.data_ptr() and dst.shape == [10, 4]
     assert (src.shape, src.dtype) == ([10, 4], torch.float32)
+
+
+def mm_artifact(product_offset: int) -> pb.CompiledGraph:
+    """y = k1(mm(k0(a), b)) over a [4, 8] and b [8, 16] float32: k0 writes t (arena offset
+    0, 128 bytes), the extern mm writes p at `product_offset` in the arena, k1 reads p and
+    writes the output y. A p at offset 0 shares t's memory (t dies at the mm)."""
+    image = b"kernel kiln_k0 2\nkernel kiln_k1 2\n"
+    a = pb.CompiledGraph(target="cuda:sm_90", compile_key="m" * 64)
+    a.modules.add(target="cuda:sm_90", kind=pb.BINARY_KIND_CUBIN, binary=image,
+                  digest=pb.Digest(hash=hashlib.sha256(image).hexdigest(),
+                                   size_bytes=len(image)))
+    for name, reads, writes in (("kiln_k0", 0, 2), ("kiln_k1", 4, 3)):
+        k = a.kernels.add(name=name, module=0)
+        k.params.add(kind=pb.PARAM_KIND_BUFFER, buffer=reads)
+        k.params.add(kind=pb.PARAM_KIND_BUFFER, buffer=writes)
+        k.launch.grid.extend([sym("1"), sym("1"), sym("1")])
+        k.launch.block.extend([sym("128"), sym("1"), sym("1")])
+    a.buffers.add(kind=pb.BUFFER_KIND_INPUT, input_index=0, dtype=1, size_bytes=sym("128"),
+                  alignment=4, name="a")
+    a.buffers.add(kind=pb.BUFFER_KIND_INPUT, input_index=1, dtype=1, size_bytes=sym("512"),
+                  alignment=4, name="b")
+    a.buffers.add(kind=pb.BUFFER_KIND_INTERMEDIATE, dtype=1, size_bytes=sym("128"),
+                  arena_offset=sym("0"), alignment=64, name="t")
+    a.buffers.add(kind=pb.BUFFER_KIND_OUTPUT, dtype=1, size_bytes=sym("256"), alignment=64,
+                  name="y")
+    a.buffers.add(kind=pb.BUFFER_KIND_INTERMEDIATE, dtype=1, size_bytes=sym("256"),
+                  arena_offset=sym(str(product_offset)), alignment=64, name="p")
+    a.steps.add().launch.kernel = 0
+    call = a.steps.add().extern_call
+    call.op = "aten.mm.default"
+    call.node = "%3"
+    call.args.add().tensor.CopyFrom(view(2, [4, 8], [8, 1], 1))
+    call.args.add().tensor.CopyFrom(view(1, [8, 16], [16, 1], 1))
+    call.outputs.add().CopyFrom(view(4, [4, 16], [16, 1], 1))
+    a.steps.add().launch.kernel = 1
+    a.outputs.add().view.CopyFrom(view(3, [4, 16], [16, 1], 1))
+    for name, sizes, strides in (("a", [4, 8], [8, 1]), ("b", [8, 16], [16, 1])):
+        spec = a.inputs.add(name=name, dtype=1)
+        spec.sizes.extend(sym(str(x)) for x in sizes)
+        spec.strides.extend(sym(str(x)) for x in strides)
+    a.cudagraph.workspace_bytes.CopyFrom(sym(str(max(128, product_offset + 256))))
+    return a
+
+
+def mm_inputs():  # type: ignore[no-untyped-def]
+    return [torch.empty_strided([4, 8], [8, 1], torch.float32, "cuda:0"),
+            torch.empty_strided([8, 16], [16, 1], torch.float32, "cuda:0")]
+
+
+def test_kernels_between_other_steps_launch_in_order_with_the_runs_addresses() -> None:
+    driver = Driver()
+    runtime = GpuRuntime(mm_artifact(128), torch.device("cuda", 0))
+    for _ in range(2):  # the second run reuses the bound plan with new buffers
+        before, calls = driver.count(), len(torch.calls)
+        (y,) = runtime.run(mm_inputs())
+        assert driver.count() == before + 2
+        (_, k0, _), (_, k1, _) = driver.launch(before), driver.launch(before + 1)
+        arena = k0[1]  # t sits at the arena's start
+        assert k1 == [arena + 128, y.untyped_storage().data_ptr()]
+        assert len(torch.calls) == calls + 1
+        (mm_a, _), _ = torch.calls[-1][1], torch.calls[-1][2]
+        assert mm_a.data_ptr() == arena
+
+
+def test_an_extern_result_is_written_in_place_once_its_first_run_fits() -> None:
+    runtime = GpuRuntime(mm_artifact(128), torch.device("cuda", 0))
+    copies = len(torch.copies)
+    runtime.run(mm_inputs())
+    # The first run copies the op's result into the plan's buffer and learns it fits.
+    assert len(torch.copies) == copies + 1
+    assert torch.calls[-1][0] == "aten.mm.default"
+    runtime.run(mm_inputs())
+    assert len(torch.copies) == copies + 1, "no copy: mm wrote into the arena itself"
+    target, args, kwargs = torch.calls[-1]
+    assert target == "aten.mm.out"
+    assert (kwargs["out"].shape, kwargs["out"].stride()) == ([4, 16], [16, 1])
+    assert kwargs["out"].data_ptr() == args[0].data_ptr() + 128
+
+
+def test_an_extern_result_over_its_own_arguments_memory_is_copied() -> None:
+    # p at offset 0 overlaps t, mm's first argument: mm must not write where it reads.
+    runtime = GpuRuntime(mm_artifact(0), torch.device("cuda", 0))
+    copies = len(torch.copies)
+    for _ in range(2):
+        runtime.run(mm_inputs())
+        assert torch.calls[-1][0] == "aten.mm.default"
+    assert len(torch.copies) == copies + 2
+
+
+def test_each_size_of_a_dynamic_dimension_binds_its_own_plan() -> None:
+    driver = Driver()
+    runtime = GpuRuntime(artifact(), torch.device("cuda", 0))
+    for n, blocks in ((1000, 4), (100, 1), (1000, 4), (5000, 20)):
+        before = driver.count()
+        runtime.run([cuda_input(n)])
+        geometry, values, _ = driver.launch(before)
+        assert geometry[0] == blocks and values[3] == n

@@ -208,4 +208,65 @@ TEST_F(KilnCudaTest, BadArgumentsAreRefusedBeforeTheDriver) {
   kiln_cuda_module_unload(m);
 }
 
+TEST_F(KilnCudaTest, ASequenceLaunchesEachRecordWithItsSlotsValues) {
+  kiln_cuda_module* m = Load("kernel seq_a 3\nkernel seq_b 2\n");
+  kiln_cuda_function* a = Function(m, "seq_a");
+  kiln_cuda_function* b = Function(m, "seq_b");
+  // Slots as a run fills them: two buffer addresses, a seed, a symbol's value.
+  const uint64_t slots[4] = {0x7f0000001000ull, 0x7f0000002000ull, 42, 1000};
+  const uint32_t a_slots[3] = {0, 3, 2};
+  const uint32_t b_slots[2] = {1, 1};
+  const kiln_cuda_launch_record records[2] = {
+      {a, {4, 1, 1}, {256, 1, 1}, 0, 3, a_slots},
+      {b, {8, 2, 1}, {128, 1, 1}, 0, 2, b_slots},
+  };
+  void* stream = reinterpret_cast<void*>(0x77);
+  size_t failed = 99;
+  const int before = fake().launch_count();
+  ASSERT_EQ(kiln_cuda_launch_sequence(records, 2, slots, 4, stream, &failed, error, sizeof(error)),
+            0)
+      << error;
+  EXPECT_EQ(failed, 2u);
+  ASSERT_EQ(fake().launch_count(), before + 2);
+  EXPECT_STREQ(fake().launch_name(before), "seq_a");
+  EXPECT_STREQ(fake().launch_name(before + 1), "seq_b");
+  const uint64_t* va = fake().values(before);
+  EXPECT_THAT(std::vector<uint64_t>(va, va + 3), ElementsAre(0x7f0000001000ull, 1000u, 42u));
+  const uint64_t* vb = fake().values(before + 1);
+  EXPECT_THAT(std::vector<uint64_t>(vb, vb + 2), ElementsAre(0x7f0000002000ull, 0x7f0000002000ull));
+  const unsigned* g = fake().geometry(before + 1);
+  EXPECT_THAT(std::vector<unsigned>(g, g + 7), ElementsAre(8, 2, 1, 128, 1, 1, 0));
+  EXPECT_EQ(fake().stream(before + 1), stream);
+  kiln_cuda_module_unload(m);
+}
+
+TEST_F(KilnCudaTest, ASequenceWithAnInvalidRecordLaunchesNothingAndNamesIt) {
+  kiln_cuda_module* m = Load("kernel seq_c 1\n");
+  kiln_cuda_function* a = Function(m, "seq_a");
+  const uint64_t slots[1] = {5};
+  const uint32_t good[1] = {0};
+  const uint32_t past_the_end[1] = {1};
+  const kiln_cuda_launch_record slot_out_of_range[2] = {
+      {a, {1, 1, 1}, {32, 1, 1}, 0, 1, good},
+      {a, {1, 1, 1}, {32, 1, 1}, 0, 1, past_the_end},
+  };
+  size_t failed = 99;
+  const int before = fake().launch_count();
+  EXPECT_EQ(kiln_cuda_launch_sequence(slot_out_of_range, 2, slots, 1, nullptr, &failed, error,
+                                      sizeof(error)),
+            KILN_CUDA_ERROR_BAD_ARGUMENT);
+  EXPECT_EQ(failed, 1u);
+  EXPECT_THAT(error, HasSubstr("record 1: parameter 0 takes slot 1 of 1"));
+  const kiln_cuda_launch_record empty_grid[1] = {{a, {0, 1, 1}, {32, 1, 1}, 0, 1, good}};
+  EXPECT_EQ(
+      kiln_cuda_launch_sequence(empty_grid, 1, slots, 1, nullptr, &failed, error, sizeof(error)),
+      KILN_CUDA_ERROR_BAD_ARGUMENT);
+  EXPECT_EQ(failed, 0u);
+  EXPECT_THAT(error, HasSubstr("record 0: grid 0x1x1, block 32x1x1 has an empty extent"));
+  EXPECT_EQ(fake().launch_count(), before);
+  EXPECT_EQ(
+      kiln_cuda_launch_sequence(nullptr, 0, nullptr, 0, nullptr, &failed, error, sizeof(error)), 0);
+  kiln_cuda_module_unload(m);
+}
+
 }  // namespace

@@ -1,0 +1,453 @@
+"""A GpuRuntime's plan with its symbols bound to values, ready to run many times.
+
+    plan = BoundPlan(runtime, symbol_values)     # once per distinct set of symbol values
+    plan.check_inputs(inputs)
+    outputs = plan.run(inputs, seed, offset)
+
+Binding evaluates every expression of the plan once: input sizes and strides to check, buffer
+sizes and arena offsets, tensor views, launch grids and blocks, the constant arguments of
+extern and fallback ops. Kernel launches that follow one another in the plan become one
+kiln.cuda.LaunchSequence, whose parameters are slots of a table each run fills (buffer
+addresses, the RNG seed and offset) beside the constants binding fixed (symbol values,
+scalars): a run's host work is allocating, one library call per run of kernels, and the ATen
+calls of the other steps.
+
+An extern or fallback op with one tensor result writes it where the plan keeps it: through
+the op's `out=` overload, once the first run has shown its result has the view's dtype and
+shape, and when the view does not overlap the op's tensor arguments (the plan may give an
+output the memory of an input that dies at that step, which an op reading while it writes
+must not see). Ops without such an overload, and results on the CPU, are copied as before.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Callable, Optional, Sequence
+
+from kiln import cuda
+from kiln.aten import constant, resolve_op
+
+BUFFER_INPUT, BUFFER_OUTPUT, BUFFER_INTERMEDIATE, BUFFER_WORKSPACE = 1, 2, 3, 4
+PARAM_BUFFER, PARAM_SYMBOL, PARAM_SCALAR, PARAM_RNG_SEED, PARAM_RNG_OFFSET = 1, 2, 3, 4, 5
+_U64 = (1 << 64) - 1
+
+# Ops whose argument at this position is a storage offset into their first argument's
+# storage.
+STORAGE_OFFSET_ARG = {"aten.as_strided.default": 3, "aten.as_strided_copy.default": 3,
+                      "aten.as_strided_scatter.default": 4}
+
+
+class InputMismatch(ValueError):
+    """Inputs that do not fit the plan; the message names the input."""
+
+
+class StepFailed(RuntimeError):
+    """A plan step that failed; the message names the step, the cause is chained."""
+
+
+@dataclass
+class BoundView:
+    """A tensor view of a buffer, every extent an int. `offset` counts elements."""
+
+    buffer: int
+    dtype: Any
+    itemsize: int
+    offset: int
+    sizes: list[int]
+    strides: list[int]
+
+    def byte_range(self, base: int) -> tuple[int, int]:
+        """The bytes [start, end) the view can touch, `base` being its buffer's start."""
+        if any(s == 0 for s in self.sizes):
+            return base, base
+        low = high = self.offset
+        for size, stride in zip(self.sizes, self.strides):
+            if stride >= 0:
+                high += (size - 1) * stride
+            else:
+                low += (size - 1) * stride
+        return base + low * self.itemsize, base + (high + 1) * self.itemsize
+
+
+@dataclass
+class _InputCheck:
+    index: int
+    name: str
+    dtype: Any
+    sizes: tuple[int, ...]
+    strides: tuple[int, ...]
+    # The dimensions whose stride matters (size above 1), or None when all do.
+    stride_dims: Optional[list[int]]
+    on_kernel: bool
+
+
+@dataclass
+class _Call:
+    op: Callable[..., Any]
+    target: str
+    args: list[Any]
+    kwargs: list[tuple[str, Any]]
+    outputs: list[Optional[BoundView]]
+    collective: bool
+    # The op's out= overload while it may be used; None when it may not (or is not known to
+    # fit yet, with `out_checked` False).
+    out_op: Optional[Callable[..., Any]] = None
+    out_checked: bool = False
+
+
+@dataclass
+class _Segment:
+    kind: str  # "launches", "call", "copy", "write_back"
+    steps: list[int]
+    launches: Optional[cuda.LaunchSequence] = None
+    call: Optional[_Call] = None
+    src: Optional[BoundView] = None
+    dst: Optional[BoundView] = None
+    input_index: int = -1
+
+
+class BoundPlan:
+    """The runtime's plan at one set of symbol values `s` (see the module's docstring).
+    `group_launches=False` makes each launch its own segment, for after_step callbacks."""
+
+    def __init__(self, runtime: Any, s: list[int], group_launches: bool = True) -> None:
+        self.runtime = runtime
+        self.s = s
+        self.symbol_values = dict(zip(runtime.symbols, s))
+        self.arena_bytes = -(-max(0, runtime.workspace(s)) // 16) * 16
+        self.buffer_kinds = [b.kind for b in runtime.buffers]
+        self.input_of_buffer = [b.input_index for b in runtime.buffers]
+        self.output_bytes = [-(-max(0, b.size(s)) // b.alignment) * b.alignment
+                             if b.kind == BUFFER_OUTPUT else 0 for b in runtime.buffers]
+        self.arena_offsets = [b.offset(s) if b.kind in (BUFFER_INTERMEDIATE, BUFFER_WORKSPACE)
+                              else 0 for b in runtime.buffers]
+        self.checks = self._input_checks()
+        # Slots: buffer addresses, the RNG seed and offset, then constants.
+        self._constants: dict[int, int] = {}
+        self._seed_slot = len(runtime.buffers)
+        self._offset_slot = self._seed_slot + 1
+        self.segments = self._segments(group_launches)
+        self.constant_slots = [v & _U64 for v in self._constants]
+        self.outputs = [self._output(o) for o in runtime.outputs]
+
+    # Binding.
+
+    def _view(self, v: Any) -> Optional[BoundView]:
+        if v is None:
+            return None
+        s = self.s
+        return BoundView(v.buffer, v.dtype, v.itemsize, v.offset(s), [e(s) for e in v.sizes],
+                         [e(s) for e in v.strides])
+
+    def _input_checks(self) -> list[_InputCheck]:
+        checks = []
+        for index, spec in enumerate(self.runtime.inputs):
+            if spec.dtype is None:
+                continue
+            sizes = tuple(e(self.s) for e in spec.sizes)
+            strides = tuple(e(self.s) for e in spec.strides)
+            dims = [d for d, size in enumerate(sizes) if size > 1]
+            checks.append(_InputCheck(index, spec.name, spec.dtype, sizes, strides,
+                                      None if len(dims) == len(sizes) else dims,
+                                      index in self.runtime.kernel_inputs))
+        return checks
+
+    def _slot(self, value: int) -> int:
+        if value not in self._constants:
+            self._constants[value] = len(self._constants)
+        return self._offset_slot + 1 + self._constants[value]
+
+    def _launch(self, kernel: Any) -> Optional[tuple]:
+        """The kernel's launch with slots for parameters; None when its grid is empty."""
+        s = self.s
+        grid = [e(s) for e in kernel.grid]
+        if min(grid) <= 0:
+            return None  # nothing to compute: a dimension of size 0
+        slots = []
+        for kind, payload in kernel.params:
+            if kind == PARAM_BUFFER:
+                slots.append(payload)
+            elif kind == PARAM_SYMBOL:
+                slots.append(self._slot(s[payload]))
+            elif kind == PARAM_SCALAR:
+                slots.append(self._slot(payload))
+            elif kind == PARAM_RNG_SEED:
+                slots.append(self._seed_slot)
+            else:
+                slots.append(self._offset_slot)
+        return (kernel.function, grid, [e(s) for e in kernel.block], kernel.shared_bytes, slots)
+
+    def _argument(self, a: tuple[str, Any]) -> tuple[str, Any]:
+        kind, payload = a
+        if kind == "view":
+            return ("view", self._view(payload))
+        if kind == "list":
+            return ("list", [self._argument(x) for x in payload])
+        return ("value", constant(payload, lambda r: None, self.symbol_values,
+                                  self.runtime.device))
+
+    def _call(self, c: Any) -> _Call:
+        return _Call(c.op, c.target, [self._argument(a) for a in c.args],
+                     [(k, self._argument(a)) for k, a in c.kwargs],
+                     [self._view(o) for o in c.outputs], c.collective)
+
+    def _segments(self, group_launches: bool) -> list[_Segment]:
+        segments: list[_Segment] = []
+        pending: list[tuple] = []
+        pending_steps: list[int] = []
+
+        def flush() -> None:
+            if pending_steps:
+                segments.append(_Segment("launches", list(pending_steps),
+                                         launches=cuda.LaunchSequence(list(pending))))
+                pending.clear()
+                pending_steps.clear()
+
+        for index, step in enumerate(self.runtime.steps):
+            if step.kind == "launch":
+                launch = self._launch(self.runtime.kernels[step.kernel])
+                if launch is not None:
+                    pending.append(launch)
+                    pending_steps.append(index)
+                if not group_launches:
+                    flush()
+                continue
+            flush()
+            if step.kind == "call":
+                segments.append(_Segment("call", [index], call=self._call(step.call)))
+            elif step.kind == "copy":
+                segments.append(_Segment("copy", [index], src=self._view(step.src),
+                                         dst=self._view(step.dst)))
+            elif step.kind == "write_back":
+                segments.append(_Segment("write_back", [index], src=self._view(step.src),
+                                         input_index=step.input_index))
+        flush()
+        return segments
+
+    def _output(self, o: Any) -> tuple[str, Any]:
+        if o.kind == "none":
+            return ("none", None)
+        if o.kind == "symbol":
+            return ("symbol", o.symbol(self.s))
+        return ("view", self._view(o.view))
+
+    # Running.
+
+    def check_inputs(self, inputs: Sequence[Any]) -> None:
+        import torch  # noqa: PLC0415
+
+        runtime = self.runtime
+        if runtime.inputs and len(inputs) != len(runtime.inputs):
+            raise InputMismatch(f"the plan takes {len(runtime.inputs)} inputs, {len(inputs)} "
+                                "given")
+        device = runtime.device
+        for c in self.checks:
+            x = inputs[c.index]
+            if not isinstance(x, torch.Tensor):
+                raise InputMismatch(f"input {c.name}: expected a tensor, got {type(x).__name__}")
+            if x.dtype != c.dtype:
+                raise InputMismatch(f"input {c.name}: dtype {x.dtype}, the plan expects "
+                                    f"{c.dtype}")
+            # CPU tensors (attention's philox seed and offset, saved by the forward) reach
+            # only extern and fallback ops, which take them where they are; a kernel cannot.
+            if x.device != device and (x.device.type != "cpu" or c.on_kernel):
+                raise InputMismatch(f"input {c.name}: on {x.device}, the plan runs on {device}")
+            if tuple(x.shape) != c.sizes:
+                raise InputMismatch(f"input {c.name}: sizes {list(x.shape)}, the plan expects "
+                                    f"{list(c.sizes)}")
+            strides = tuple(x.stride())
+            if strides != c.strides and (c.stride_dims is None or any(
+                    strides[d] != c.strides[d] for d in c.stride_dims)):
+                raise InputMismatch(f"input {c.name}: strides {list(strides)}, the plan "
+                                    f"expects {list(c.strides)}")
+
+    def run(self, inputs: Sequence[Any], seed: int, offset: int,
+            after_step: Optional[Callable[[int, Callable[..., Any]], None]] = None) -> list:
+        import torch  # noqa: PLC0415
+
+        device = self.runtime.device
+        arena = torch.empty(self.arena_bytes, dtype=torch.uint8, device=device)
+        arena_storage = arena.untyped_storage()
+        storages: list[Any] = []
+        bases: list[int] = []
+        for b, kind in enumerate(self.buffer_kinds):
+            if kind == BUFFER_INPUT:
+                # An input buffer starts at the tensor's first element, its storage offset
+                # applied; views of it reach back no further.
+                x = inputs[self.input_of_buffer[b]]
+                storages.append(x.untyped_storage())
+                bases.append(x.storage_offset() * x.element_size())
+            elif kind == BUFFER_OUTPUT:
+                storages.append(torch.empty(self.output_bytes[b], dtype=torch.uint8,
+                                            device=device).untyped_storage())
+                bases.append(0)
+            else:
+                storages.append(arena_storage)
+                bases.append(self.arena_offsets[b])
+        slots = [st.data_ptr() + base for st, base in zip(storages, bases)]
+        slots += [seed & _U64, offset & _U64]
+        slots += self.constant_slots
+        stream = torch.cuda.current_stream(device).cuda_stream
+        views = _Views(storages, bases)
+
+        for segment in self.segments:
+            try:
+                if segment.kind == "launches":
+                    assert segment.launches is not None
+                    segment.launches.run(slots, stream)
+                elif segment.kind == "call":
+                    assert segment.call is not None
+                    self._run_call(segment.call, views, bases)
+                elif segment.kind == "copy":
+                    assert segment.src is not None and segment.dst is not None
+                    views.view(segment.dst).copy_(views.view(segment.src))
+                elif segment.kind == "write_back":
+                    assert segment.src is not None
+                    inputs[segment.input_index].copy_(views.view(segment.src))
+            except cuda.SequenceFailed as e:
+                label = self.runtime.steps[segment.steps[e.index]].label
+                raise cuda.CudaError(e.code, f"{label}: {e}") from e
+            except cuda.CudaError as e:
+                label = self.runtime.steps[segment.steps[0]].label
+                raise cuda.CudaError(e.code, f"{label}: {e}") from e
+            except (RuntimeError, ValueError, TypeError) as e:
+                label = self.runtime.steps[segment.steps[0]].label
+                raise StepFailed(f"{label}: {type(e).__name__}: {e}") from e
+            if after_step is not None:
+                for index in segment.steps:
+                    after_step(index, views.buffer_view)
+        out: list[Any] = []
+        for kind, payload in self.outputs:
+            if kind == "none":
+                out.append(None)
+            elif kind == "symbol":
+                out.append(payload)
+            else:
+                out.append(views.view(payload))
+        return out
+
+    def _value(self, a: tuple[str, Any], views: "_Views") -> Any:
+        kind, payload = a
+        if kind == "view":
+            return views.view(payload) if payload is not None else None
+        if kind == "list":
+            return [self._value(x, views) for x in payload]
+        return payload
+
+    def _run_call(self, c: _Call, views: "_Views", bases: list[int]) -> None:
+        args = [self._value(a, views) for a in c.args]
+        if c.target in STORAGE_OFFSET_ARG and len(args) > STORAGE_OFFSET_ARG[c.target]:
+            # The graph's storage_offset counts from the start of self's storage; here self
+            # lives at an offset inside the arena (or an output allocation).
+            kind, self_view = c.args[0]
+            if kind == "view" and self_view is not None and \
+                    self.buffer_kinds[self_view.buffer] != BUFFER_INPUT:
+                i = STORAGE_OFFSET_ARG[c.target]
+                args[i] = (args[i] or 0) + bases[self_view.buffer] // self_view.itemsize
+        kwargs = {name: self._value(a, views) for name, a in c.kwargs}
+        if c.collective:
+            args, kwargs = self.runtime.bind_groups(c.target, args, kwargs)
+        if c.out_op is not None:
+            target = views.view(c.outputs[0])
+            c.out_op(*args, **kwargs, out=target)
+            return
+        result = c.op(*args, **kwargs)
+        if c.collective and c.target.startswith("_c10d_functional.") and \
+                "wait_tensor" not in c.target:
+            import torch  # noqa: PLC0415
+
+            result = torch.ops._c10d_functional.wait_tensor.default(result)
+        results = list(result) if isinstance(result, (list, tuple)) else [result]
+        if len(c.outputs) == 1 and len(results) != 1:
+            results = [result]
+        for out, r in zip(c.outputs, results):
+            if out is None:
+                continue
+            if getattr(r, "device", None) is not None and r.device.type == "cpu":
+                views.host_values[out.buffer] = r.contiguous()
+                continue
+            views.host_values.pop(out.buffer, None)
+            target = views.view(out)
+            if isinstance(r, (list, tuple)):
+                raise ValueError(f"{c.target} returned a list where one tensor was expected")
+            target.copy_(r)
+        if not c.out_checked:
+            c.out_checked = True
+            c.out_op = self._out_overload(c, results, bases)
+
+    def _out_overload(self, c: _Call, results: list[Any], bases: list[int]) -> Optional[Any]:
+        """The op's out= overload when later runs may write straight into the plan's view
+        (see the module's docstring), else None."""
+        if c.collective or len(c.outputs) != 1 or c.outputs[0] is None or len(results) != 1:
+            return None
+        out, r = c.outputs[0], results[0]
+        if getattr(r, "dtype", None) != out.dtype or list(getattr(r, "shape", ())) != out.sizes:
+            return None
+        if self.buffer_kinds[out.buffer] == BUFFER_INPUT:
+            return None
+        start, end = out.byte_range(self._base(out.buffer, bases))
+        for v in _tensor_views(c.args + [a for _, a in c.kwargs]):
+            if self._shares_storage(v.buffer, out.buffer):
+                lo, hi = v.byte_range(self._base(v.buffer, bases))
+                if lo < end and start < hi:
+                    return None
+        if not c.target.endswith(".default"):
+            return None
+        try:
+            out_op = resolve_op(c.target[:-len(".default")] + ".out")
+        except ValueError:
+            return None
+        schema = getattr(out_op, "_schema", None)
+        outs = [a for a in getattr(schema, "arguments", []) if getattr(a, "is_out", False)]
+        if schema is None or len(outs) != 1 or outs[0].name != "out":
+            return None
+        return out_op
+
+    def _shares_storage(self, a: int, b: int) -> bool:
+        if a == b:
+            return True
+        arena = (BUFFER_INTERMEDIATE, BUFFER_WORKSPACE)
+        return self.buffer_kinds[a] in arena and self.buffer_kinds[b] in arena
+
+    def _base(self, buffer: int, bases: list[int]) -> int:
+        return bases[buffer] if self.buffer_kinds[buffer] != BUFFER_INPUT else 0
+
+
+def _tensor_views(args: list[tuple[str, Any]]) -> list[BoundView]:
+    found: list[BoundView] = []
+    for kind, payload in args:
+        if kind == "view" and payload is not None:
+            found.append(payload)
+        elif kind == "list":
+            found += _tensor_views(payload)
+    return found
+
+
+class _Views:
+    """Tensors over one run's buffers. Results that ops return on the CPU (attention's
+    philox seed and offset) are kept by buffer in `host_values`: the plan's buffers are all
+    on the GPU, but the ops that read such values back expect them where they were made."""
+
+    def __init__(self, storages: list[Any], bases: list[int]) -> None:
+        self.storages = storages
+        self.bases = bases
+        self.host_values: dict[int, Any] = {}
+
+    @staticmethod
+    def at(storage: Any, byte_base: int, dtype: Any, offset: int, sizes: Sequence[int],
+           strides: Sequence[int]) -> Any:
+        import torch  # noqa: PLC0415
+
+        t = torch.empty(0, dtype=dtype, device=storage.device)
+        return t.set_(storage, byte_base // dtype.itemsize + offset, list(sizes), list(strides))
+
+    def view(self, v: BoundView) -> Any:
+        host = self.host_values.get(v.buffer)
+        if host is not None:
+            return self.at(host.untyped_storage(), 0, v.dtype, v.offset, v.sizes, v.strides)
+        return self.at(self.storages[v.buffer], self.bases[v.buffer], v.dtype, v.offset,
+                       v.sizes, v.strides)
+
+    def buffer_view(self, buffer: int, dtype: Any, sizes: Sequence[int],
+                    strides: Sequence[int]) -> Any:
+        return self.at(self.storages[buffer], self.bases[buffer], dtype, 0, sizes, strides)

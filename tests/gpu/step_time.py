@@ -1,0 +1,366 @@
+"""Time to first step and step time of torch.compile(backend="kiln") against eager, Dynamo,
+AOTAutograd and Inductor, cold and warm, on a GPU machine.
+
+Run from the repository root after `deploy/gpu-bundle.sh .bundle` (carried with the tree):
+
+    python3 tests/gpu/step_time.py --bundle .bundle --out $OUT [--only gpt2_124m_fp32,...]
+        [--steps 30] [--cudagraphs]
+
+Per configuration (a model in fp32 or under bf16 autocast), each mode trains it for --steps
+AdamW steps in a fresh process, from the same seed:
+  eager       no compile
+  dynamo      torch.compile(backend="eager"): Dynamo's tracing alone
+  aot_eager   torch.compile(backend="aot_eager"): Dynamo and AOTAutograd's tracing
+  inductor    Inductor with empty caches (a fresh TORCHINDUCTOR_CACHE_DIR)
+  inductor_warm  Inductor again, a new process, its caches as the last run left them
+  kiln        backend="kiln" against a kilnd with an empty store (started per configuration)
+  kiln_warm   backend="kiln" again, a new process: kilnd holds every graph
+and with --cudagraphs also inductor_cudagraphs (mode="reduce-overhead", warm caches) and
+kiln_cudagraphs (options={"cudagraphs": True}, warm kilnd).
+
+Each process records its first step's time (tracing, compiling and loading included; the
+step runs the forward, the backward and the optimizer's step) and every later step's, and
+how long the host took to issue each step's work (the forward, backward and optimizer calls
+returning, before the loss is read back): a steady step whose host time is near its step time
+is bound by the host, not the GPU. The steady step is the median from step STEADY_FROM on.
+
+The report, one table per configuration, puts each figure beside its anchor from the same
+run, as the targets read: Kiln's cold first step against aot_eager's (the compile's cost over
+tracing), Kiln's warm first step against Dynamo's and against Inductor's warm one, and every
+steady step against Inductor's. kilnd's compile counters over each Kiln process show what a
+warm process compiled (nothing, when the cache serves it). Writes OUT/step_time.json after
+each configuration and OUT/step_time.txt at the end; a run that fails is a row that says so.
+"""
+
+from __future__ import annotations
+
+import json
+import pathlib
+import statistics
+import sys
+import tempfile
+import time
+import traceback
+from dataclasses import dataclass, field
+from typing import Any, Callable, Mapping, Optional
+
+sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
+
+from kilnd_process import KilnServer, script_parser  # noqa: E402
+from worker_process import run_worker  # noqa: E402
+
+STEPS = 30
+STEADY_FROM = 6
+TIMEOUT_S = 400.0
+OUTPUT_TAIL = 3000
+MODES = ("eager", "dynamo", "aot_eager", "inductor", "inductor_warm", "kiln", "kiln_warm")
+CUDAGRAPH_MODES = ("inductor_cudagraphs", "kiln_cudagraphs")
+RUNS_DIR = "step_time_runs"
+# With --profile, the last PROFILE_STEPS steps of each run run under a profiler (their
+# step times are then not steady ones: keep --steps well above STEADY_FROM + PROFILE_STEPS).
+PROFILE_STEPS = 3
+PROFILE_ROWS = 40
+
+
+@dataclass(frozen=True)
+class Bench:
+    """A model at a benchmark's size: capture_corpus's `builder` called with `kwargs`."""
+
+    name: str
+    builder: str
+    kwargs: Mapping[str, Any] = field(default_factory=dict)
+    lr: float = 1e-4
+
+
+BENCHES = (
+    # The issue's reference: GPT-2 124M on 4 sequences of 512 tokens.
+    Bench("gpt2_124m", "build_gpt2_124m", {"batch": 4, "seq": 512}),
+    Bench("nanogpt", "build_nanogpt"),
+    Bench("llama", "build_llama"),
+    Bench("resnet18", "build_resnet18", {"batch": 32}),
+)
+CONFIGS = {f"{b.name}_{dtype}": (b, dtype) for b in BENCHES for dtype in ("fp32", "bf16")}
+
+
+# --- the training process ------------------------------------------------------------------
+
+
+def compiled(model: Any, mode: str) -> Any:
+    """The module a mode trains."""
+    import torch
+
+    if mode == "eager":
+        return model
+    if mode == "dynamo":
+        return torch.compile(model, backend="eager")
+    if mode == "aot_eager":
+        return torch.compile(model, backend="aot_eager")
+    if mode in ("inductor", "inductor_warm"):
+        return torch.compile(model)
+    if mode == "inductor_cudagraphs":
+        return torch.compile(model, mode="reduce-overhead")
+    if mode in ("kiln", "kiln_warm"):
+        return torch.compile(model, backend="kiln")
+    if mode == "kiln_cudagraphs":
+        return torch.compile(model, backend="kiln", options={"cudagraphs": True})
+    raise ValueError(f"unknown mode {mode!r}")
+
+
+class Profiler:
+    """PyTorch's profiler ("torch": the GPU's work by kernel or op, most time first, summed
+    over the profiled steps, and the host's time in each op) or Python's ("python": the
+    host's time by Python function, most time spent in the function itself first)."""
+
+    def __init__(self, kind: str) -> None:
+        import torch
+
+        self.kind = kind
+        if kind == "torch":
+            self.prof = torch.profiler.profile(activities=[
+                torch.profiler.ProfilerActivity.CPU, torch.profiler.ProfilerActivity.CUDA])
+        else:
+            import cProfile
+
+            self.prof = cProfile.Profile()
+
+    def start(self) -> None:
+        if self.kind == "torch":
+            self.prof.__enter__()
+        else:
+            self.prof.enable()
+
+    def table(self) -> str:
+        if self.kind == "torch":
+            self.prof.__exit__(None, None, None)
+            return self.prof.key_averages().table(sort_by="self_device_time_total",
+                                                  row_limit=PROFILE_ROWS,
+                                                  max_name_column_width=70)
+        import io
+        import pstats
+
+        self.prof.disable()
+        text = io.StringIO()
+        pstats.Stats(self.prof, stream=text).sort_stats("tottime").print_stats(PROFILE_ROWS)
+        return text.getvalue()
+
+
+def train(name: str, mode: str, steps: int, write_event: Callable[..., None],
+          profile: str = "") -> None:
+    import random
+
+    import torch
+
+    import capture_corpus as corpus  # imports kiln, which registers the backend
+    from train_models import fresh_like
+
+    bench, dtype = CONFIGS[name]
+    torch.backends.cuda.matmul.allow_tf32 = False
+    torch.backends.cudnn.allow_tf32 = False
+    random.seed(0)
+    torch.manual_seed(0)
+    model, example = getattr(corpus, bench.builder)(**bench.kwargs)
+    model = model.to(corpus.DEVICE).train()
+    batches = [[fresh_like(x) for x in example] for _ in range(steps)]
+    opt = torch.optim.AdamW(model.parameters(), lr=bench.lr)
+    run = compiled(model, mode)
+    profiled = range(steps - PROFILE_STEPS + 1, steps + 1) if profile else range(0)
+    prof = None
+    for step, batch in enumerate(batches, 1):
+        if step == profiled.start:
+            prof = Profiler(profile)
+            prof.start()
+        torch.cuda.synchronize()
+        start = time.perf_counter()
+        opt.zero_grad()
+        with corpus.autocast(dtype):
+            out = run(*batch)
+        loss = out if out.dim() == 0 else out.float().square().mean()
+        loss.backward()
+        opt.step()
+        issued = time.perf_counter()
+        value = loss.item()
+        torch.cuda.synchronize()
+        write_event(event="step", step=step, loss=value, seconds=time.perf_counter() - start,
+                    host_seconds=issued - start)
+    if prof is not None:
+        write_event(event="profile", steps=len(profiled), table=prof.table())
+    write_event(event="done", device=torch.cuda.get_device_name(), torch=torch.__version__)
+
+
+def worker(name: str, mode: str, steps: int, events_path: pathlib.Path,
+           profile: str) -> int:
+    with open(events_path, "a", buffering=1) as events:
+
+        def write_event(**event: Any) -> None:
+            events.write(json.dumps(event) + "\n")
+
+        try:
+            train(name, mode, steps, write_event, profile)
+            return 0
+        except Exception as e:  # the report says why; the runner goes on
+            write_event(event="error", error=f"{type(e).__name__}: {e}"[:2000],
+                        trace=traceback.format_exc()[-OUTPUT_TAIL:])
+            return 1
+
+
+# --- reading runs (no PyTorch) --------------------------------------------------------------
+
+
+def summarize(events: list[dict], returncode: Optional[int], output: str,
+              timed_out_after: Optional[float]) -> dict:
+    """One process's figures: first step, steady step and its host time (seconds), losses;
+    or why it did not finish."""
+    steps = [e for e in events if e.get("event") == "step"]
+    profiled = any(e.get("event") == "profile" for e in events)
+    steady = steps[STEADY_FROM - 1:] if len(steps) >= STEADY_FROM else steps[1:]
+    if profiled:
+        steady = steady[:-PROFILE_STEPS] or steady
+    run: dict = {"steps": len(steps), "losses": [e["loss"] for e in steps]}
+    if steps:
+        run["first_s"] = steps[0]["seconds"]
+    if steady:
+        run["steady_s"] = statistics.median(e["seconds"] for e in steady)
+        run["host_s"] = statistics.median(e["host_seconds"] for e in steady)
+    done = next((e for e in events if e.get("event") == "done"), None)
+    error = next((e for e in events if e.get("event") == "error"), None)
+    if done:
+        run["device"] = done["device"]
+    else:
+        run["failed"] = (error["error"] if error else
+                         f"timed out after {timed_out_after:.0f} s" if timed_out_after else
+                         f"exited with {returncode}")
+        run["output_tail"] = output[-OUTPUT_TAIL:]
+    return run
+
+
+def ratio(a: Optional[dict], b: Optional[dict], key: str) -> Optional[float]:
+    """a[key] / b[key], when both runs have the figure."""
+    if not a or not b or a.get(key) is None or not b.get(key):
+        return None
+    return a[key] / b[key]
+
+
+# Each ratio the targets name: (label, numerator mode, denominator mode, figure).
+RATIOS = (
+    ("kiln cold first / aot_eager first", "kiln", "aot_eager", "first_s"),
+    ("inductor cold first / aot_eager first", "inductor", "aot_eager", "first_s"),
+    ("kiln warm first / dynamo first", "kiln_warm", "dynamo", "first_s"),
+    ("kiln warm first / inductor warm first", "kiln_warm", "inductor_warm", "first_s"),
+    ("kiln steady / inductor steady", "kiln_warm", "inductor_warm", "steady_s"),
+    ("kiln steady / eager steady", "kiln_warm", "eager", "steady_s"),
+    ("kiln cudagraphs steady / inductor reduce-overhead steady", "kiln_cudagraphs",
+     "inductor_cudagraphs", "steady_s"),
+)
+
+
+def ratios(runs: dict) -> dict:
+    return {label: ratio(runs.get(a), runs.get(b), key) for label, a, b, key in RATIOS
+            if a in runs and b in runs}
+
+
+def _num(value: Optional[float], spec: str) -> str:
+    return "-" if value is None else format(value, spec)
+
+
+def table(config: str, runs: dict, ratio_values: dict) -> str:
+    lines = [f"## {config}", "| mode | first step s | steady ms | host ms | compiles | hits |",
+             "|---|---:|---:|---:|---:|---:|"]
+    for mode, run in runs.items():
+        if run.get("failed"):
+            lines.append(f"| {mode} | failed: {run['failed'][:120]} | | | | |")
+            continue
+        server = run.get("server") or {}
+        steady, host = run.get("steady_s"), run.get("host_s")
+        lines.append(f"| {mode} | {_num(run.get('first_s'), '.2f')} | "
+                     f"{_num(steady and steady * 1e3, '.1f')} | "
+                     f"{_num(host and host * 1e3, '.1f')} | "
+                     f"{_num(server.get('compiles'), '.0f') if server else ''} | "
+                     f"{_num(server.get('hits'), '.0f') if server else ''} |")
+    lines.append("")
+    lines += [f"- {label}: {_num(value, '.2f')}" for label, value in ratio_values.items()]
+    return "\n".join(lines) + "\n"
+
+
+def compile_counts(before: Optional[dict], after: Optional[dict]) -> Optional[dict]:
+    """Compiles kilnd ran and requests it answered from its cache over one process."""
+    if before is None or after is None:
+        return None
+
+    def delta(prefix: str, match: Callable[[str], bool]) -> float:
+        return sum(v - before.get(k, 0.0) for k, v in after.items()
+                   if k.startswith(prefix) and match(k))
+
+    return {"compiles": delta("kiln_compiles_total.", lambda k: True),
+            "hits": delta("kiln_compile_requests_total.", lambda k: k.endswith(".hit"))}
+
+
+# --- the runner ----------------------------------------------------------------------------
+
+
+def run_mode(name: str, mode: str, steps: int, timeout: float, env: dict,
+             server: Optional[KilnServer], out: pathlib.Path, profile: str = "") -> dict:
+    events_path = out / RUNS_DIR / f"{name}.{mode}.jsonl"
+    events_path.parent.mkdir(parents=True, exist_ok=True)
+    events_path.write_text("")
+    before = server.metrics() if server else None
+    result = run_worker([str(pathlib.Path(__file__).resolve()), "--worker", name, mode,
+                         str(steps), str(events_path), profile or "-"], env, timeout)
+    from train_models import read_events
+
+    events = read_events(events_path)
+    run = summarize(events, result.returncode, result.output, result.timed_out_after)
+    profiles = [e["table"] for e in events if e.get("event") == "profile"]
+    if profiles:
+        (out / f"profile.{name}.{mode}.{profile}.txt").write_text(profiles[0])
+    if server:
+        run["server"] = compile_counts(before, server.metrics())
+    return run
+
+
+def main(argv: Optional[list[str]] = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    if argv[:1] == ["--worker"]:  # the runner's own call: CONFIG MODE STEPS EVENTS_PATH PROFILE
+        name, mode, steps, events_path, profile = argv[1:]
+        return worker(name, mode, int(steps), pathlib.Path(events_path),
+                      "" if profile == "-" else profile)
+    parser = script_parser()
+    parser.add_argument("--only", default="gpt2_124m_fp32,gpt2_124m_bf16",
+                        help=f"configurations, comma-separated, of {', '.join(CONFIGS)}")
+    parser.add_argument("--modes", default="", help="modes to run (default: all)")
+    parser.add_argument("--steps", type=int, default=STEPS)
+    parser.add_argument("--cudagraphs", action="store_true")
+    parser.add_argument("--timeout", type=float, default=TIMEOUT_S)
+    parser.add_argument("--profile", choices=("torch", "python"), default="",
+                        help="profile each run's last steps with PyTorch's or Python's "
+                             "profiler; OUT/profile.CONFIG.MODE.KIND.txt")
+    args = parser.parse_args(argv)
+    names = [n for n in args.only.split(",") if n]
+    unknown = [n for n in names if n not in CONFIGS]
+    if unknown:
+        parser.error(f"unknown configurations {unknown}; known: {', '.join(CONFIGS)}")
+    modes = MODES + (CUDAGRAPH_MODES if args.cudagraphs else ())
+    if args.modes:
+        modes = tuple(m for m in args.modes.split(",") if m)
+    report: dict = {"steps": args.steps, "steady_from": STEADY_FROM, "configs": {}}
+    texts = []
+    for name in names:
+        with KilnServer(args.bundle, args.out) as server:
+            env = dict(server.env, TORCHINDUCTOR_CACHE_DIR=tempfile.mkdtemp(prefix="inductor-"))
+            runs = {}
+            for mode in modes:
+                uses_kiln = mode.startswith("kiln")
+                runs[mode] = run_mode(name, mode, args.steps, args.timeout, env,
+                                      server if uses_kiln else None, args.out, args.profile)
+                brief = {k: v for k, v in runs[mode].items() if k != "losses"}
+                print(f"{name} {mode}: {json.dumps(brief)[:400]}", flush=True)
+        ratio_values = ratios(runs)
+        report["configs"][name] = {"runs": runs, "ratios": ratio_values}
+        (args.out / "step_time.json").write_text(json.dumps(report, indent=1))
+        texts.append(table(name, runs, ratio_values))
+        print(texts[-1], flush=True)
+    (args.out / "step_time.txt").write_text("\n".join(texts))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,76 @@
+"""step_time.py's reading of runs and its ratios, without PyTorch or a GPU."""
+
+from __future__ import annotations
+
+import pytest
+
+import step_time as st
+
+
+def events(first: float, steady: float, host: float, steps: int = 10) -> list[dict]:
+    out = [{"event": "step", "step": 1, "loss": 3.0, "seconds": first, "host_seconds": first}]
+    out += [{"event": "step", "step": i, "loss": 2.0, "seconds": steady, "host_seconds": host}
+            for i in range(2, steps + 1)]
+    return out + [{"event": "done", "device": "H100", "torch": "2.11"}]
+
+
+def test_a_finished_run_has_its_first_steady_and_host_times() -> None:
+    evs = events(7.5, 0.05, 0.01)
+    evs[st.STEADY_FROM - 1]["seconds"] = 9.0  # one slow steady step moves no median
+    run = st.summarize(evs, 0, "", None)
+    assert run["first_s"] == 7.5
+    assert run["steady_s"] == pytest.approx(0.05)
+    assert run["host_s"] == pytest.approx(0.01)
+    assert "failed" not in run
+
+
+def test_steps_before_steady_from_are_left_out_of_the_median() -> None:
+    evs = events(7.5, 0.05, 0.01)
+    for e in evs[1:st.STEADY_FROM - 1]:
+        e["seconds"] = 1.0
+    assert st.summarize(evs, 0, "", None)["steady_s"] == pytest.approx(0.05)
+
+
+def test_a_run_that_did_not_finish_says_why() -> None:
+    evs = events(7.5, 0.05, 0.01, steps=3)[:-1]
+    assert st.summarize(evs, None, "tail", 400.0)["failed"] == "timed out after 400 s"
+    evs.append({"event": "error", "error": "RuntimeError: boom"})
+    run = st.summarize(evs, 1, "tail", None)
+    assert run["failed"] == "RuntimeError: boom"
+    assert run["output_tail"] == "tail"
+
+
+def test_ratios_put_each_figure_beside_its_anchor() -> None:
+    runs = {"aot_eager": {"first_s": 8.0, "steady_s": 0.06},
+            "kiln": {"first_s": 10.0, "steady_s": 0.05},
+            "kiln_warm": {"first_s": 3.0, "steady_s": 0.05},
+            "dynamo": {"first_s": 2.5, "steady_s": 0.055},
+            "inductor_warm": {"first_s": 4.0, "steady_s": 0.04}}
+    r = st.ratios(runs)
+    assert r["kiln cold first / aot_eager first"] == pytest.approx(1.25)
+    assert r["kiln warm first / dynamo first"] == pytest.approx(1.2)
+    assert r["kiln steady / inductor steady"] == pytest.approx(1.25)
+    # A ratio whose runs are missing, or whose figure one run lacks, is absent or None.
+    assert "kiln cudagraphs steady / inductor reduce-overhead steady" not in r
+    runs["inductor_warm"] = {"failed": "boom"}
+    assert st.ratios(runs)["kiln steady / inductor steady"] is None
+
+
+def test_compile_counts_are_changes_over_one_process() -> None:
+    before = {"kiln_compiles_total.ok": 4.0, "kiln_compile_requests_total.hit": 1.0}
+    after = {"kiln_compiles_total.ok": 6.0, "kiln_compile_requests_total.hit": 3.0,
+             "kiln_compile_requests_total.miss": 2.0}
+    assert st.compile_counts(before, after) == {"compiles": 2.0, "hits": 2.0}
+    assert st.compile_counts(None, after) is None
+
+
+def test_the_table_has_a_row_per_mode_and_the_ratios() -> None:
+    runs = {"eager": st.summarize(events(0.5, 0.05, 0.01), 0, "", None),
+            "kiln": dict(st.summarize(events(9.0, 0.06, 0.02), 0, "", None),
+                         server={"compiles": 2.0, "hits": 0.0}),
+            "inductor": {"failed": "RuntimeError: boom"}}
+    text = st.table("gpt2_124m_fp32", runs, {"kiln steady / eager steady": 1.2})
+    assert "| eager | 0.50 | 50.0 | 10.0 |  |  |" in text
+    assert "| kiln | 9.00 | 60.0 | 20.0 | 2 | 0 |" in text
+    assert "| inductor | failed: RuntimeError: boom |" in text
+    assert "- kiln steady / eager steady: 1.20" in text
