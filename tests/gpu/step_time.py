@@ -35,6 +35,7 @@ each configuration and OUT/step_time.txt at the end; a run that fails is a row t
 from __future__ import annotations
 
 import json
+import logging
 import pathlib
 import statistics
 import sys
@@ -144,6 +145,17 @@ class Profiler:
         return text.getvalue()
 
 
+class EventLog(logging.Handler):
+    """The "kiln" logger's lines (where each graph runs, CUDA-graph captures), as events."""
+
+    def __init__(self, write_event: Callable[..., None]) -> None:
+        super().__init__(logging.INFO)
+        self.write_event = write_event
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.write_event(event="log", message=record.getMessage())
+
+
 def train(name: str, mode: str, steps: int, write_event: Callable[..., None],
           profile: str = "") -> None:
     import random
@@ -154,6 +166,9 @@ def train(name: str, mode: str, steps: int, write_event: Callable[..., None],
     from train_models import fresh_like
 
     bench, dtype = CONFIGS[name]
+    kiln_log = logging.getLogger("kiln")
+    kiln_log.addHandler(EventLog(write_event))
+    kiln_log.setLevel(logging.INFO)
     torch.backends.cuda.matmul.allow_tf32 = False
     torch.backends.cudnn.allow_tf32 = False
     random.seed(0)
@@ -262,12 +277,22 @@ def _num(value: Optional[float], spec: str) -> str:
     return "-" if value is None else format(value, spec)
 
 
+def loss_difference(run: dict, eager: Optional[dict]) -> Optional[float]:
+    """The largest difference of a run's losses from eager's, relative to eager's first (as
+    train_models.py judges them): a fast run that trains differently is not a result."""
+    if not eager or not eager.get("losses") or not run.get("losses"):
+        return None
+    reference = eager["losses"]
+    return max(abs(a - b) for a, b in zip(run["losses"], reference)) / abs(reference[0])
+
+
 def table(config: str, runs: dict, ratio_values: dict) -> str:
-    lines = [f"## {config}", "| mode | first step s | steady ms | host ms | compiles | hits |",
-             "|---|---:|---:|---:|---:|---:|"]
+    lines = [f"## {config}",
+             "| mode | first step s | steady ms | host ms | compiles | hits | loss vs eager |",
+             "|---|---:|---:|---:|---:|---:|---:|"]
     for mode, run in runs.items():
         if run.get("failed"):
-            lines.append(f"| {mode} | failed: {run['failed'][:120]} | | | | |")
+            lines.append(f"| {mode} | failed: {run['failed'][:120]} | | | | | |")
             continue
         server = run.get("server") or {}
         steady, host = run.get("steady_s"), run.get("host_s")
@@ -275,7 +300,8 @@ def table(config: str, runs: dict, ratio_values: dict) -> str:
                      f"{_num(steady and steady * 1e3, '.1f')} | "
                      f"{_num(host and host * 1e3, '.1f')} | "
                      f"{_num(server.get('compiles'), '.0f') if server else ''} | "
-                     f"{_num(server.get('hits'), '.0f') if server else ''} |")
+                     f"{_num(server.get('hits'), '.0f') if server else ''} | "
+                     f"{_num(loss_difference(run, runs.get('eager')), '.1e')} |")
     lines.append("")
     lines += [f"- {label}: {_num(value, '.2f')}" for label, value in ratio_values.items()]
     return "\n".join(lines) + "\n"

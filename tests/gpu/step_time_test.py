@@ -70,7 +70,14 @@ def test_the_table_has_a_row_per_mode_and_the_ratios() -> None:
                          server={"compiles": 2.0, "hits": 0.0}),
             "inductor": {"failed": "RuntimeError: boom"}}
     text = st.table("gpt2_124m_fp32", runs, {"kiln steady / eager steady": 1.2})
-    assert "| eager | 0.50 | 50.0 | 10.0 |  |  |" in text
-    assert "| kiln | 9.00 | 60.0 | 20.0 | 2 | 0 |" in text
+    assert "| eager | 0.50 | 50.0 | 10.0 |  |  | 0.0e+00 |" in text
+    assert "| kiln | 9.00 | 60.0 | 20.0 | 2 | 0 | 0.0e+00 |" in text
     assert "| inductor | failed: RuntimeError: boom |" in text
     assert "- kiln steady / eager steady: 1.20" in text
+
+
+def test_the_loss_difference_is_relative_to_eagers_first_loss() -> None:
+    eager = {"losses": [4.0, 3.0, 2.0]}
+    assert st.loss_difference({"losses": [4.0, 3.2, 2.0]}, eager) == pytest.approx(0.05)
+    assert st.loss_difference({"losses": []}, eager) is None
+    assert st.loss_difference({"losses": [1.0]}, None) is None

@@ -150,11 +150,13 @@ def _compile_aot_graph(compiler: GraphCompiler, settings: Settings, gm: Any,
         rank, world_size = _rank_and_world_size()
         decision = compiler.compile(graph, name, settings.target or _target_of(inputs), rank,
                                     world_size)
-    return _runner(decision, gm, inputs, kind, compiler.policy, name)
+    return _runner(decision, gm, inputs, kind, compiler.policy, name, settings.cudagraphs)
 
 
-def _kiln_runner(decision: Decision, inputs: Sequence[Any]) -> Callable:
-    """Kiln's runtime running the artifact, as AOTAutograd calls a compiled graph."""
+def _kiln_runner(decision: Decision, inputs: Sequence[Any], name: str,
+                 cudagraphs: bool) -> Callable:
+    """Kiln's runtime running the artifact, as AOTAutograd calls a compiled graph; its runs
+    captured in CUDA graphs when `cudagraphs` and the plan allows (kiln.cuda_graphs)."""
     import torch  # noqa: PLC0415
     from functorch.compile import make_boxed_func  # noqa: PLC0415
 
@@ -164,7 +166,12 @@ def _kiln_runner(decision: Decision, inputs: Sequence[Any]) -> Callable:
     device = next((x.device for x in inputs if isinstance(x, torch.Tensor) and
                    x.device.type == "cuda"), None)
     runtime = GpuRuntime(artifact_pb2.CompiledGraph.FromString(decision.artifact), device,
-                         process_groups=_process_groups())
+                         process_groups=_process_groups(), cudagraphs=cudagraphs,
+                         log=lambda message: log.info("graph %s: %s", name, message))
+    if cudagraphs:
+        log.info("graph %s: %s", name, "runs are captured in CUDA graphs"
+                 if runtime.graph_refusal is None else
+                 f"runs are not captured in CUDA graphs: {runtime.graph_refusal}")
 
     def run(*args: Any) -> list:
         return runtime.run(args)
@@ -182,12 +189,12 @@ def _process_groups() -> list[str]:
 
 
 def _runner(decision: Decision, gm: Any, inputs: Sequence[Any], kind: str,
-            policy: FallbackPolicy, name: str) -> Callable:
+            policy: FallbackPolicy, name: str, cudagraphs: bool = False) -> Callable:
     from functorch.compile import make_boxed_func  # noqa: PLC0415
 
     if decision.runner == KILN:
         try:
-            return _kiln_runner(decision, inputs)
+            return _kiln_runner(decision, inputs, name, cudagraphs)
         except Exception as e:  # a runtime that cannot load is no reason to stop training
             decision = policy.after_load_failure(e, name)
 

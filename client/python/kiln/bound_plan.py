@@ -129,6 +129,7 @@ class BoundPlan:
         self.segments = self._segments(group_launches)
         self.constant_slots = [v & _U64 for v in self._constants]
         self.outputs = [self._output(o) for o in runtime.outputs]
+        self.graphed: Any = None  # its kiln.cuda_graphs.GraphedPlan, when runs are captured
 
     # Binding.
 

@@ -37,6 +37,7 @@ from kiln import cuda
 from kiln.aten import resolve_op, torch_dtype
 from kiln.bound_plan import (BUFFER_INPUT, PARAM_BUFFER, PARAM_RNG_OFFSET, PARAM_RNG_SEED,
                              PARAM_SCALAR, PARAM_SYMBOL, BoundPlan, InputMismatch, StepFailed)
+from kiln.cuda_graphs import GraphedPlan
 from kiln.symexpr import Evaluator, ExprError, compile_expr, compile_symint
 
 # InputMismatch and StepFailed are what run() raises.
@@ -123,7 +124,8 @@ class GpuRuntime:
     """A loaded CUDA CompiledGraph; run() may be called any number of times."""
 
     def __init__(self, artifact: Any, device: Any = None,
-                 process_groups: Sequence[str] = ()) -> None:
+                 process_groups: Sequence[str] = (), cudagraphs: bool = False,
+                 log: Optional[Callable[[str], None]] = None) -> None:
         import torch  # noqa: PLC0415
 
         if not artifact.target.startswith("cuda:"):
@@ -150,8 +152,26 @@ class GpuRuntime:
         self.rng_increment = int(artifact.cudagraph.rng_offset_increment)
         self._rng_offset = itertools.count(0, max(1, self.rng_increment))
         self._bound: OrderedDict[tuple, BoundPlan] = OrderedDict()
+        self.static_inputs = set(artifact.cudagraph.static_inputs)
+        self.log = log
+        self.graph_refusal = self._graph_refusal(artifact) if cudagraphs else "not asked for"
 
     # Loading.
+
+    def _graph_refusal(self, artifact: Any) -> Optional[str]:
+        """Why runs of this plan are not captured in CUDA graphs (None when they are)."""
+        from kiln.v1 import artifact_pb2  # noqa: PLC0415
+
+        info = artifact.cudagraph
+        blockers = [r for r in info.reasons
+                    if r.blocker != artifact_pb2.CAPTURE_BLOCKER_DYNAMIC_SHAPE]
+        if blockers:  # dynamic shapes alone are captured per set of sizes
+            return "; ".join(f"{r.node or 'plan'}: {r.detail}" for r in blockers)
+        if any(kind in (PARAM_RNG_SEED, PARAM_RNG_OFFSET) for k in self.kernels
+               for kind, _ in k.params):
+            # Extern and fallback ops draw from PyTorch's generator, which graphs handle.
+            return "its kernels draw random numbers (the seed and offset are launch parameters)"
+        return None
 
     def _expr(self, text: str, where: str) -> Evaluator:
         try:
@@ -331,6 +351,10 @@ class GpuRuntime:
             rng_seed = torch.initial_seed()
         if rng_offset is None:
             rng_offset = next(self._rng_offset)
+        if self.graph_refusal is None and after_step is None:
+            if plan.graphed is None:
+                plan.graphed = GraphedPlan(plan, self.static_inputs, self.log)
+            return plan.graphed.run(inputs, rng_seed, rng_offset)
         return plan.run(inputs, rng_seed, rng_offset, after_step)
 
     def bind_groups(self, target: str, args: list[Any],

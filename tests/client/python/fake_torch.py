@@ -43,13 +43,16 @@ _addresses = itertools.count(0x7F0000000000, 1 << 32)
 
 
 class UntypedStorage:
-    def __init__(self, nbytes: int, where: device) -> None:
-        self.base = next(_addresses)
-        self.nbytes = nbytes
+    def __init__(self, nbytes: int, where: device, base: Optional[int] = None) -> None:
+        self.base = next(_addresses) if base is None else base
+        self._nbytes = nbytes
         self.device = where
 
     def data_ptr(self) -> int:
         return self.base
+
+    def nbytes(self) -> int:
+        return self._nbytes
 
 
 class Tensor:
@@ -75,8 +78,8 @@ class Tensor:
     def element_size(self) -> int:
         return self.dtype.itemsize
 
-    def size(self, d: int) -> int:
-        return self.shape[d]
+    def size(self, d: Optional[int] = None) -> Any:
+        return tuple(self.shape) if d is None else self.shape[d]
 
     def stride(self, d: Optional[int] = None) -> Any:
         return list(self._strides) if d is None else self._strides[d]
@@ -87,6 +90,21 @@ class Tensor:
     def copy_(self, src: "Tensor") -> "Tensor":
         copies.append((self, src))
         return self
+
+    def numel(self) -> int:
+        n = 1
+        for s in self.shape:
+            n *= s
+        return n
+
+    def as_strided(self, sizes: Sequence[int], strides: Sequence[int],
+                   offset: int = 0) -> "Tensor":
+        return Tensor(self._storage, self.dtype, offset, sizes, strides)
+
+    def clone(self) -> "Tensor":
+        out = empty(self.shape, dtype=self.dtype, device=self.device)
+        copies.append((out, self))
+        return out
 
 
 # (destination, source) of every Tensor.copy_, in order.
@@ -164,7 +182,47 @@ class _Stream:
     cuda_stream = 0x5EED
 
 
-cuda = types.SimpleNamespace(current_device=lambda: 0, current_stream=lambda where=None: _Stream())
+class CUDAGraph:
+    """A graph's stand-in: what ran while it was being captured ran once, for real (the
+    stand-in driver recorded it); a replay only counts."""
+
+    def __init__(self) -> None:
+        self.replays = 0
+
+    def replay(self) -> None:
+        self.replays += 1
+
+
+class _Capturing:
+    def __init__(self, graph: CUDAGraph, pool: Any = None) -> None:
+        self.graph = graph
+
+    def __enter__(self) -> CUDAGraph:
+        return self.graph
+
+    def __exit__(self, *exc: Any) -> None:
+        pass
+
+
+cuda = types.SimpleNamespace(current_device=lambda: 0, current_stream=lambda where=None: _Stream(),
+                             CUDAGraph=CUDAGraph, graph=_Capturing,
+                             graph_pool_handle=lambda: (0, 1), synchronize=lambda where=None: None)
+
+
+class StorageWeakRef:
+    """torch.multiprocessing.reductions.StorageWeakRef over the stand-in's storages."""
+
+    def __init__(self, storage: UntypedStorage) -> None:
+        import weakref
+
+        self.ref = weakref.ref(storage)
+
+    def expired(self) -> bool:
+        return self.ref() is None
+
+
+_C = types.SimpleNamespace(_construct_storage_from_data_pointer=lambda address, where, nbytes:
+                           UntypedStorage(nbytes, where, base=address))
 
 
 def initial_seed() -> int:
@@ -185,4 +243,8 @@ def install() -> types.ModuleType:
     module._dynamo = dynamo
     sys.modules["torch"] = module
     sys.modules["torch._dynamo"] = dynamo
+    reductions = types.ModuleType("torch.multiprocessing.reductions")
+    reductions.StorageWeakRef = StorageWeakRef
+    sys.modules["torch.multiprocessing"] = types.ModuleType("torch.multiprocessing")
+    sys.modules["torch.multiprocessing.reductions"] = reductions
     return module

@@ -375,6 +375,7 @@ std::vector<OpCase> Cases() {
                    {T({2, 3, 4, 5}), T({2, 3, 4, 5}), T({3}), T({3}), T({3}), T({3}), T({3}),
                     B(true), F(1e-5), Bools({true, true, true})}});
   cases.push_back({"dropout", "aten.native_dropout.default", {T({7, 33}), F(0.3), B(true)}});
+  cases.push_back({"dropout_p0", "aten.native_dropout.default", {T({7, 33}), F(0.0), B(true)}});
   cases.push_back({"nll_loss",
                    "aten.nll_loss_forward.default",
                    {T({6, 10}), T({6}, i64), None(), I(1), I(-100)}});
@@ -721,6 +722,27 @@ TEST(OpListTest, EmbeddingBackwardIsAnExternStepOnEveryTarget) {
           << target;
       EXPECT_TRUE(artifact->cudagraph().capturable()) << target;
     }
+  }
+}
+
+// Dropout draws Philox bits only when it can drop something: with p = 0 (a model built with
+// dropout off still calls it) no kernel takes the RNG seed and offset, so a CUDA graph can
+// replay the plan without repeating one run's masks.
+TEST(OpListTest, DropoutWithPZeroDrawsNoRandomBits) {
+  for (const double p : {0.0, 0.1}) {
+    SCOPED_TRACE(::testing::Message() << "p " << p);
+    auto proto = OneOpGraph("aten.native_dropout.default", {T({16, 32}), F(p), B(true)}, {});
+    ASSERT_TRUE(proto.ok()) << proto.status();
+    auto artifact = testing::CompileForCpu(*proto);
+    ASSERT_TRUE(artifact.ok()) << artifact.status();
+    bool takes_rng = false;
+    for (const v1::Kernel& k : artifact->kernels()) {
+      for (const v1::KernelParam& param : k.params()) {
+        takes_rng |= param.kind() == v1::PARAM_KIND_RNG_SEED ||
+                     param.kind() == v1::PARAM_KIND_RNG_OFFSET;
+      }
+    }
+    EXPECT_EQ(takes_rng, p > 0.0);
   }
 }
 

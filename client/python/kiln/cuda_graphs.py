@@ -1,0 +1,239 @@
+"""A bound plan captured in a CUDA graph and replayed: a run's host work becomes one replay.
+
+    graphed = GraphedPlan(plan, static_inputs={0, 1})   # parameters' input indices
+    outputs = graphed.run(inputs)                       # eager, capture, then replays
+
+When: the artifact's CUDA-graph analysis says the plan can be captured (a plan whose only
+reason against is its dynamic shapes is captured per set of sizes, one GraphedPlan per
+BoundPlan), and no kernel of it draws random numbers (the seed and offset are launch
+parameters, which a replay would repeat).
+
+Inputs. A replay reads every input where the capture saw it. Parameters and buffers (the
+analysis's static inputs), and inputs whose address was the same in the two calls before
+the capture (the forward's saved tensors, which a captured forward keeps at fixed
+addresses, reaching the backward), are read in place; a replay whose such input moved runs
+the plan eagerly instead, and after MAX_MOVES of those the plan is captured again copying
+the inputs that moved (at most MAX_CAPTURES captures; then it runs eagerly). Every other input is copied into a buffer of the graph's before each replay,
+and an input the plan mutates is copied back after it.
+
+Outputs live in the graph's private memory pool, which the next replay overwrites. Outputs
+of at most SMALL_OUTPUT_BYTES (a loss, a step count) are returned as copies; larger ones as
+views of the pool, and the next replay checks that every such view of the last one is gone
+(StorageWeakRef), running the plan eagerly when one is still alive. So a replay never
+overwrites a tensor the caller still holds: a trainer's step (forward, backward, optimizer,
+zero_grad(set_to_none=True)) frees them in time, and a program that keeps them is right,
+only slower.
+"""
+
+from __future__ import annotations
+
+import threading
+import weakref
+from typing import Any, Callable, Optional, Sequence
+
+from kiln.bound_plan import BUFFER_INPUT, BoundPlan
+
+# Eager calls before a capture: the first runs the plan's out= checks and fills PyTorch's
+# and cuBLAS's lazily made state (a capture must not allocate or initialize them); later ones
+# show which input addresses hold still. The capture waits until the same inputs held still
+# over two calls in a row with no capture made in between, and no longer than
+# MAX_WARMUP_CALLS. A backward's saved tensors move once more when its forward starts
+# replaying from the forward's pool, then hold still: the backward captures two calls later,
+# reading them in place.
+WARMUP_CALLS = 3
+MAX_WARMUP_CALLS = 8
+# Replays refused because an in-place input moved, before the plan is captured again, and the
+# most captures a GraphedPlan makes (a plan whose inputs keep moving runs eagerly after).
+MAX_MOVES = 2
+MAX_CAPTURES = 3
+MOVED = "an input read in place moved"
+ALIVE = "an output of the last replay is alive"
+SMALL_OUTPUT_BYTES = 1 << 16
+
+# Every capture whose pool may still hold a caller's tensor, with its GraphedPlan (weakly):
+# the views a replay hands out do not own their memory, so a capture (its graph and pool)
+# lives until it is no longer its plan's current one and none of its views is alive, even
+# past its GraphedPlan (a runtime evicted or collected while a gradient it made lives on).
+_captures: list[tuple[Any, "_Capture"]] = []
+_captures_lock = threading.Lock()
+# Captures made in this process so far: a plan whose inputs come from another plan (a
+# backward's from its forward) sees them move when that one is captured, so it does not
+# capture in a call during which another capture was made.
+_generation = [0]
+
+
+def _keep(owner: "GraphedPlan", capture: "_Capture") -> None:
+    with _captures_lock:
+        _captures[:] = [(o, c) for o, c in _captures
+                        if (o() is not None and o()._graph is c) or
+                        any(not ref.expired() for ref in c.alive)]
+        _captures.append((weakref.ref(owner), capture))
+        _generation[0] += 1
+
+
+class GraphedPlan:
+    """See the module's docstring. `static_inputs` are the input indices whose address is
+    fixed across calls (parameters and buffers)."""
+
+    def __init__(self, plan: BoundPlan, static_inputs: set[int],
+                 log: Optional[Callable[[str], None]] = None) -> None:
+        self.plan = plan
+        self.log = log or (lambda message: None)
+        self.static_inputs = static_inputs
+        self.calls = 0
+        self.replays = 0
+        self.captures = 0
+        # Runs after a capture that did not replay, by reason.
+        self.refusals: dict[str, int] = {}
+        self._previous: Optional[list[Optional[int]]] = None  # the last call's input addresses
+        self._held_still: Optional[set[int]] = None  # inputs the last call found unmoved
+        self._generation = _generation[0]  # captures made in the process by the last call
+        self._copied_always: set[int] = set()  # inputs that moved while read in place
+        self._graph: Optional[_Capture] = None
+        self._moves = 0
+
+    def run(self, inputs: Sequence[Any], seed: int, offset: int) -> list:
+        self.calls += 1
+        addresses = [_address(x) for x in inputs]
+        previous, self._previous = self._previous, addresses
+        generation, self._generation = self._generation, _generation[0]
+        if self._graph is None:
+            if previous is None or self.captures >= MAX_CAPTURES:
+                return self.plan.run(inputs, seed, offset)
+            in_place = {i for i, a in enumerate(addresses) if a is not None and (
+                i in self.static_inputs or (a == previous[i] and i not in self._copied_always))}
+            held_still, self._held_still = self._held_still, in_place
+            settled = in_place == held_still and generation == self._generation
+            if self.calls <= WARMUP_CALLS or (not settled and self.calls < MAX_WARMUP_CALLS):
+                return self.plan.run(inputs, seed, offset)
+            self._graph = _Capture(self.plan, inputs, in_place, seed, offset)
+            _keep(self, self._graph)
+            self.captures += 1
+            self._moves = 0
+            self.log(f"captured in a CUDA graph at call {self.calls}: {len(in_place)} of "
+                     f"{len(inputs)} inputs read in place, {len(self._graph.copies)} copied")
+        why = self._graph.cannot_replay(addresses)
+        if why is None:
+            self.replays += 1
+            return self._graph.replay(inputs)
+        if why not in self.refusals:
+            self.log(f"call {self.calls} runs without its CUDA graph: {why}")
+        self.refusals[why] = self.refusals.get(why, 0) + 1
+        if why == MOVED:
+            self._moves += 1
+            if self._moves >= MAX_MOVES:
+                # Inputs that held still for a while moved after all (a small saved tensor,
+                # which a replay returns as a copy, came back to its address by chance):
+                # capture again, copying those.
+                self._copied_always |= self._graph.moved(addresses)
+                self._graph = None
+                self._held_still = None
+                if self.captures >= MAX_CAPTURES:
+                    self.log(f"captured {self.captures} times; runs eagerly from now on")
+        return self.plan.run(inputs, seed, offset)
+
+
+def _address(x: Any) -> Optional[int]:
+    return x.data_ptr() if hasattr(x, "data_ptr") else None
+
+
+def _span(x: Any) -> int:
+    """Elements from a tensor's first to its last, inclusive (strides are not negative)."""
+    if x.numel() == 0:
+        return 0
+    return 1 + sum((size - 1) * stride for size, stride in zip(x.size(), x.stride()))
+
+
+class _Capture:
+    """One capture of the plan: its graph, pool, copied inputs and outputs' places."""
+
+    def __init__(self, plan: BoundPlan, inputs: Sequence[Any], in_place: set[int], seed: int,
+                 offset: int) -> None:
+        import torch  # noqa: PLC0415
+
+        self.plan = plan
+        self.in_place = in_place
+        self.addresses = {i: _address(inputs[i]) for i in in_place}
+        # Inputs copied before each replay (tensors not read in place), and their copies.
+        self.copies: dict[int, Any] = {}
+        static = list(inputs)
+        for i, x in enumerate(inputs):
+            if i not in in_place and isinstance(x, torch.Tensor):
+                # A copy with the input's strides, which may overlap (an expanded gradient
+                # of ones): what is copied is the span of memory the input reaches.
+                span = _span(x)
+                self.copies[i] = torch.empty(span, dtype=x.dtype, device=x.device)
+                static[i] = self.copies[i].as_strided(x.size(), x.stride(), 0)
+                self.copies[i].copy_(x.as_strided((span,), (1,), x.storage_offset()))
+        self.mutated = sorted({s.input_index for s in plan.segments
+                               if s.kind == "write_back"} & set(self.copies))
+        self.graph = torch.cuda.CUDAGraph()
+        self.pool = torch.cuda.graph_pool_handle()
+        torch.cuda.synchronize(plan.runtime.device)
+        with torch.cuda.graph(self.graph, pool=self.pool):
+            outputs = plan.run(static, seed, offset)
+        # Where each output lives: a view of an input (made again from the caller's tensor at
+        # each replay), a value, or a place in the pool (storage address and size).
+        self.outputs: list[tuple] = []
+        for (kind, payload), out in zip(plan.outputs, outputs):
+            if kind != "view":
+                self.outputs.append(("value", out))
+            elif plan.buffer_kinds[payload.buffer] == BUFFER_INPUT:
+                self.outputs.append(("input", payload))
+            else:
+                storage = out.untyped_storage()
+                small = storage.nbytes() <= SMALL_OUTPUT_BYTES
+                self.outputs.append(("small" if small else "pool", storage.data_ptr(),
+                                     storage.nbytes(), out.dtype, tuple(out.shape),
+                                     tuple(out.stride()), out.storage_offset()))
+        self.alive: list[Any] = []  # weak references to the last replay's pool views
+        del outputs
+
+    def moved(self, addresses: list[Optional[int]]) -> set[int]:
+        return {i for i, a in self.addresses.items() if addresses[i] != a}
+
+    def cannot_replay(self, addresses: list[Optional[int]]) -> Optional[str]:
+        """Why this call cannot replay (None when it can)."""
+        if any(addresses[i] != a for i, a in self.addresses.items()):
+            return MOVED
+        if any(not ref.expired() for ref in self.alive):
+            return ALIVE
+        return None
+
+    def replay(self, inputs: Sequence[Any]) -> list:
+        import torch  # noqa: PLC0415
+        from torch.multiprocessing.reductions import StorageWeakRef  # noqa: PLC0415
+
+        for i, copy in self.copies.items():
+            x = inputs[i]
+            copy.copy_(x.as_strided(copy.shape, (1,), x.storage_offset()))
+        self.graph.replay()
+        for i in self.mutated:
+            x = inputs[i]
+            x.as_strided(self.copies[i].shape, (1,), x.storage_offset()).copy_(self.copies[i])
+        device = self.plan.runtime.device
+        out: list[Any] = []
+        self.alive = []
+        storages: dict[int, Any] = {}
+        for place in self.outputs:
+            if place[0] == "value":
+                out.append(place[1])
+                continue
+            if place[0] == "input":
+                view = place[1]
+                x = inputs[self.plan.input_of_buffer[view.buffer]]
+                t = torch.empty(0, dtype=view.dtype, device=x.device)
+                out.append(t.set_(x.untyped_storage(), x.storage_offset() * x.element_size() //
+                                  view.itemsize + view.offset, view.sizes, view.strides))
+                continue
+            kind, address, nbytes, dtype, sizes, strides, storage_offset = place
+            storage = storages.get(address)
+            if storage is None:
+                storage = storages[address] = torch._C._construct_storage_from_data_pointer(
+                    address, device, nbytes)
+                if kind == "pool":
+                    self.alive.append(StorageWeakRef(storage))
+            t = torch.empty(0, dtype=dtype, device=device).set_(storage, storage_offset, sizes,
+                                                                strides)
+            out.append(t.clone() if kind == "small" else t)
+        return out

@@ -1,0 +1,150 @@
+"""kiln.cuda_graphs's decisions without a GPU or PyTorch (the stand-ins of gpu_runtime_test):
+when a plan is captured, which inputs a replay reads in place and which it copies, and when a
+call runs eagerly instead of replaying over a tensor the caller still holds."""
+
+from __future__ import annotations
+
+import gc
+
+import gpu_runtime_test as rt
+
+from kiln import cuda_graphs
+from kiln.gpu_runtime import GpuRuntime
+from kiln.v1 import artifact_pb2 as pb
+
+torch = rt.torch
+
+
+def graphable(static: bool) -> pb.CompiledGraph:
+    """rt.artifact() without its RNG parameters; input 0 static (a parameter) or not."""
+    a = rt.artifact(image=b"kernel kiln_graphed 4\n", kernel="kiln_graphed")
+    del a.kernels[0].params[4:]
+    if static:
+        a.cudagraph.static_inputs.append(0)
+    return a
+
+
+def runtime(a: pb.CompiledGraph, messages: list[str] | None = None) -> GpuRuntime:
+    return GpuRuntime(a, torch.device("cuda", 0), cudagraphs=True,
+                      log=(messages.append if messages is not None else None))
+
+
+def graph_of(r: GpuRuntime) -> cuda_graphs.GraphedPlan:
+    (plan,) = r._bound.values()
+    return plan.graphed
+
+
+def test_a_plan_whose_kernels_draw_random_numbers_is_not_captured() -> None:
+    r = runtime(rt.artifact())
+    assert r.graph_refusal is not None and "random numbers" in r.graph_refusal
+    assert runtime(graphable(True)).graph_refusal is None
+    not_capturable = graphable(True)
+    not_capturable.cudagraph.reasons.add(blocker=pb.CAPTURE_BLOCKER_CPU_TENSOR, node="x",
+                                         detail="input 0 is on the CPU")
+    assert runtime(not_capturable).graph_refusal == "x: input 0 is on the CPU"
+    dynamic = graphable(True)
+    dynamic.cudagraph.reasons.add(blocker=pb.CAPTURE_BLOCKER_DYNAMIC_SHAPE,
+                                  detail="sizes depend on 1 symbol(s)")
+    assert runtime(dynamic).graph_refusal is None, "captured per set of sizes"
+
+
+def test_after_warm_up_calls_replay_reading_parameters_in_place() -> None:
+    driver = rt.Driver()
+    messages: list[str] = []
+    r = runtime(graphable(static=True), messages)
+    x = rt.cuda_input(1 << 15)  # 128 KiB: an output the replay hands out as a pool view
+    launches = driver.count()
+    outputs = []
+    for _ in range(6):
+        (y,) = r.run([x])
+        outputs.append((y.data_ptr(), y.shape))
+        del y
+        gc.collect()
+    g = graph_of(r)
+    # Three eager calls, a capture (which runs the plan once), then replays only.
+    assert driver.count() == launches + 4
+    assert (g.captures, g.replays, g.refusals) == (1, 3, {})
+    assert messages == ["captured in a CUDA graph at call 4: 1 of 1 inputs read in place, "
+                        "0 copied"]
+    # Each replay's output is the captured output's memory.
+    assert outputs[3] == outputs[4] == outputs[5]
+
+
+def test_an_input_that_moves_is_copied_before_each_replay() -> None:
+    r = runtime(graphable(static=False))
+    for _ in range(5):
+        copies = len(torch.copies)
+        x = rt.cuda_input(1 << 15)
+        (y,) = r.run([x])
+        del y
+    g = graph_of(r)
+    assert (g.captures, g.replays) == (1, 2)
+    # The last replay copied x into the graph's own buffer (the span it reaches) first.
+    dst, src = torch.copies[copies]
+    assert src.data_ptr() == x.data_ptr() and dst.shape == [1 << 15]
+    assert dst.data_ptr() == g._graph.copies[0].data_ptr()
+
+
+def test_a_call_while_the_last_replays_output_is_alive_runs_eagerly() -> None:
+    driver = rt.Driver()
+    messages: list[str] = []
+    r = runtime(graphable(static=True), messages)
+    x = rt.cuda_input(1 << 15)
+    for _ in range(4):
+        (y,) = r.run([x])
+        del y
+    (held,) = r.run([x])  # a replay: `held` views the graph's pool
+    assert graph_of(r).replays == 2
+    launches = driver.count()
+    (other,) = r.run([x])
+    assert driver.count() == launches + 1, "ran eagerly: a replay would overwrite `held`"
+    assert other.data_ptr() != held.data_ptr()
+    assert graph_of(r).refusals == {cuda_graphs.ALIVE: 1}
+    del held, other
+    gc.collect()
+    r.run([x])
+    assert driver.count() == launches + 1, "replays again once `held` is gone"
+    assert messages[-1] == f"call 6 runs without its CUDA graph: {cuda_graphs.ALIVE}"
+
+
+def test_a_small_output_is_returned_as_a_copy() -> None:
+    r = runtime(graphable(static=True))
+    x = rt.cuda_input(16)
+    kept = [r.run([x])[0] for _ in range(7)]  # kept alive: copies do not block replays
+    g = graph_of(r)
+    assert (g.replays, g.refusals) == (4, {})
+    assert len({t.data_ptr() for t in kept[3:]}) == 4
+
+
+def test_inputs_read_in_place_that_keep_moving_are_copied_after_a_new_capture() -> None:
+    messages: list[str] = []
+    r = runtime(graphable(static=False), messages)
+    # The same address for four calls (a forward's pool), then a new one every call.
+    same = rt.cuda_input(1 << 15)
+    for i in range(10):
+        (y,) = r.run([same if i < 4 else rt.cuda_input(1 << 15)])
+        del y
+    g = graph_of(r)
+    assert g.captures == 2
+    assert g.refusals == {cuda_graphs.MOVED: cuda_graphs.MAX_MOVES}
+    assert g._graph.addresses == {}, "input 0 is now copied"
+    assert messages[-1].endswith("0 of 1 inputs read in place, 1 copied")
+
+
+def test_a_backward_reads_its_forwards_saved_tensors_in_place() -> None:
+    # The forward's output is new each call while it runs eagerly (calls 1-3), then at its
+    # pool's address from the call it is captured (4): the backward, fed by it, waits for
+    # that address to hold still and reads it in place.
+    messages: list[str] = []
+    forward = runtime(graphable(static=True))
+    backward = runtime(graphable(static=False), messages)
+    x = rt.cuda_input(1 << 15)
+    for _ in range(8):
+        (saved,) = forward.run([x])
+        (y,) = backward.run([saved])
+        del saved, y
+    assert graph_of(forward).captures == 1
+    g = graph_of(backward)
+    assert messages == ["captured in a CUDA graph at call 6: 1 of 1 inputs read in place, "
+                        "0 copied"]
+    assert (g.captures, g.replays, g.refusals) == (1, 3, {})
