@@ -48,7 +48,10 @@ MAX_MOVES = 2
 MAX_CAPTURES = 3
 MOVED = "an input read in place moved"
 ALIVE = "an output of the last replay is alive"
-SMALL_OUTPUT_BYTES = 1 << 16
+# Outputs a replay returns as copies: a loss, a step count. Larger ones (gradients, saved
+# activations, however small a model's) stay in the pool, as copying each would cost a
+# kernel per output per replay.
+SMALL_OUTPUT_BYTES = 256
 
 # Every capture whose pool may still hold a caller's tensor, with its GraphedPlan (weakly):
 # the views a replay hands out do not own their memory, so a capture (its graph and pool)
@@ -122,9 +125,8 @@ class GraphedPlan:
         if why == MOVED:
             self._moves += 1
             if self._moves >= MAX_MOVES:
-                # Inputs that held still for a while moved after all (a small saved tensor,
-                # which a replay returns as a copy, came back to its address by chance):
-                # capture again, copying those.
+                # Inputs that held still for a while moved after all (they came back to
+                # their addresses by chance): capture again, copying those.
                 self._copied_always |= self._graph.moved(addresses)
                 self._graph = None
                 self._held_still = None
