@@ -63,7 +63,9 @@ absl::Status Dropout(Builder& d, uint32_t node) {
   const int32_t x = d.In(node, 0);
   const double p = d.Num(d.A(node, 1));
   const Arg& train = d.A(node, 2);
-  const bool draws = d.IsNone(train) || d.Int(train) != 0;
+  // Dropout with p = 0 keeps every element: no bits to draw, so its kernel takes no Philox
+  // seed and offset and a CUDA graph can replay it (its stream number stays reserved).
+  const bool draws = (d.IsNone(train) || d.Int(train) != 0) && p > 0.0;
   const int64_t stream = d.rng_stream(node);
   const double scale = p >= 1.0 ? 0.0 : 1.0 / (1.0 - p);
   uint32_t threshold = 0;
