@@ -738,8 +738,8 @@ TEST(OpListTest, DropoutWithPZeroDrawsNoRandomBits) {
     bool takes_rng = false;
     for (const v1::Kernel& k : artifact->kernels()) {
       for (const v1::KernelParam& param : k.params()) {
-        takes_rng |= param.kind() == v1::PARAM_KIND_RNG_SEED ||
-                     param.kind() == v1::PARAM_KIND_RNG_OFFSET;
+        takes_rng |=
+            param.kind() == v1::PARAM_KIND_RNG_SEED || param.kind() == v1::PARAM_KIND_RNG_OFFSET;
       }
     }
     EXPECT_EQ(takes_rng, p > 0.0);
