@@ -82,12 +82,15 @@ class _InputCheck:
 
 
 @dataclass
-class _Call:
+class Call:
+    """An extern or fallback step: the op and its arguments, as loaded (views of
+    gpu_runtime's with expressions) or bound (BoundViews)."""
+
     op: Callable[..., Any]
     target: str
     args: list[Any]
     kwargs: list[tuple[str, Any]]
-    outputs: list[Optional[BoundView]]
+    outputs: list[Any]
     collective: bool
     # The op's out= overload while it may be used; None when it may not (or is not known to
     # fit yet, with `out_checked` False).
@@ -100,7 +103,7 @@ class _Segment:
     kind: str  # "launches", "call", "copy", "write_back"
     steps: list[int]
     launches: Optional[cuda.LaunchSequence] = None
-    call: Optional[_Call] = None
+    call: Optional[Call] = None
     src: Optional[BoundView] = None
     dst: Optional[BoundView] = None
     input_index: int = -1
@@ -187,8 +190,8 @@ class BoundPlan:
         return ("value", constant(payload, lambda r: None, self.symbol_values,
                                   self.runtime.device))
 
-    def _call(self, c: Any) -> _Call:
-        return _Call(c.op, c.target, [self._argument(a) for a in c.args],
+    def _call(self, c: Any) -> Call:
+        return Call(c.op, c.target, [self._argument(a) for a in c.args],
                      [(k, self._argument(a)) for k, a in c.kwargs],
                      [self._view(o) for o in c.outputs], c.collective)
 
@@ -335,7 +338,7 @@ class BoundPlan:
             return [self._value(x, views) for x in payload]
         return payload
 
-    def _run_call(self, c: _Call, views: "_Views", bases: list[int]) -> None:
+    def _run_call(self, c: Call, views: "_Views", bases: list[int]) -> None:
         args = [self._value(a, views) for a in c.args]
         if c.target in STORAGE_OFFSET_ARG and len(args) > STORAGE_OFFSET_ARG[c.target]:
             # The graph's storage_offset counts from the start of self's storage; here self
@@ -376,7 +379,7 @@ class BoundPlan:
             c.out_checked = True
             c.out_op = self._out_overload(c, results, bases)
 
-    def _out_overload(self, c: _Call, results: list[Any], bases: list[int]) -> Optional[Any]:
+    def _out_overload(self, c: Call, results: list[Any], bases: list[int]) -> Optional[Any]:
         """The op's out= overload when later runs may write straight into the plan's view
         (see the module's docstring), else None."""
         if c.collective or len(c.outputs) != 1 or c.outputs[0] is None or len(results) != 1:

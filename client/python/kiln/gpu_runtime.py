@@ -36,7 +36,8 @@ from typing import Any, Callable, Optional, Sequence
 from kiln import cuda
 from kiln.aten import resolve_op, torch_dtype
 from kiln.bound_plan import (BUFFER_INPUT, PARAM_BUFFER, PARAM_RNG_OFFSET, PARAM_RNG_SEED,
-                             PARAM_SCALAR, PARAM_SYMBOL, BoundPlan, InputMismatch, StepFailed)
+                             PARAM_SCALAR, PARAM_SYMBOL, BoundPlan, Call, InputMismatch,
+                             StepFailed)
 from kiln.cuda_graphs import GraphedPlan
 from kiln.symexpr import Evaluator, ExprError, compile_expr, compile_symint
 
@@ -84,21 +85,11 @@ class _Buffer:
 
 
 @dataclass
-class _Call:
-    op: Callable[..., Any]
-    target: str
-    args: list[Any]
-    kwargs: list[tuple[str, Any]]
-    outputs: list[Optional[_View]]
-    collective: bool
-
-
-@dataclass
 class _Step:
     kind: str
     label: str
     kernel: int = -1
-    call: Optional[_Call] = None
+    call: Optional[Call] = None
     src: Optional[_View] = None
     dst: Optional[_View] = None
     input_index: int = -1
@@ -258,12 +249,12 @@ class GpuRuntime:
             return ("list", [self._argument(x, where) for x in a.list.items])
         return ("value", a.value)
 
-    def _call(self, c: Any, where: str, collective: bool) -> _Call:
+    def _call(self, c: Any, where: str, collective: bool) -> Call:
         try:
             op = resolve_op(c.op)
         except ValueError as e:
             raise RuntimeLoadError(f"{where}: {e}") from e
-        return _Call(op, c.op, [self._argument(a, where) for a in c.args],
+        return Call(op, c.op, [self._argument(a, where) for a in c.args],
                      [(k.name, self._argument(k.value, where)) for k in c.kwargs],
                      [self._view(o, where) for o in c.outputs], collective)
 
