@@ -120,8 +120,11 @@ class BoundPlan:
         self.arena_bytes = -(-max(0, runtime.workspace(s)) // 16) * 16
         self.buffer_kinds = [b.kind for b in runtime.buffers]
         self.input_of_buffer = [b.input_index for b in runtime.buffers]
-        self.output_bytes = [-(-max(0, b.size(s)) // b.alignment) * b.alignment
+        # Whole multiples of 16 bytes, so any dtype can view the allocation.
+        self.output_bytes = [-(-max(0, b.size(s)) // max(16, b.alignment)) * max(16, b.alignment)
                              if b.kind == BUFFER_OUTPUT else 0 for b in runtime.buffers]
+        self.owned_buffers = {b for b, kind in enumerate(self.buffer_kinds)
+                              if kind != BUFFER_INPUT}
         self.arena_offsets = [b.offset(s) if b.kind in (BUFFER_INTERMEDIATE, BUFFER_WORKSPACE)
                               else 0 for b in runtime.buffers]
         self.checks = self._input_checks()
@@ -271,28 +274,27 @@ class BoundPlan:
 
         device = self.runtime.device
         arena = torch.empty(self.arena_bytes, dtype=torch.uint8, device=device)
-        arena_storage = arena.untyped_storage()
-        storages: list[Any] = []
+        roots: list[Any] = []  # the tensor whose storage holds each buffer
         bases: list[int] = []
         for b, kind in enumerate(self.buffer_kinds):
             if kind == BUFFER_INPUT:
                 # An input buffer starts at the tensor's first element, its storage offset
                 # applied; views of it reach back no further.
                 x = inputs[self.input_of_buffer[b]]
-                storages.append(x.untyped_storage())
+                roots.append(x)
                 bases.append(x.storage_offset() * x.element_size())
             elif kind == BUFFER_OUTPUT:
-                storages.append(torch.empty(self.output_bytes[b], dtype=torch.uint8,
-                                            device=device).untyped_storage())
+                roots.append(torch.empty(self.output_bytes[b], dtype=torch.uint8, device=device))
                 bases.append(0)
             else:
-                storages.append(arena_storage)
+                roots.append(arena)
                 bases.append(self.arena_offsets[b])
+        storages = [root.untyped_storage() for root in roots]
         slots = [st.data_ptr() + base for st, base in zip(storages, bases)]
         slots += [seed & _U64, offset & _U64]
         slots += self.constant_slots
         stream = torch.cuda.current_stream(device).cuda_stream
-        views = _Views(storages, bases)
+        views = _Views(roots, storages, bases, self.owned_buffers)
 
         for segment in self.segments:
             try:
@@ -327,7 +329,7 @@ class BoundPlan:
             elif kind == "symbol":
                 out.append(payload)
             else:
-                out.append(views.view(payload))
+                out.append(views.view(payload, escapes=True))
         return out
 
     def _value(self, a: tuple[str, Any], views: "_Views") -> Any:
@@ -432,10 +434,16 @@ class _Views:
     philox seed and offset) are kept by buffer in `host_values`: the plan's buffers are all
     on the GPU, but the ops that read such values back expect them where they were made."""
 
-    def __init__(self, storages: list[Any], bases: list[int]) -> None:
+    def __init__(self, roots: list[Any], storages: list[Any], bases: list[int],
+                 owned: set[int]) -> None:
+        self.roots = roots
+        # Buffers whose root is the run's own flat byte allocation (the arena, an output),
+        # which any dtype can view; an input's root is the caller's tensor.
+        self.owned = owned
         self.storages = storages
         self.bases = bases
         self.host_values: dict[int, Any] = {}
+        self._typed: dict[tuple[int, Any], Any] = {}  # a root viewed as a dtype, by root
 
     @staticmethod
     def at(storage: Any, byte_base: int, dtype: Any, offset: int, sizes: Sequence[int],
@@ -445,12 +453,28 @@ class _Views:
         t = torch.empty(0, dtype=dtype, device=storage.device)
         return t.set_(storage, byte_base // dtype.itemsize + offset, list(sizes), list(strides))
 
-    def view(self, v: BoundView) -> Any:
+    def view(self, v: BoundView, escapes: bool = False) -> Any:
+        """A tensor over the view's memory. One that stays inside the run (an op's argument,
+        a copy's end) is an as_strided view of its buffer's root tensor, the cheapest to
+        make; one that `escapes` (an output) is a tensor of its own over the storage, as
+        autograd and AOTAutograd expect of a graph's outputs (not a view of some base)."""
         host = self.host_values.get(v.buffer)
         if host is not None:
             return self.at(host.untyped_storage(), 0, v.dtype, v.offset, v.sizes, v.strides)
-        return self.at(self.storages[v.buffer], self.bases[v.buffer], v.dtype, v.offset,
-                       v.sizes, v.strides)
+        base = self.bases[v.buffer]
+        if not escapes and base % v.itemsize == 0:
+            root = self.roots[v.buffer]
+            if root.dtype == v.dtype:
+                typed = root
+            else:
+                key = (id(root), v.dtype)
+                typed = self._typed.get(key)
+                if typed is None and v.buffer in self.owned:
+                    typed = self._typed[key] = root.view(v.dtype)
+            if typed is not None:
+                # as_strided's offset counts from the storage's start, like the view's base.
+                return typed.as_strided(v.sizes, v.strides, base // v.itemsize + v.offset)
+        return self.at(self.storages[v.buffer], base, v.dtype, v.offset, v.sizes, v.strides)
 
     def buffer_view(self, buffer: int, dtype: Any, sizes: Sequence[int],
                     strides: Sequence[int]) -> Any:

@@ -101,6 +101,11 @@ class Tensor:
                    offset: int = 0) -> "Tensor":
         return Tensor(self._storage, self.dtype, offset, sizes, strides)
 
+    def view(self, kind: dtype) -> "Tensor":
+        """A flat byte tensor read as `kind` (the only view(dtype) the runtime makes)."""
+        assert self.dtype.itemsize == 1 and self._offset == 0
+        return Tensor(self._storage, kind, 0, [self.numel() // kind.itemsize], [1])
+
     def clone(self) -> "Tensor":
         out = empty(self.shape, dtype=self.dtype, device=self.device)
         copies.append((out, self))

@@ -14,8 +14,8 @@
 #include <string.h>
 
 #define EXPORT __attribute__((visibility("default")))
-#define MAX_FUNCTIONS 64
-#define MAX_LAUNCHES 64
+#define MAX_FUNCTIONS 1024
+#define MAX_LAUNCHES 1024
 #define MAX_PARAMS 256
 
 typedef struct {
@@ -37,6 +37,7 @@ static int function_count;
 static fake_launch launches[MAX_LAUNCHES];
 static int launch_count;
 static int modules_loaded;
+static int modules_ever; /* module ids: never reused, so a lookup finds only its module's */
 static int context_sets;
 static int shared_sets;
 static void* current;
@@ -62,7 +63,8 @@ EXPORT int cuModuleLoadData(void** module, const void* image) {
   const char* text = (const char*)image;
   if (current != &primary) return 201; /* CUDA_ERROR_INVALID_CONTEXT */
   if (strncmp(text, "bad", 3) == 0) return 200;
-  int id = ++modules_loaded;
+  ++modules_loaded;
+  int id = ++modules_ever;
   while (*text != '\0') {
     char name[64];
     int params = 0;

@@ -242,7 +242,7 @@ TEST_F(KilnCudaTest, ASequenceLaunchesEachRecordWithItsSlotsValues) {
 
 TEST_F(KilnCudaTest, ASequenceWithAnInvalidRecordLaunchesNothingAndNamesIt) {
   kiln_cuda_module* m = Load("kernel seq_c 1\n");
-  kiln_cuda_function* a = Function(m, "seq_a");
+  kiln_cuda_function* a = Function(m, "seq_c");
   const uint64_t slots[1] = {5};
   const uint32_t good[1] = {0};
   const uint32_t past_the_end[1] = {1};
