@@ -57,6 +57,11 @@ OUTPUT_TAIL = 3000
 MODES = ("eager", "dynamo", "aot_eager", "inductor", "inductor_warm", "kiln", "kiln_warm")
 CUDAGRAPH_MODES = ("inductor_cudagraphs", "kiln_cudagraphs")
 RUNS_DIR = "step_time_runs"
+# PyTorch's caching-allocator counters each run records at its end: device allocations and
+# frees (a cudaFree synchronizes the device) and retries after freeing cached blocks, which
+# would make a steady step wait on the GPU where no sync was asked for.
+ALLOCATOR_COUNTERS = ("num_device_alloc", "num_device_free", "num_alloc_retries",
+                      "num_sync_all_streams")
 # With --profile, the last PROFILE_STEPS steps of each run run under a profiler (their
 # step times are then not steady ones: keep --steps well above STEADY_FROM + PROFILE_STEPS).
 PROFILE_STEPS = 3
@@ -199,7 +204,9 @@ def train(name: str, mode: str, steps: int, write_event: Callable[..., None],
                     host_seconds=issued - start)
     if prof is not None:
         write_event(event="profile", steps=len(profiled), table=prof.table())
-    write_event(event="done", device=torch.cuda.get_device_name(), torch=torch.__version__)
+    stats = torch.cuda.memory_stats()
+    write_event(event="done", device=torch.cuda.get_device_name(), torch=torch.__version__,
+                allocator={key: stats.get(key, 0) for key in ALLOCATOR_COUNTERS})
 
 
 def worker(name: str, mode: str, steps: int, events_path: pathlib.Path,
@@ -240,6 +247,7 @@ def summarize(events: list[dict], returncode: Optional[int], output: str,
     error = next((e for e in events if e.get("event") == "error"), None)
     if done:
         run["device"] = done["device"]
+        run["allocator"] = done.get("allocator", {})
     else:
         run["failed"] = (error["error"] if error else
                          f"timed out after {timed_out_after:.0f} s" if timed_out_after else

@@ -11,7 +11,8 @@ def events(first: float, steady: float, host: float, steps: int = 10) -> list[di
     out = [{"event": "step", "step": 1, "loss": 3.0, "seconds": first, "host_seconds": first}]
     out += [{"event": "step", "step": i, "loss": 2.0, "seconds": steady, "host_seconds": host}
             for i in range(2, steps + 1)]
-    return out + [{"event": "done", "device": "H100", "torch": "2.11"}]
+    return out + [{"event": "done", "device": "H100", "torch": "2.11",
+                   "allocator": {"num_device_alloc": 12, "num_alloc_retries": 0}}]
 
 
 def test_a_finished_run_has_its_first_steady_and_host_times() -> None:
@@ -21,6 +22,7 @@ def test_a_finished_run_has_its_first_steady_and_host_times() -> None:
     assert run["first_s"] == 7.5
     assert run["steady_s"] == pytest.approx(0.05)
     assert run["host_s"] == pytest.approx(0.01)
+    assert run["allocator"] == {"num_device_alloc": 12, "num_alloc_retries": 0}
     assert "failed" not in run
 
 
