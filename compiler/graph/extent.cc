@@ -29,7 +29,7 @@ Extent ExtentOf(absl::Span<const SymInt> sizes, absl::Span<const SymInt> strides
 
 absl::Status CheckIndexRange(absl::string_view node, const std::string& field,
                              absl::Span<const SymInt> sizes, absl::Span<const SymInt> strides,
-                             const SymInt& storage_offset) {
+                             const SymInt& storage_offset, int64_t element_bytes) {
   int64_t numel = 1;
   bool empty = false;
   for (size_t i = 0; i < sizes.size(); ++i) {
@@ -40,13 +40,21 @@ absl::Status CheckIndexRange(absl::string_view node, const std::string& field,
                           "the element count overflows int64");
     }
   }
+  if (int64_t bytes = 0; !empty && __builtin_mul_overflow(numel, element_bytes, &bytes)) {
+    return InvalidField(
+        node, absl::StrCat(field, ".sizes"),
+        absl::StrCat(numel, " elements of ", element_bytes, " bytes overflow int64 byte sizes"));
+  }
   if (empty || storage_offset.is_symbolic()) return absl::OkStatus();
   int64_t last = storage_offset.value();
   for (size_t i = 0; i < sizes.size(); ++i) {
     if (strides[i].is_symbolic()) return absl::OkStatus();
     int64_t step = 0;
+    int64_t end_byte = 0;
+    // Byte offsets of the elements reached are computed in 64 bits too (plans, runtimes).
     if (__builtin_mul_overflow(sizes[i].value() - 1, strides[i].value(), &step) ||
-        __builtin_add_overflow(last, step, &last)) {
+        __builtin_add_overflow(last, step, &last) ||
+        __builtin_mul_overflow(last + 1, element_bytes, &end_byte)) {
       return InvalidField(node, absl::StrCat(field, ".strides[", i, "]"),
                           "the tensor reaches elements beyond the int64 index range");
     }

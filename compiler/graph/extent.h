@@ -30,12 +30,13 @@ struct Extent {
 Extent ExtentOf(absl::Span<const SymInt> sizes, absl::Span<const SymInt> strides,
                 const SymInt& storage_offset);
 
-// The element count fits int64 and every element the metadata reaches has an int64 index.
-// Symbolic metadata passes: its values are not known here. `field` is where the metadata
-// sits ("outputs[0]"); errors name its sizes[i] or strides[i].
+// The element count fits int64, so do the tensor's bytes at `element_bytes` an element, and
+// every element the metadata reaches has an int64 index and byte offset. Symbolic metadata
+// passes: its values are not known here. `field` is where the metadata sits ("outputs[0]");
+// errors name its sizes (or sizes[i]) or strides[i].
 absl::Status CheckIndexRange(absl::string_view node, const std::string& field,
                              absl::Span<const SymInt> sizes, absl::Span<const SymInt> strides,
-                             const SymInt& storage_offset);
+                             const SymInt& storage_offset, int64_t element_bytes = 1);
 
 // Node `node` of `graph` calls a view op whose elements lie within its base: each tensor
 // output with known metadata reaches only elements its base (the argument the op views)

@@ -13,6 +13,7 @@
 #include "absl/strings/str_join.h"
 #include "compiler/graph/extent.h"
 #include "compiler/graph/schema_binding.h"
+#include "proto/dtype.h"
 #include "proto/error_detail.h"
 
 namespace kiln::graph {
@@ -335,7 +336,8 @@ class GraphBuilder {
       if (!s.ok()) return s.status();
       v->storage_offset = *s;
     }
-    return CheckIndexRange(node, field, g_.sizes(*v), g_.strides(*v), v->storage_offset);
+    return CheckIndexRange(node, field, g_.sizes(*v), g_.strides(*v), v->storage_offset,
+                           ElementSize(t.dtype()));
   }
 
   // ---- inputs ----

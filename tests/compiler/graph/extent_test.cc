@@ -39,6 +39,27 @@ TEST(ExtentTest, FirstAndLastElement) {
   EXPECT_FALSE(ExtentOf(Consts({2}), Consts({1}), SymInt::Symbolic(0)).known);
 }
 
+TEST(ExtentTest, ByteSizesAndOffsetsAreInt64) {
+  constexpr int64_t kMax = std::numeric_limits<int64_t>::max();
+  // 2^62 elements: a count that fits, 2^65 bytes of float64 that do not.
+  absl::Status s = CheckIndexRange("n", "meta", Consts({int64_t{1} << 31, int64_t{1} << 31}),
+                                   Consts({int64_t{1} << 31, 1}), SymInt::Constant(0), 8);
+  std::optional<v1::ErrorDetail> d = ErrorDetailOf(s);
+  ASSERT_TRUE(d.has_value()) << s;
+  EXPECT_EQ(d->violations(0).field(), "meta.sizes");
+  EXPECT_THAT(d->violations(0).description(), HasSubstr("of 8 bytes overflow int64 byte sizes"));
+  // Two elements, the last at an index whose byte offset does not fit.
+  s = CheckIndexRange("n", "meta", Consts({2}), Consts({kMax / 4}), SymInt::Constant(0), 8);
+  d = ErrorDetailOf(s);
+  ASSERT_TRUE(d.has_value()) << s;
+  EXPECT_EQ(d->violations(0).field(), "meta.strides[0]");
+  // The same metadata of bytes fits, and an empty tensor has no bytes to overflow.
+  EXPECT_TRUE(
+      CheckIndexRange("n", "meta", Consts({2}), Consts({kMax / 4}), SymInt::Constant(0), 1).ok());
+  EXPECT_TRUE(
+      CheckIndexRange("n", "meta", Consts({0, kMax}), Consts({1, 1}), SymInt::Constant(0), 8).ok());
+}
+
 TEST(ExtentTest, IndexRangeIsInt64) {
   constexpr int64_t kMax = std::numeric_limits<int64_t>::max();
   EXPECT_TRUE(

@@ -262,6 +262,10 @@ std::vector<BadCase> BadCases() {
          tensor(g, "mm")->mutable_sizes(0)->set_value(std::numeric_limits<int64_t>::max() / 2);
        },
        "mm", "outputs[0].sizes[1]", "element count overflows"},
+      // 2^62 float32 elements fit an int64 count but not their 2^64 bytes.
+      {"bytes_overflow",
+       [&](v1::Graph& g) { tensor(g, "mm")->mutable_sizes(0)->set_value(int64_t{1} << 59); }, "mm",
+       "outputs[0].sizes", "elements of 4 bytes overflow int64 byte sizes"},
       {"view_outside_base",
        [&](v1::Graph& g) { tensor(g, "t")->mutable_storage_offset()->set_value(8); }, "t",
        "outputs[0]", "outside [0, 31]"},
