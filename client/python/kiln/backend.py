@@ -58,8 +58,8 @@ class GraphCompiler:
             result = self.client.compile(request)
         except KilnError as e:
             return self.policy.after_failure(e, name)
-        log.info("graph %s: %s, key %s, trace %s", name, result.outcome, result.compile_key,
-                 result.trace_id)
+        log.info("graph %s: %s, key %s, artifact %s, trace %s", name, result.outcome,
+                 result.compile_key, result.artifact_hash, result.trace_id)
         return self.policy.after_success(result.compile_key, result.outcome, name,
                                          loadable=target.startswith("cuda:"),
                                          artifact=result.compiled_graph)
@@ -79,6 +79,7 @@ class _Process:
         self._policies: dict[tuple[str, bool], FallbackPolicy] = {}
         self._sequences: Any = None
         self._frames = itertools.count()
+        self._names: dict[str, int] = {}
 
     def graph_compiler(self, settings: Settings) -> GraphCompiler:
         from kiln.client import CompileClient, RequestBuilder, SequenceNumbers  # noqa: PLC0415
@@ -98,8 +99,17 @@ class _Process:
         return GraphCompiler(_WithSettings(client, settings),
                              RequestBuilder(settings, self._sequences), policy)
 
-    def next_frame(self) -> int:
-        return next(self._frames)
+    def frame_name(self, compile_id: Any) -> str:
+        """A name for the graph the backend was handed, unique in this process: Dynamo's
+        compile id ("frame 0/0"), numbered on from the second graph of one compile id (the
+        DDP optimizer hands the backend one graph per bucket: "frame 0/0-1", ...)."""
+        with self._lock:
+            if compile_id is None:
+                return f"frame {next(self._frames)}"
+            name = f"frame {compile_id}"
+            n = self._names.get(name, 0)
+            self._names[name] = n + 1
+            return name if n == 0 else f"{name}-{n}"
 
 
 class _WithSettings:
@@ -215,7 +225,7 @@ def _frame_name() -> str:
     import torch  # noqa: PLC0415
 
     compile_id = torch._guards.CompileContext.current_compile_id()
-    return f"frame {compile_id}" if compile_id is not None else f"frame {_process.next_frame()}"
+    return _process.frame_name(compile_id)
 
 
 def _rank_and_world_size() -> tuple[int, int]:

@@ -154,6 +154,11 @@ class CompileResult:
         return self.response.compiled_graph
 
     @property
+    def artifact_hash(self) -> str:
+        """The compiled graph's SHA-256 (verified): equal on every rank given the same graph."""
+        return self.response.artifact_digest.hash
+
+    @property
     def trace_id(self) -> str:
         return self.traceparent.split("-")[1]
 

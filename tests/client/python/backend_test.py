@@ -3,6 +3,7 @@ the backend with Dynamo (a stand-in registry, fake_torch/, plays Dynamo)."""
 
 from __future__ import annotations
 
+import logging
 import os
 import pathlib
 import subprocess
@@ -40,6 +41,7 @@ class ScriptedClient:
 def hit() -> CompileResult:
     response = compile_pb2.CompileResponse(outcome=compile_pb2.CACHE_OUTCOME_HIT,
                                            compile_key="c" * 64)
+    response.artifact_digest.hash = "d" * 64
     return CompileResult(response, "00-" + "1" * 32 + "-" + "2" * 16 + "-01")
 
 
@@ -68,6 +70,15 @@ def test_each_graph_is_one_numbered_request(graph) -> None:
     assert all(r.options.target == "cuda:sm_90" and r.options.require_cudagraph
                for r in client.requests)
     assert len(said) == 1  # the failure
+
+
+def test_each_answer_is_logged_with_its_key_and_artifact(graph, caplog) -> None:
+    # Ranks compare these lines to see they run the same bytes (tests/gpu/multi_rank.py).
+    c = compiler(ScriptedClient(hit()), Settings.from_options({}, {}), [])
+    with caplog.at_level(logging.INFO, logger="kiln"):
+        c.compile(graph, "frame 0/0.fw", "cuda:sm_90")
+    assert f"graph frame 0/0.fw: hit, key {'c' * 64}, artifact {'d' * 64}, trace {'1' * 32}" \
+        in caplog.messages
 
 
 def test_divergence_and_settings_errors_are_raised(graph) -> None:
@@ -127,3 +138,13 @@ def test_import_kiln_registers_without_the_generated_modules() -> None:
                          env=env, capture_output=True, text=True)
     assert run.returncode == 0, run.stderr
     assert run.stdout.strip() == "['kiln'] False"
+
+
+def test_graphs_of_one_compile_id_get_names_of_their_own() -> None:
+    # The DDP optimizer hands the backend one graph per bucket under one compile id.
+    from kiln.backend import _Process
+
+    process = _Process()
+    names = [process.frame_name(i) for i in ("0/0", "0/0", "1/0", "0/0")]
+    assert names == ["frame 0/0", "frame 0/0-1", "frame 1/0", "frame 0/0-2"]
+    assert [process.frame_name(None) for _ in range(2)] == ["frame 0", "frame 1"]
