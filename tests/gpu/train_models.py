@@ -39,8 +39,8 @@ step's gradients to percent-level loss differences within a few AdamW steps, whi
 compiler made it.
 Differences are relative to eager's first loss (a loss falling towards zero would make a
 difference relative to each step's loss meaningless):
-  fp32: 1e-4. TF32 is off in every process, so all compute in float32 and differ only in
-    reduction order and where a fused kernel keeps a value in registers: in the last bits at
+  fp32: 1e-4. TF32 is off in every process and cuDNN deterministic, so all compute in
+    float32 and differ only in reduction order and where a fused kernel keeps a value in registers: in the last bits at
     the first step. AdamW divides each update by the root of the gradient's squared average, so
     a parameter whose gradient is near zero takes a full-sized update from a tiny difference,
     and differences grow over the steps; 1e-4 leaves room for that over 50 steps, while a
@@ -83,6 +83,9 @@ TIMEOUT_S = 240.0
 STEADY_FROM = 10
 OUTPUT_TAIL = 3000
 MODES = ("eager", "kiln")
+# With --warm, a second kiln process trains each configuration against the kilnd the first
+# one filled: it must compile nothing (hits only) and lose exactly what the first one did.
+WARM = "kiln_warm"
 # With --yardstick, Inductor (torch.compile's default backend) trains each configuration too:
 # how far a compiler PyTorch trusts lands from eager on the same model, steps and data.
 YARDSTICK = "inductor"
@@ -125,7 +128,11 @@ MODELS = (
     # first loss, from first-step gradients equal to 1.5e-6). 1e-4 trains it.
     Model("gpt2_124m", "build_gpt2_124m", lr=1e-4),
     Model("llama", "build_llama"),
-    Model("resnet18", "build_resnet18"),
+    # Batch norm over 4 images at 1e-3 carries last-bit differences of the first step's
+    # gradients (7e-6 relative, Inductor's alike) to percent-level loss differences within a
+    # few steps, whichever valid compiler made them: 32 images at 1e-4 is a configuration
+    # whose losses say something about the compiler.
+    Model("resnet18", "build_resnet18", (32,), lr=1e-4),
     Model("vit", "build_timm", ("vit_tiny_patch16_224", 32),
           {"img_size": 32, "patch_size": 8, "depth": 4}),
 )
@@ -181,6 +188,10 @@ def train(config: TrainConfig, mode: str, steps: int, write_event: Callable[...,
     # Full float32 on both sides (see the module's docstring).
     torch.backends.cuda.matmul.allow_tf32 = False
     torch.backends.cudnn.allow_tf32 = False
+    # cuDNN's fastest convolution backward kernels sum in an order that changes between
+    # runs: deterministic ones let a warm run's losses equal the cold run's bit for bit.
+    torch.backends.cudnn.deterministic = True
+    torch.backends.cudnn.benchmark = False
     random.seed(0)
     torch.manual_seed(0)
     model, example = config.model.build(corpus)
@@ -190,7 +201,7 @@ def train(config: TrainConfig, mode: str, steps: int, write_event: Callable[...,
     if mode == "eager":
         run = model
     else:
-        run = torch.compile(model, backend="kiln" if mode == "kiln" else "inductor")
+        run = torch.compile(model, backend="inductor" if mode == YARDSTICK else "kiln")
 
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
@@ -263,7 +274,8 @@ def gradient_errors(reference: pathlib.Path, other: pathlib.Path) -> Optional[di
         return None
     worst = max(errors, key=errors.__getitem__)
     return {"worst_param": worst, "worst_rel": errors[worst],
-            "median_rel": statistics.median(errors.values()), "params": len(errors)}
+            "median_rel": statistics.median(errors.values()), "params": len(errors),
+            "by_param": {name: float(f"{e:.3g}") for name, e in errors.items()}}
 
 
 def fresh_like(example: Any) -> Any:
@@ -428,6 +440,37 @@ def judge(config: TrainConfig, eager: dict, kiln: dict, steps: int,
             "yardstick": yardstick_comparison, "eager": eager, "kiln": kiln}
 
 
+def judge_warm(row: dict, warm: dict, steps: int) -> dict:
+    """Adds the warm run to a configuration's row: it passes when it finished every step,
+    kilnd compiled nothing for it (every request a hit) and its losses equal the cold kiln
+    run's bit for bit (the same artifacts on the same inputs); `row["pass"]` then needs it."""
+    cold = row["kiln"]
+    reasons = []
+    if not warm["completed"]:
+        reasons.append(f"warm: {_first_line(warm.get('error', 'did not finish'))}")
+    delta = warm.get("server")
+    compiles = None if delta is None else sum(
+        v for k, v in delta.items() if k.startswith("kiln_compiles_total."))
+    misses = None if delta is None else sum(
+        v for k, v in delta.items()
+        if k.startswith("kiln_compile_requests_total.") and not k.endswith(".hit"))
+    if compiles is None:
+        reasons.append("warm: kilnd's counters could not be read")
+    elif compiles or misses:
+        reasons.append(f"warm: kilnd compiled {compiles:g} graph(s) and answered {misses:g} "
+                       "request(s) other than with a hit")
+    n = min(len(cold["losses"]), len(warm["losses"]))
+    differing = [i + 1 for i in range(n) if cold["losses"][i] != warm["losses"][i]]
+    if warm["completed"] and (n < steps or differing):
+        reasons.append(f"warm: losses differ from the cold kiln run's from step "
+                       f"{differing[0] if differing else n + 1}")
+    row["warm"] = {"compiles": compiles, "non_hits": misses, "differing_steps": len(differing),
+                   "run": warm, "pass": not reasons}
+    row["reasons"] = row["reasons"] + reasons
+    row["pass"] = row["pass"] and not reasons
+    return row
+
+
 def select(only: str) -> list[TrainConfig]:
     """The configurations `only` names (configurations or models, comma-separated; all when
     empty). Raises ValueError naming any name that is neither."""
@@ -484,7 +527,16 @@ def table_row(row: dict) -> str:
             f"{k['graphs_on_kiln_runtime']:>4}/{k['graphs_fallen_back']:<4} "
             f"{_num(e['first_step_s'], '.2f'):>7}/{_num(k['first_step_s'], '.2f'):<7} "
             f"{_num(e['median_step_ms'], '.2f'):>7}/{_num(k['median_step_ms'], '.2f'):<7}  "
-            f"{_counters(k.get('server'))}")
+            f"{_counters(k.get('server'))}{_warm(row.get('warm'))}")
+
+
+def _warm(warm: Optional[dict]) -> str:
+    """The warm run's part of a row: its first step and what kilnd did for it."""
+    if warm is None:
+        return ""
+    first = _num(warm["run"]["first_step_s"], ".2f")
+    return (f"; warm {'pass' if warm['pass'] else 'FAIL'}: 1st step {first} s, "
+            f"compiles {_num(warm['compiles'], 'g')}, differing steps {warm['differing_steps']}")
 
 
 def table(rows: list[dict]) -> str:
@@ -543,6 +595,9 @@ def main(argv: Optional[list[str]] = None) -> int:
     parser.add_argument("--yardstick", action="store_true",
                         help="also train with Inductor: how far PyTorch's compiler lands "
                              "from eager, and YARDSTICK_FACTOR times that passes")
+    parser.add_argument("--warm", action="store_true",
+                        help="also train each configuration through kiln a second time, "
+                             "against the cache the first run filled: hits only, same losses")
     parser.add_argument("--timeout", type=float, default=TIMEOUT_S,
                         help="seconds each training process may take")
     args = parser.parse_args(argv)
@@ -558,15 +613,18 @@ def main(argv: Optional[list[str]] = None) -> int:
     with KilnServer(args.bundle, args.out) as server:
         report["nvjitlink"] = server.nvjitlink
         for config in configs:
-            modes = MODES + ((YARDSTICK,) if args.yardstick else ())
+            modes = (MODES + ((WARM,) if args.warm else ()) +
+                     ((YARDSTICK,) if args.yardstick else ()))
             runs = {mode: run_process(config, mode, args.steps, args.timeout, server, args.out)
                     for mode in modes}
             row = judge(config, runs["eager"], runs["kiln"], args.steps, runs.get(YARDSTICK))
+            if WARM in runs:
+                judge_warm(row, runs[WARM], args.steps)
             runs_dir = args.out / RUNS_DIR
             row["gradients"] = {
                 mode: gradient_errors(grads_path_of(runs_dir / f"{config.name}.eager.jsonl"),
                                       grads_path_of(runs_dir / f"{config.name}.{mode}.jsonl"))
-                for mode in modes if mode != "eager"}
+                for mode in modes if mode not in ("eager", WARM)}
             if not report.get("device"):
                 report["device"] = runs["eager"].get("device") or runs["kiln"].get("device")
             report["configs"].append(row)

@@ -186,3 +186,41 @@ def test_table() -> None:
     assert lines[3].startswith("gpt2_bf16       FAIL") and "(no metrics)" in lines[3]
     assert lines[4] == "1 of 2 configurations pass"
     assert lines[5] == f"  gpt2_bf16: kiln: the process exited with 1 after 0 of {STEPS} steps"
+
+
+def warm_row(cold_losses: list[float]) -> dict:
+    row = tm.judge(FP32, run(EAGER, ON_KILN), run(cold_losses, ON_KILN), STEPS)
+    assert row["pass"]
+    return row
+
+
+def test_a_warm_run_of_hits_with_the_same_losses_passes() -> None:
+    warm = run(EAGER, ON_KILN)
+    warm["server"] = {"kiln_compile_requests_total.hit": 2.0}
+    row = tm.judge_warm(warm_row(EAGER), warm, STEPS)
+    assert row["pass"] and row["warm"]["pass"] and row["warm"]["compiles"] == 0
+    assert "warm pass" in tm.table_row(row)
+
+
+def test_a_warm_run_that_compiles_or_differs_fails() -> None:
+    warm = run(EAGER, ON_KILN)
+    warm["server"] = {"kiln_compiles_total.ok": 1.0, "kiln_compile_requests_total.miss": 1.0,
+                      "kiln_compile_requests_total.hit": 1.0}
+    row = tm.judge_warm(warm_row(EAGER), warm, STEPS)
+    assert not row["pass"]
+    assert any("compiled 1 graph(s) and answered 1 request(s)" in r for r in row["reasons"])
+    # The same counters, but one step's loss differs by one ulp from the cold run's.
+    shifted = list(EAGER)
+    shifted[5] = math.nextafter(shifted[5], 0.0)
+    warm = run(shifted, ON_KILN)
+    warm["server"] = {"kiln_compile_requests_total.hit": 2.0}
+    row = tm.judge_warm(warm_row(EAGER), warm, STEPS)
+    assert not row["pass"]
+    assert row["reasons"] == ["warm: losses differ from the cold kiln run's from step 6"]
+
+
+def test_a_warm_run_without_counters_fails() -> None:
+    warm = run(EAGER, ON_KILN)
+    warm["server"] = None
+    row = tm.judge_warm(warm_row(EAGER), warm, STEPS)
+    assert row["reasons"] == ["warm: kilnd's counters could not be read"]
