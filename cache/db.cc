@@ -1,5 +1,7 @@
 #include "cache/db.h"
 
+#include <chrono>
+#include <cstdarg>
 #include <cstring>
 #include <filesystem>
 #include <system_error>
@@ -7,10 +9,13 @@
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
+#include "cache/errors.h"
 #include "proto/base/digest.h"
 #include "rocksdb/cache.h"
 #include "rocksdb/filter_policy.h"
+#include "rocksdb/listener.h"
 #include "rocksdb/table.h"
+#include "rocksdb/write_batch.h"
 
 namespace kiln::cache {
 namespace {
@@ -37,7 +42,54 @@ int64_t GetFixed64(const char* p) {
 
 int HexValue(char c) { return c <= '9' ? c - '0' : c - 'a' + 10; }
 
+// Failed attempts to resume writes are at least this far apart.
+constexpr int64_t kResumeIntervalNs = 100'000'000;
+
+int64_t SteadyNs() {
+  return std::chrono::duration_cast<std::chrono::nanoseconds>(
+             std::chrono::steady_clock::now().time_since_epoch())
+      .count();
+}
+
 }  // namespace
+
+// RocksDB writes no LOG file: one in the database would be written on the disk that fills
+// up, and the RocksDB Debian ships aborts on an assertion when its logger writes again to a
+// file whose last write failed. What matters reaches the cache's log another way: errors are
+// returned to callers, and background errors are logged by the ErrorListener.
+class CacheDb::NoLogger : public rocksdb::Logger {
+ public:
+  NoLogger() : Logger(rocksdb::InfoLogLevel::HEADER_LEVEL) {}
+  using rocksdb::Logger::Logv;
+  void Logv(const char* /*format*/, va_list /*ap*/) override {}
+  void Logv(rocksdb::InfoLogLevel /*level*/, const char* /*format*/, va_list /*ap*/) override {}
+};
+
+// Turns off RocksDB's own recovery from background errors (ResumeWrites does it), notes that
+// writes may have stopped, and logs the error (a full disk once, until writes resume).
+class CacheDb::ErrorListener : public rocksdb::EventListener {
+ public:
+  explicit ErrorListener(CacheDb* db) : db_(db) {}
+
+  void OnBackgroundError(rocksdb::BackgroundErrorReason /*reason*/,
+                         rocksdb::Status* error) override {
+    if (error == nullptr || error->ok()) return;
+    db_->writes_failed_.store(true);
+    if (!error->IsNoSpace()) {
+      db_->Log("store_background_error", error->ToString());
+    } else if (!db_->disk_full_.exchange(true)) {
+      db_->Log("store_disk_full",
+               absl::StrCat(error->ToString(), "; writes are refused until space is freed"));
+    }
+  }
+  void OnErrorRecoveryBegin(rocksdb::BackgroundErrorReason /*reason*/, rocksdb::Status /*error*/,
+                            bool* auto_recovery) override {
+    *auto_recovery = false;
+  }
+
+ private:
+  CacheDb* const db_;
+};
 
 CacheStatistics Counters::Snapshot() const {
   CacheStatistics s;
@@ -116,7 +168,10 @@ absl::Status FromRocks(const rocksdb::Status& status, absl::string_view what) {
   const std::string message = absl::StrCat(what, ": ", status.ToString());
   if (status.IsNotFound()) return absl::NotFoundError(message);
   if (status.IsCorruption()) return absl::DataLossError(message);
-  if (status.IsNoSpace()) return absl::ResourceExhaustedError(message);
+  if (status.IsNoSpace()) {
+    return DiskFullError(absl::StrCat("the store's disk is full (", message,
+                                      "); reads go on, writes resume once space is freed"));
+  }
   if (status.IsBusy() || status.IsTimedOut() || status.IsTryAgain()) {
     return absl::UnavailableError(message);
   }
@@ -152,8 +207,9 @@ absl::Status CacheDb::OpenRocks(const std::string& path) {
   db_options.max_total_wal_size = uint64_t{256} << 20;
   db_options.max_background_jobs = 4;
   db_options.bytes_per_sync = uint64_t{1} << 20;
-  db_options.keep_log_file_num = 4;
-  db_options.info_log_level = rocksdb::InfoLogLevel::WARN_LEVEL;
+  db_options.info_log_level = rocksdb::InfoLogLevel::HEADER_LEVEL;
+  db_options.info_log = std::make_shared<NoLogger>();
+  db_options.listeners.push_back(std::make_shared<ErrorListener>(this));
 
   rocksdb::BlockBasedTableOptions table;
   table.block_cache = block_cache;
@@ -220,6 +276,52 @@ absl::StatusOr<std::unique_ptr<CacheDb>> CacheDb::Open(const CacheOptions& optio
   db->counters_.stores_moved_aside.fetch_add(1);
   if (absl::Status again = db->OpenRocks(options.path); !again.ok()) return again;
   return db;
+}
+
+absl::Status CacheDb::Write(const rocksdb::WriteOptions& options, rocksdb::WriteBatch* batch,
+                            absl::string_view what) {
+  if (writes_failed_.load()) {
+    if (absl::Status s = ResumeWrites(); !s.ok()) {
+      absl::Status named(s.code(), absl::StrCat(what, ": ", s.message()));
+      s.ForEachPayload([&](absl::string_view url, const absl::Cord& payload) {
+        named.SetPayload(url, payload);
+      });
+      return named;
+    }
+  }
+  rocksdb::Status s = db_->Write(options, batch);
+  if (s.ok()) {
+    if (disk_full_.load() && disk_full_.exchange(false)) {
+      Log("store_writes_resumed", "the store takes writes again");
+    }
+    return absl::OkStatus();
+  }
+  writes_failed_.store(true);
+  if (s.IsNoSpace() && !disk_full_.exchange(true)) {
+    Log("store_disk_full",
+        absl::StrCat(what, ": ", s.ToString(), "; writes are refused until space is freed"));
+  }
+  return FromRocks(s, what);
+}
+
+absl::Status CacheDb::ResumeWrites() {
+  if (!writes_failed_.load()) return absl::OkStatus();
+  MutexLock lock(&resume_mu_);
+  if (!writes_failed_.load()) return absl::OkStatus();
+  if (!resume_error_.ok() && SteadyNs() - last_resume_ns_ < kResumeIntervalNs) {
+    return resume_error_;
+  }
+  // Cleared first: an error from here on (this flush, a write racing it) sets it again.
+  writes_failed_.store(false);
+  rocksdb::Status s = db_->Resume();
+  if (s.ok()) {
+    resume_error_ = absl::OkStatus();
+    return absl::OkStatus();
+  }
+  writes_failed_.store(true);
+  last_resume_ns_ = SteadyNs();
+  resume_error_ = FromRocks(s, "resuming writes");
+  return resume_error_;
 }
 
 absl::Status CacheDb::Close() {
