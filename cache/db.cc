@@ -1,5 +1,7 @@
 #include "cache/db.h"
 
+#include <sys/statvfs.h>
+
 #include <chrono>
 #include <cstdarg>
 #include <cstring>
@@ -41,6 +43,17 @@ int64_t GetFixed64(const char* p) {
 }
 
 int HexValue(char c) { return c <= '9' ? c - '0' : c - 'a' + 10; }
+
+// A write that would leave less than this free on the store's disk is refused before RocksDB
+// sees it (see CacheDb::Write).
+constexpr int64_t kReserveBytes = int64_t{1} << 20;
+
+// Free bytes on the filesystem holding `path`; -1 when unknown.
+int64_t FreeBytes(const std::string& path) {
+  struct statvfs s {};
+  if (statvfs(path.c_str(), &s) != 0) return -1;
+  return static_cast<int64_t>(s.f_bavail) * static_cast<int64_t>(s.f_frsize);
+}
 
 // Failed attempts to resume writes are at least this far apart.
 constexpr int64_t kResumeIntervalNs = 100'000'000;
@@ -289,6 +302,21 @@ absl::Status CacheDb::Write(const rocksdb::WriteOptions& options, rocksdb::Write
       return named;
     }
   }
+  // A write-ahead log write that fails leaves RocksDB (7.8) unable to resume in this process
+  // when the memtables are empty: Resume then opens no new log, and the next write goes to
+  // the failed one (an assertion aborts the process in Debian's build). So a write that
+  // would come close to filling the disk is refused here, before RocksDB sees it.
+  const int64_t free = FreeBytes(options_.path);
+  const int64_t needed = static_cast<int64_t>(batch->GetDataSize()) + kReserveBytes;
+  if (free >= 0 && free < needed) {
+    const std::string detail = absl::StrCat(what, ": ", free, " bytes free, ", needed,
+                                            " needed (the write and a reserve)");
+    if (!disk_full_.exchange(true)) {
+      Log("store_disk_full", absl::StrCat(detail, "; writes are refused until space is freed"));
+    }
+    return DiskFullError(absl::StrCat("the store's disk is full (", detail,
+                                      "); reads go on, writes resume once space is freed"));
+  }
   rocksdb::Status s = db_->Write(options, batch);
   if (s.ok()) {
     if (disk_full_.load() && disk_full_.exchange(false)) {
@@ -296,18 +324,48 @@ absl::Status CacheDb::Write(const rocksdb::WriteOptions& options, rocksdb::Write
     }
     return absl::OkStatus();
   }
+  absl::Status failed = FromRocks(s, what);
+  if (s.IsIOError() && MemtablesEmpty()) {
+    MutexLock lock(&resume_mu_);
+    if (wal_failed_.ok()) {
+      wal_failed_ = failed;
+      Log("store_needs_restart",
+          absl::StrCat(what, ": ", s.ToString(),
+                       "; the write-ahead log failed with nothing to flush, so writes are "
+                       "refused until kilnd restarts"));
+    }
+  }
   writes_failed_.store(true);
   if (s.IsNoSpace() && !disk_full_.exchange(true)) {
     Log("store_disk_full",
         absl::StrCat(what, ": ", s.ToString(), "; writes are refused until space is freed"));
   }
-  return FromRocks(s, what);
+  return failed;
+}
+
+bool CacheDb::MemtablesEmpty() const {
+  for (rocksdb::ColumnFamilyHandle* h : handles_) {
+    uint64_t active = 0, immutable = 0;
+    if (!db_->GetIntProperty(h, "rocksdb.num-entries-active-mem-table", &active) ||
+        !db_->GetIntProperty(h, "rocksdb.num-entries-imm-mem-tables", &immutable) ||
+        active + immutable > 0) {
+      return false;
+    }
+  }
+  return true;
 }
 
 absl::Status CacheDb::ResumeWrites() {
   if (!writes_failed_.load()) return absl::OkStatus();
   MutexLock lock(&resume_mu_);
   if (!writes_failed_.load()) return absl::OkStatus();
+  if (!wal_failed_.ok()) {
+    absl::Status s(wal_failed_.code(),
+                   absl::StrCat(wal_failed_.message(), "; writes resume after a restart"));
+    wal_failed_.ForEachPayload(
+        [&](absl::string_view url, const absl::Cord& payload) { s.SetPayload(url, payload); });
+    return s;
+  }
   if (!resume_error_.ok() && SteadyNs() - last_resume_ns_ < kResumeIntervalNs) {
     return resume_error_;
   }

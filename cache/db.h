@@ -105,10 +105,11 @@ class CacheDb {
   // more than the SHA-256).
   const rocksdb::ReadOptions& blob_read_options() const { return blob_read_options_; }
 
-  // Writes `batch`; `what` names the write in errors. A write the disk has no room for fails
-  // with a DiskFullError, and RocksDB then refuses every write until it is resumed: each
-  // later write first tries ResumeWrites, so writes come back once space does. Nothing
-  // acknowledged before is lost, and reads go on meanwhile.
+  // Writes `batch`; `what` names the write in errors. A write that would leave less than a
+  // small reserve free on the disk, or that RocksDB finds no room for, fails with a
+  // DiskFullError; RocksDB then refuses every write until it is resumed: each later write
+  // first tries ResumeWrites, so writes come back once space does. Nothing acknowledged
+  // before is lost, and reads go on meanwhile.
   absl::Status Write(const rocksdb::WriteOptions& options, rocksdb::WriteBatch* batch,
                      absl::string_view what);
 
@@ -119,6 +120,8 @@ class CacheDb {
   // the memtables, so attempts are spaced: within 100 ms of the last failed one the answer is
   // that attempt's error.
   absl::Status ResumeWrites() ABSL_LOCKS_EXCLUDED(resume_mu_);
+  // Whether every memtable of every column family is empty.
+  bool MemtablesEmpty() const;
 
   const CacheOptions& options() const { return options_; }
   Counters& counters() { return counters_; }
@@ -151,6 +154,9 @@ class CacheDb {
   // When the last attempt to resume failed (steady clock, ns), and why.
   int64_t last_resume_ns_ ABSL_GUARDED_BY(resume_mu_) = 0;
   absl::Status resume_error_ ABSL_GUARDED_BY(resume_mu_);
+  // A write-ahead log write that failed with nothing to flush: RocksDB cannot resume from it
+  // in this process, so writes stay refused with this error.
+  absl::Status wal_failed_ ABSL_GUARDED_BY(resume_mu_);
 };
 
 }  // namespace kiln::cache

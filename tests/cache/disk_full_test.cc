@@ -37,7 +37,13 @@ CacheOptions Options(const std::string& path) {
   return o;
 }
 
-std::string Blob(int i) { return PseudoRandomBytes(kBlobBytes, 1000 + i); }
+// Blob `i` of a test, of `size` bytes.
+struct BlobId {
+  int i;
+  size_t size = kBlobBytes;
+};
+std::string Blob(BlobId id) { return PseudoRandomBytes(id.size, 1000 + id.i); }
+std::string Blob(int i) { return Blob(BlobId{i}); }
 
 void ExpectDiskFull(const absl::Status& s) {
   EXPECT_TRUE(absl::IsResourceExhausted(s)) << s;
@@ -46,12 +52,12 @@ void ExpectDiskFull(const absl::Status& s) {
 }
 
 // Every blob in `acked` reads back whole.
-void ExpectAllReadable(Cache& cache, const std::vector<int>& acked) {
-  for (int i : acked) {
-    const std::string bytes = Blob(i);
+void ExpectAllReadable(Cache& cache, const std::vector<BlobId>& acked) {
+  for (BlobId id : acked) {
+    const std::string bytes = Blob(id);
     absl::StatusOr<std::string> got = cache.store().Get(DigestOf(bytes));
-    ASSERT_TRUE(got.ok()) << "blob " << i << ": " << got.status();
-    ASSERT_TRUE(*got == bytes) << "blob " << i << " came back with other bytes";
+    ASSERT_TRUE(got.ok()) << "blob " << id.i << ": " << got.status();
+    ASSERT_TRUE(*got == bytes) << "blob " << id.i << " came back with other bytes";
   }
 }
 
@@ -63,21 +69,27 @@ void FillThenRecover(Tmpfs& fs, const std::function<void()>& free_space) {
   ASSERT_TRUE(opened.ok()) << opened.status();
   std::unique_ptr<Cache> cache = *std::move(opened);
 
-  std::vector<int> acked;
-  absl::Status failed;
+  // Large blobs until one is refused, then smaller ones until they are too: a write is
+  // refused once it would leave less than a small reserve, so small writes fit for a while
+  // after large ones no longer do.
+  std::vector<BlobId> acked;
   int next = 0;
-  for (; next < 1000 && failed.ok(); ++next) {
-    const std::string bytes = Blob(next);
-    absl::StatusOr<bool> put = cache->store().Put(DigestOf(bytes), bytes);
-    if (put.ok()) {
-      acked.push_back(next);
-    } else {
-      failed = put.status();
+  for (size_t size : {kBlobBytes, size_t{4096}, size_t{16}}) {
+    absl::Status failed;
+    for (int n = 0; n < 1000 && failed.ok(); ++n) {
+      const BlobId id{next++, size};
+      const std::string bytes = Blob(id);
+      absl::StatusOr<bool> put = cache->store().Put(DigestOf(bytes), bytes);
+      if (put.ok()) {
+        acked.push_back(id);
+      } else {
+        failed = put.status();
+      }
     }
+    ASSERT_FALSE(failed.ok()) << "the tmpfs never filled up with blobs of " << size << " bytes";
+    ExpectDiskFull(failed);
   }
-  ASSERT_FALSE(failed.ok()) << "the tmpfs never filled up";
   ASSERT_GT(acked.size(), 3u);
-  ExpectDiskFull(failed);
 
   // Writes stay refused while the disk is full: blobs and action records alike.
   const std::string more = Blob(next++);
@@ -88,6 +100,30 @@ void FillThenRecover(Tmpfs& fs, const std::function<void()>& free_space) {
   ExpectDiskFull(cache->actions().Put("key-while-full", variant));
   EXPECT_TRUE(absl::IsNotFound(cache->actions().Get("key-while-full").status()));
   ExpectAllReadable(*cache, acked);
+
+  // Writers keep trying while the disk stays full, so resuming is attempted again and again
+  // (each attempt may succeed when there is nothing to flush, and the next write fail anew).
+  // Small blobs may still fit now and then; those acknowledged must last like the rest.
+  std::vector<int> small_acked;
+  for (int k = 0; k < 40; ++k) {
+    const std::string small = PseudoRandomBytes(100, 5000 + k);
+    absl::Status s = cache->store().Put(DigestOf(small), small).status();
+    if (s.ok()) {
+      small_acked.push_back(k);
+    } else {
+      ExpectDiskFull(s);
+    }
+    absl::SleepFor(absl::Milliseconds(25));
+  }
+  auto expect_small_readable = [&](Cache& c) {
+    for (int k : small_acked) {
+      const std::string small = PseudoRandomBytes(100, 5000 + k);
+      absl::StatusOr<std::string> got = c.store().Get(DigestOf(small));
+      ASSERT_TRUE(got.ok()) << "small blob " << k << ": " << got.status();
+      EXPECT_TRUE(*got == small);
+    }
+  };
+  expect_small_readable(*cache);
 
   free_space();
 
@@ -112,8 +148,9 @@ void FillThenRecover(Tmpfs& fs, const std::function<void()>& free_space) {
   opened = Cache::Open(Options(path));
   ASSERT_TRUE(opened.ok()) << opened.status();
   cache = *std::move(opened);
-  acked.push_back(next - 1);
+  acked.push_back(BlobId{next - 1});
   ExpectAllReadable(*cache, acked);
+  expect_small_readable(*cache);
   absl::StatusOr<v1::ActionEntry> entry = cache->actions().Get("key-after");
   ASSERT_TRUE(entry.ok()) << entry.status();
   ASSERT_EQ(entry->variants_size(), 1);
@@ -142,6 +179,41 @@ TEST(DiskFullTest, WritesResumeWhenFilesAreDeleted) {
     ASSERT_EQ(std::fclose(f), 0);
   }
   FillThenRecover(*fs, [&] { ASSERT_EQ(std::remove(ballast.c_str()), 0); });
+}
+
+// The first write of a fresh store is larger than the disk, and later ones fit. Had the
+// write reached RocksDB, its write-ahead log would have failed with nothing in the memtables
+// to flush; resuming then opens no new log, and the next write aborted the process on an
+// assertion of Debian's RocksDB. It is refused before, and the writes after it succeed.
+TEST(DiskFullTest, AWriteLargerThanTheWholeDiskFailsAndLaterWritesSucceed) {
+  absl::StatusOr<Tmpfs> fs = Tmpfs::Mount(4 * kMiB);
+  if (!fs.ok()) GTEST_SKIP() << fs.status();
+  const std::string path = fs->path() + "/store";
+  absl::StatusOr<std::unique_ptr<Cache>> cache = Cache::Open(Options(path));
+  ASSERT_TRUE(cache.ok()) << cache.status();
+  const std::string huge = PseudoRandomBytes(6 * kMiB, 1);
+  for (int i = 0; i < 5; ++i) {
+    ExpectDiskFull((*cache)->store().Put(DigestOf(huge), huge).status());
+    absl::SleepFor(absl::Milliseconds(120));  // past the spacing of attempts to resume
+  }
+  std::vector<BlobId> acked;
+  for (int i = 0; i < 3; ++i) {
+    const std::string bytes = Blob(i);
+    absl::StatusOr<bool> put = (*cache)->store().Put(DigestOf(bytes), bytes);
+    for (int tries = 0; !put.ok() && tries < 50; ++tries) {
+      ExpectDiskFull(put.status());
+      absl::SleepFor(absl::Milliseconds(20));
+      put = (*cache)->store().Put(DigestOf(bytes), bytes);
+    }
+    ASSERT_TRUE(put.ok()) << put.status();
+    acked.push_back(BlobId{i});
+  }
+  ExpectAllReadable(**cache, acked);
+  ASSERT_TRUE((*cache)->Close().ok());
+  cache = Cache::Open(Options(path));
+  ASSERT_TRUE(cache.ok()) << cache.status();
+  ExpectAllReadable(**cache, acked);
+  EXPECT_TRUE(absl::IsNotFound((*cache)->store().Get(DigestOf(huge)).status()));
 }
 
 }  // namespace

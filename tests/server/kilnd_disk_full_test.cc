@@ -29,7 +29,13 @@ using ::kiln::testing::Tmpfs;
 
 constexpr int64_t kMiB = 1 << 20;
 
-std::string Blob(int i) { return PseudoRandomBytes(200 << 10, 7000 + i); }
+// Blob `i` of the test; the first ones are large, those that fill the last bytes small.
+struct BlobId {
+  int i;
+  size_t size = 200 << 10;
+};
+std::string Blob(BlobId id) { return PseudoRandomBytes(id.size, 7000 + id.i); }
+std::string Blob(int i) { return Blob(BlobId{i}); }
 
 std::unique_ptr<client::CacheClient> Connect(const KilndProcess& k) {
   client::ChannelOptions o;
@@ -49,10 +55,11 @@ std::pair<int, std::string> HttpPut(const KilndProcess& k, const std::string& by
 }
 
 void ExpectAllReadable(client::CacheClient& c, const KilndProcess& k,
-                       const std::vector<int>& acked) {
+                       const std::vector<BlobId>& acked) {
   httplib::Client http("127.0.0.1", k.blob_port());
-  for (int i : acked) {
-    const std::string bytes = Blob(i);
+  for (BlobId id : acked) {
+    const int i = id.i;
+    const std::string bytes = Blob(id);
     absl::StatusOr<std::string> got = c.Get(DigestOf(bytes));
     ASSERT_TRUE(got.ok()) << "blob " << i << ": " << got.status();
     ASSERT_TRUE(*got == bytes) << "blob " << i << " came back with other bytes";
@@ -78,22 +85,27 @@ TEST(KilndDiskFullTest, PutsFailClearlyReadsGoOnAndWritesResumeWhenSpaceReturns)
   std::unique_ptr<client::CacheClient> cache = Connect(*kilnd);
   ASSERT_NE(cache, nullptr);
 
-  // Fill over gRPC until a Put is refused.
-  std::vector<int> acked;
-  absl::Status refused;
+  // Fill over gRPC until a Put is refused, with large blobs and then smaller ones: kilnd
+  // refuses a write that would leave less than a small reserve, so small writes fit for a
+  // while after large ones no longer do.
+  std::vector<BlobId> acked;
   int next = 0;
-  for (; next < 1000 && refused.ok(); ++next) {
-    absl::StatusOr<client::CacheClient::PutResult> put = cache->Put(Blob(next));
-    if (put.ok()) {
-      acked.push_back(next);
-    } else {
-      refused = put.status();
+  for (size_t size : {size_t{200} << 10, size_t{4096}, size_t{16}}) {
+    absl::Status refused;
+    for (int n = 0; n < 1000 && refused.ok(); ++n) {
+      const BlobId id{next++, size};
+      absl::StatusOr<client::CacheClient::PutResult> put = cache->Put(Blob(id));
+      if (put.ok()) {
+        acked.push_back(id);
+      } else {
+        refused = put.status();
+      }
     }
+    ASSERT_FALSE(refused.ok()) << "the tmpfs never filled up with blobs of " << size << " bytes";
+    EXPECT_TRUE(absl::IsResourceExhausted(refused)) << refused;
+    EXPECT_NE(refused.message().find("disk is full"), std::string::npos) << refused;
   }
-  ASSERT_FALSE(refused.ok()) << "the tmpfs never filled up";
   ASSERT_GT(acked.size(), 3u);
-  EXPECT_TRUE(absl::IsResourceExhausted(refused)) << refused;
-  EXPECT_NE(refused.message().find("disk is full"), std::string::npos) << refused;
 
   // Refused over HTTP too, with 507 and the same reason; action records likewise.
   const auto [status, reason] = HttpPut(*kilnd, Blob(next++));
@@ -120,11 +132,11 @@ TEST(KilndDiskFullTest, PutsFailClearlyReadsGoOnAndWritesResumeWhenSpaceReturns)
     put = cache->Put(after);
   }
   ASSERT_TRUE(put.ok()) << "writes did not resume: " << put.status();
-  acked.push_back(next - 1);
+  acked.push_back(BlobId{next - 1});
   const int over_http = next++;
   const auto [status_after, reason_after] = HttpPut(*kilnd, Blob(over_http));
   EXPECT_EQ(status_after, 201) << reason_after;
-  acked.push_back(over_http);
+  acked.push_back(BlobId{over_http});
   ASSERT_TRUE(cache->PutAction("key-after", variant).ok());
   ExpectAllReadable(*cache, *kilnd, acked);
   const std::string log = kilnd->process().Stderr();
