@@ -206,8 +206,8 @@ absl::Status ActionCache::Put(absl::string_view compile_key, v1::ActionVariant v
     batch.Put(db_->index(), ActionIndexKey(compile_key), EncodeIndexRecord(index));
     // Blobs a replaced variant alone referenced stay, unreferenced, until eviction takes them.
     if (absl::Status s = AdjustReferences(deltas, &batch, nullptr); !s.ok()) return s;
-    if (rocksdb::Status s = db_->db()->Write(db_->write_options(), &batch); !s.ok()) {
-      return FromRocks(s, "writing an action");
+    if (absl::Status s = db_->Write(db_->write_options(), &batch, "writing an action"); !s.ok()) {
+      return s;
     }
     Counters& c = db_->counters();
     if (!*existed) c.actions.fetch_add(1);
@@ -260,8 +260,9 @@ absl::StatusOr<v1::ActionEntry> ActionCache::RemoveDangling(absl::string_view co
     batch.Put(db_->index(), index_key, EncodeIndexRecord(index));
   }
   if (absl::Status s = AdjustReferences(deltas, &batch, nullptr); !s.ok()) return s;
-  if (rocksdb::Status s = db_->db()->Write(db_->write_options(), &batch); !s.ok()) {
-    return FromRocks(s, "dropping dangling variants");
+  if (absl::Status s = db_->Write(db_->write_options(), &batch, "dropping dangling variants");
+      !s.ok()) {
+    return s;
   }
   Counters& c = db_->counters();
   c.dangling_variants.fetch_add(dropped);
@@ -306,8 +307,10 @@ absl::Status ActionCache::FlushAccessTimes() {
     batch.Put(db_->index(), index_key, EncodeIndexRecord(index));
   }
   if (batch.Count() == 0) return absl::OkStatus();
-  if (rocksdb::Status s = db_->db()->Write(db_->bookkeeping_write_options(), &batch); !s.ok()) {
-    return FromRocks(s, "writing action access times");
+  if (absl::Status s =
+          db_->Write(db_->bookkeeping_write_options(), &batch, "writing action access times");
+      !s.ok()) {
+    return s;
   }
   db_->counters().action_bytes.fetch_add(size_change);
   return absl::OkStatus();
@@ -333,8 +336,8 @@ absl::StatusOr<int64_t> ActionCache::Evict(absl::string_view compile_key) {
     batch.Delete(db_->actions(), rocksdb::Slice(compile_key.data(), compile_key.size()));
     batch.Delete(db_->index(), index_key);
     if (absl::Status s = AdjustReferences(deltas, &batch, &unreferenced); !s.ok()) return s;
-    if (rocksdb::Status s = db_->db()->Write(db_->write_options(), &batch); !s.ok()) {
-      return FromRocks(s, "evicting an action");
+    if (absl::Status s = db_->Write(db_->write_options(), &batch, "evicting an action"); !s.ok()) {
+      return s;
     }
     Counters& c = db_->counters();
     if (indexed) {

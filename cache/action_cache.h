@@ -52,7 +52,8 @@ class ActionCache {
   // Adds `variant` to `compile_key`, replacing a variant with the same guards. Its artifact
   // sizes and size_bytes are taken from the store; created_unix_ms is set when 0.
   // INVALID_ARGUMENT for an empty key, no artifacts or a malformed digest;
-  // FAILED_PRECONDITION when an artifact is not in the store.
+  // FAILED_PRECONDITION when an artifact is not in the store; a DiskFullError (cache/errors.h)
+  // when the disk has no room. A record is written whole or not at all.
   absl::Status Put(absl::string_view compile_key, v1::ActionVariant variant);
 
   // What the caller decided after evaluating guards. A hit refreshes the variant's

@@ -7,6 +7,7 @@
 #include "absl/container/flat_hash_set.h"
 #include "absl/strings/str_cat.h"
 #include "cache/db.h"
+#include "cache/errors.h"
 
 namespace kiln::cache {
 
@@ -190,6 +191,8 @@ absl::Status Cache::EvictDownToLocked(int64_t low, int64_t hard) {
 }
 
 absl::Status Cache::RunMaintenance() {
+  // Writes stopped by a full disk come back here too, when no write comes to resume them.
+  if (absl::Status s = db_->ResumeWrites(); !s.ok()) return s;
   MutexLock lock(&evict_mu_);
   if (db_->options().budget_bytes > 0 &&
       db_->counters().stored_bytes() > db_->options().budget_bytes) {
@@ -207,7 +210,10 @@ void Cache::MaintenanceLoop() {
     if (stopping_) break;
     wake_ = false;
     thread_mu_.Unlock();
-    if (absl::Status s = RunMaintenance(); !s.ok()) db_->Log("maintenance_failed", s.ToString());
+    // A full disk is logged once, when a write finds it.
+    if (absl::Status s = RunMaintenance(); !s.ok() && !IsDiskFull(s)) {
+      db_->Log("maintenance_failed", s.ToString());
+    }
     thread_mu_.Lock();
   }
   thread_mu_.Unlock();

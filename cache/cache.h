@@ -6,7 +6,9 @@
 // fresh entries while the store is near its budget. Evicting an action also frees the blobs
 // nothing else references. Safe for concurrent use; one Cache per directory at a time.
 // Acknowledged writes survive a crash of the process (write-ahead log); with
-// CacheOptions::sync_writes also one of the machine.
+// CacheOptions::sync_writes also one of the machine. A write the disk has no room for fails
+// with a DiskFullError (cache/errors.h, RESOURCE_EXHAUSTED); reads go on, and writes resume
+// by themselves once space is freed.
 
 #include <cstdint>
 #include <memory>
@@ -41,8 +43,9 @@ class Cache {
 
   CacheStatistics Statistics() const;
 
-  // Writes batched access times and evicts down to the low watermark when over the budget.
-  // The maintenance thread calls it periodically; tests without one call it directly.
+  // Resumes writes a full disk stopped (see CacheDb::ResumeWrites), writes batched access
+  // times and evicts down to the low watermark when over the budget. The maintenance thread
+  // calls it periodically; tests without one call it directly.
   absl::Status RunMaintenance() ABSL_LOCKS_EXCLUDED(evict_mu_);
 
   // Evicts least recently used entries, fresh ones included, until the stored bytes are at

@@ -1,5 +1,9 @@
 #include "cache/db.h"
 
+#include <sys/statvfs.h>
+
+#include <chrono>
+#include <cstdarg>
 #include <cstring>
 #include <filesystem>
 #include <system_error>
@@ -7,10 +11,13 @@
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
+#include "cache/errors.h"
 #include "proto/base/digest.h"
 #include "rocksdb/cache.h"
 #include "rocksdb/filter_policy.h"
+#include "rocksdb/listener.h"
 #include "rocksdb/table.h"
+#include "rocksdb/write_batch.h"
 
 namespace kiln::cache {
 namespace {
@@ -37,7 +44,65 @@ int64_t GetFixed64(const char* p) {
 
 int HexValue(char c) { return c <= '9' ? c - '0' : c - 'a' + 10; }
 
+// A write that would leave less than this free on the store's disk is refused before RocksDB
+// sees it (see CacheDb::Write).
+constexpr int64_t kReserveBytes = int64_t{1} << 20;
+
+// Free bytes on the filesystem holding `path`; -1 when unknown.
+int64_t FreeBytes(const std::string& path) {
+  struct statvfs s {};
+  if (statvfs(path.c_str(), &s) != 0) return -1;
+  return static_cast<int64_t>(s.f_bavail) * static_cast<int64_t>(s.f_frsize);
+}
+
+// Failed attempts to resume writes are at least this far apart.
+constexpr int64_t kResumeIntervalNs = 100'000'000;
+
+int64_t SteadyNs() {
+  return std::chrono::duration_cast<std::chrono::nanoseconds>(
+             std::chrono::steady_clock::now().time_since_epoch())
+      .count();
+}
+
 }  // namespace
+
+// RocksDB writes no LOG file: one in the database would be written on the disk that fills
+// up, and the RocksDB Debian ships aborts on an assertion when its logger writes again to a
+// file whose last write failed. What matters reaches the cache's log another way: errors are
+// returned to callers, and background errors are logged by the ErrorListener.
+class CacheDb::NoLogger : public rocksdb::Logger {
+ public:
+  NoLogger() : Logger(rocksdb::InfoLogLevel::HEADER_LEVEL) {}
+  using rocksdb::Logger::Logv;
+  void Logv(const char* /*format*/, va_list /*ap*/) override {}
+  void Logv(rocksdb::InfoLogLevel /*level*/, const char* /*format*/, va_list /*ap*/) override {}
+};
+
+// Turns off RocksDB's own recovery from background errors (ResumeWrites does it), notes that
+// writes may have stopped, and logs the error (a full disk once, until writes resume).
+class CacheDb::ErrorListener : public rocksdb::EventListener {
+ public:
+  explicit ErrorListener(CacheDb* db) : db_(db) {}
+
+  void OnBackgroundError(rocksdb::BackgroundErrorReason /*reason*/,
+                         rocksdb::Status* error) override {
+    if (error == nullptr || error->ok()) return;
+    db_->writes_failed_.store(true);
+    if (!error->IsNoSpace()) {
+      db_->Log("store_background_error", error->ToString());
+    } else if (!db_->disk_full_.exchange(true)) {
+      db_->Log("store_disk_full",
+               absl::StrCat(error->ToString(), "; writes are refused until space is freed"));
+    }
+  }
+  void OnErrorRecoveryBegin(rocksdb::BackgroundErrorReason /*reason*/, rocksdb::Status /*error*/,
+                            bool* auto_recovery) override {
+    *auto_recovery = false;
+  }
+
+ private:
+  CacheDb* const db_;
+};
 
 CacheStatistics Counters::Snapshot() const {
   CacheStatistics s;
@@ -116,7 +181,10 @@ absl::Status FromRocks(const rocksdb::Status& status, absl::string_view what) {
   const std::string message = absl::StrCat(what, ": ", status.ToString());
   if (status.IsNotFound()) return absl::NotFoundError(message);
   if (status.IsCorruption()) return absl::DataLossError(message);
-  if (status.IsNoSpace()) return absl::ResourceExhaustedError(message);
+  if (status.IsNoSpace()) {
+    return DiskFullError(absl::StrCat("the store's disk is full (", message,
+                                      "); reads go on, writes resume once space is freed"));
+  }
   if (status.IsBusy() || status.IsTimedOut() || status.IsTryAgain()) {
     return absl::UnavailableError(message);
   }
@@ -152,8 +220,9 @@ absl::Status CacheDb::OpenRocks(const std::string& path) {
   db_options.max_total_wal_size = uint64_t{256} << 20;
   db_options.max_background_jobs = 4;
   db_options.bytes_per_sync = uint64_t{1} << 20;
-  db_options.keep_log_file_num = 4;
-  db_options.info_log_level = rocksdb::InfoLogLevel::WARN_LEVEL;
+  db_options.info_log_level = rocksdb::InfoLogLevel::HEADER_LEVEL;
+  db_options.info_log = std::make_shared<NoLogger>();
+  db_options.listeners.push_back(std::make_shared<ErrorListener>(this));
 
   rocksdb::BlockBasedTableOptions table;
   table.block_cache = block_cache;
@@ -220,6 +289,97 @@ absl::StatusOr<std::unique_ptr<CacheDb>> CacheDb::Open(const CacheOptions& optio
   db->counters_.stores_moved_aside.fetch_add(1);
   if (absl::Status again = db->OpenRocks(options.path); !again.ok()) return again;
   return db;
+}
+
+absl::Status CacheDb::Write(const rocksdb::WriteOptions& options, rocksdb::WriteBatch* batch,
+                            absl::string_view what) {
+  if (writes_failed_.load()) {
+    if (absl::Status s = ResumeWrites(); !s.ok()) {
+      absl::Status named(s.code(), absl::StrCat(what, ": ", s.message()));
+      s.ForEachPayload([&](absl::string_view url, const absl::Cord& payload) {
+        named.SetPayload(url, payload);
+      });
+      return named;
+    }
+  }
+  // A write-ahead log write that fails leaves RocksDB (7.8) unable to resume in this process
+  // when the memtables are empty: Resume then opens no new log, and the next write goes to
+  // the failed one (an assertion aborts the process in Debian's build). So a write that
+  // would come close to filling the disk is refused here, before RocksDB sees it.
+  const int64_t free = FreeBytes(options_.path);
+  const int64_t needed = static_cast<int64_t>(batch->GetDataSize()) + kReserveBytes;
+  if (free >= 0 && free < needed) {
+    const std::string detail = absl::StrCat(what, ": ", free, " bytes free, ", needed,
+                                            " needed (the write and a reserve)");
+    if (!disk_full_.exchange(true)) {
+      Log("store_disk_full", absl::StrCat(detail, "; writes are refused until space is freed"));
+    }
+    return DiskFullError(absl::StrCat("the store's disk is full (", detail,
+                                      "); reads go on, writes resume once space is freed"));
+  }
+  rocksdb::Status s = db_->Write(options, batch);
+  if (s.ok()) {
+    if (disk_full_.load() && disk_full_.exchange(false)) {
+      Log("store_writes_resumed", "the store takes writes again");
+    }
+    return absl::OkStatus();
+  }
+  absl::Status failed = FromRocks(s, what);
+  if (s.IsIOError() && MemtablesEmpty()) {
+    MutexLock lock(&resume_mu_);
+    if (wal_failed_.ok()) {
+      wal_failed_ = failed;
+      Log("store_needs_restart",
+          absl::StrCat(what, ": ", s.ToString(),
+                       "; the write-ahead log failed with nothing to flush, so writes are "
+                       "refused until kilnd restarts"));
+    }
+  }
+  writes_failed_.store(true);
+  if (s.IsNoSpace() && !disk_full_.exchange(true)) {
+    Log("store_disk_full",
+        absl::StrCat(what, ": ", s.ToString(), "; writes are refused until space is freed"));
+  }
+  return failed;
+}
+
+bool CacheDb::MemtablesEmpty() const {
+  for (rocksdb::ColumnFamilyHandle* h : handles_) {
+    uint64_t active = 0, immutable = 0;
+    if (!db_->GetIntProperty(h, "rocksdb.num-entries-active-mem-table", &active) ||
+        !db_->GetIntProperty(h, "rocksdb.num-entries-imm-mem-tables", &immutable) ||
+        active + immutable > 0) {
+      return false;
+    }
+  }
+  return true;
+}
+
+absl::Status CacheDb::ResumeWrites() {
+  if (!writes_failed_.load()) return absl::OkStatus();
+  MutexLock lock(&resume_mu_);
+  if (!writes_failed_.load()) return absl::OkStatus();
+  if (!wal_failed_.ok()) {
+    absl::Status s(wal_failed_.code(),
+                   absl::StrCat(wal_failed_.message(), "; writes resume after a restart"));
+    wal_failed_.ForEachPayload(
+        [&](absl::string_view url, const absl::Cord& payload) { s.SetPayload(url, payload); });
+    return s;
+  }
+  if (!resume_error_.ok() && SteadyNs() - last_resume_ns_ < kResumeIntervalNs) {
+    return resume_error_;
+  }
+  // Cleared first: an error from here on (this flush, a write racing it) sets it again.
+  writes_failed_.store(false);
+  rocksdb::Status s = db_->Resume();
+  if (s.ok()) {
+    resume_error_ = absl::OkStatus();
+    return absl::OkStatus();
+  }
+  writes_failed_.store(true);
+  last_resume_ns_ = SteadyNs();
+  resume_error_ = FromRocks(s, "resuming writes");
+  return resume_error_;
 }
 
 absl::Status CacheDb::Close() {

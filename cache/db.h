@@ -15,11 +15,13 @@
 #include <string>
 #include <vector>
 
+#include "absl/base/thread_annotations.h"
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 #include "cache/options.h"
 #include "cache/stats.h"
+#include "proto/base/sync.h"
 #include "rocksdb/db.h"
 
 namespace kiln::cache {
@@ -73,7 +75,8 @@ std::string ActionIndexKey(absl::string_view compile_key);
 std::string EncodeCount(int64_t count);
 int64_t DecodeCount(absl::string_view bytes);
 
-// RocksDB status to absl::Status, naming what was being done.
+// RocksDB status to absl::Status, naming what was being done. No space on the disk is a
+// DiskFullError (cache/errors.h).
 absl::Status FromRocks(const rocksdb::Status& status, absl::string_view what);
 
 class CacheDb {
@@ -102,6 +105,24 @@ class CacheDb {
   // more than the SHA-256).
   const rocksdb::ReadOptions& blob_read_options() const { return blob_read_options_; }
 
+  // Writes `batch`; `what` names the write in errors. A write that would leave less than a
+  // small reserve free on the disk, or that RocksDB finds no room for, fails with a
+  // DiskFullError; RocksDB then refuses every write until it is resumed: each later write
+  // first tries ResumeWrites, so writes come back once space does. Nothing acknowledged
+  // before is lost, and reads go on meanwhile.
+  absl::Status Write(const rocksdb::WriteOptions& options, rocksdb::WriteBatch* batch,
+                     absl::string_view what);
+
+  // Resumes writes after an error stopped them (a full disk, in a write or in a flush or
+  // compaction in the background): OK when none did or they resumed, else the error that
+  // still stops them. RocksDB's own recovery from a full disk is off (it waits for free space
+  // as large as a write buffer, and polls every few seconds); this is it. An attempt flushes
+  // the memtables, so attempts are spaced: within 100 ms of the last failed one the answer is
+  // that attempt's error.
+  absl::Status ResumeWrites() ABSL_LOCKS_EXCLUDED(resume_mu_);
+  // Whether every memtable of every column family is empty.
+  bool MemtablesEmpty() const;
+
   const CacheOptions& options() const { return options_; }
   Counters& counters() { return counters_; }
   int64_t NowMs() const;
@@ -111,6 +132,8 @@ class CacheDb {
   absl::Status Close();
 
  private:
+  class ErrorListener;
+  class NoLogger;
   explicit CacheDb(const CacheOptions& options);
   absl::Status OpenRocks(const std::string& path);
 
@@ -121,6 +144,19 @@ class CacheDb {
   std::unique_ptr<rocksdb::DB> db_;
   std::vector<rocksdb::ColumnFamilyHandle*> handles_;
   Counters counters_;
+
+  // Set when a write or a background job failed: writes may be stopped until resumed.
+  std::atomic<bool> writes_failed_{false};
+  // Set by a write that found no space, cleared by the next write that succeeds (each
+  // change is logged once).
+  std::atomic<bool> disk_full_{false};
+  Mutex resume_mu_;
+  // When the last attempt to resume failed (steady clock, ns), and why.
+  int64_t last_resume_ns_ ABSL_GUARDED_BY(resume_mu_) = 0;
+  absl::Status resume_error_ ABSL_GUARDED_BY(resume_mu_);
+  // A write-ahead log write that failed with nothing to flush: RocksDB cannot resume from it
+  // in this process, so writes stay refused with this error.
+  absl::Status wal_failed_ ABSL_GUARDED_BY(resume_mu_);
 };
 
 }  // namespace kiln::cache

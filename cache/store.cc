@@ -81,8 +81,8 @@ absl::StatusOr<bool> Store::Put(const v1::Digest& digest, absl::string_view byte
     index.atime_ms = now;
     index.size = size;
     batch.Put(db_->index(), index_key, EncodeIndexRecord(index));
-    if (rocksdb::Status s = db_->db()->Write(db_->write_options(), &batch); !s.ok()) {
-      return FromRocks(s, "writing a blob");
+    if (absl::Status s = db_->Write(db_->write_options(), &batch, "writing a blob"); !s.ok()) {
+      return s;
     }
     Counters& c = db_->counters();
     c.blobs.fetch_add(1);
@@ -208,8 +208,10 @@ absl::StatusOr<int64_t> Store::Delete(absl::string_view raw_hash) {
   rocksdb::WriteBatch batch;
   batch.Delete(db_->blobs(), rocksdb::Slice(raw_hash.data(), raw_hash.size()));
   batch.Delete(db_->index(), index_key);
-  if (rocksdb::Status s = db_->db()->Write(db_->write_options(), &batch); !s.ok()) {
-    return FromRocks(s, absl::StrCat("deleting blob ", ShortHash(raw_hash)));
+  if (absl::Status s = db_->Write(db_->write_options(), &batch,
+                                  absl::StrCat("deleting blob ", ShortHash(raw_hash)));
+      !s.ok()) {
+    return s;
   }
   if (!indexed) return 0;
   Counters& c = db_->counters();
@@ -275,8 +277,10 @@ absl::Status Store::FlushAccessTimes() {
       batch.Put(db_->index(), key, EncodeIndexRecord(record));
     }
     if (batch.Count() == 0) continue;
-    if (rocksdb::Status s = db_->db()->Write(db_->bookkeeping_write_options(), &batch); !s.ok()) {
-      return FromRocks(s, "writing access times");
+    if (absl::Status s =
+            db_->Write(db_->bookkeeping_write_options(), &batch, "writing access times");
+        !s.ok()) {
+      return s;
     }
   }
   return absl::OkStatus();

@@ -41,7 +41,8 @@ class Store {
   // Stores `bytes` under `digest`. Returns whether the blob was already present (then nothing
   // is written). INVALID_ARGUMENT for a malformed digest, a size that disagrees with the
   // bytes, or bytes that do not hash to the digest; RESOURCE_EXHAUSTED beyond the maximum
-  // blob size. Nothing is written on any error.
+  // blob size, or as a DiskFullError (cache/errors.h) when the disk has no room. Nothing is
+  // written on any error.
   absl::StatusOr<bool> Put(const v1::Digest& digest, absl::string_view bytes);
 
   // The verified bytes of a blob, shared with the memory tier (no copy). NOT_FOUND when

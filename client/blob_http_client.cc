@@ -30,6 +30,7 @@ absl::Status StatusOfHttp(int status, absl::string_view reason) {
     case 400:
       return absl::InvalidArgumentError(message);
     case 413:
+    case 507:  // the server's disk is full: the same PUT succeeds once space is freed
       return absl::ResourceExhaustedError(message);
     case 401:
       return absl::UnauthenticatedError(message);

@@ -4,9 +4,9 @@
 // GET, HEAD and PUT /cas/<sha256 hex> over one kept-alive connection, reconnecting when the
 // server closed it. Not thread-safe: one client per thread (each holds one connection).
 // Errors map the HTTP status back to the status codes the gRPC Cache service uses: 404
-// NOT_FOUND, 400 INVALID_ARGUMENT, 413 RESOURCE_EXHAUSTED, 401 UNAUTHENTICATED, 403
-// PERMISSION_DENIED; UNAVAILABLE when the connection fails. The server's one-line reason is
-// the message.
+// NOT_FOUND, 400 INVALID_ARGUMENT, 413 and 507 (disk full) RESOURCE_EXHAUSTED, 401
+// UNAUTHENTICATED, 403 PERMISSION_DENIED; UNAVAILABLE when the connection fails. The
+// server's one-line reason is the message.
 
 #include <cstdint>
 #include <string>

@@ -6,6 +6,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/strip.h"
+#include "cache/errors.h"
 #include "proto/base/digest.h"
 
 namespace kiln::server {
@@ -89,6 +90,10 @@ HttpAction CasHandler::OnBody(const HttpRequestHead& head, std::string body) {
   return HttpAction::Offload([this, digest = TargetDigest(head), body = std::move(body)]() mutable {
     digest.set_size_bytes(static_cast<int64_t>(body.size()));
     absl::StatusOr<bool> present = store_->Put(digest, body);
+    if (cache::IsDiskFull(present.status())) {
+      // The server's condition, not the request's: the same PUT succeeds once space is freed.
+      return HttpError(507, std::string(present.status().message()));
+    }
     if (!present.ok()) return HttpErrorFromStatus(present.status());
     HttpReply reply;
     reply.status = *present ? 200 : 201;

@@ -5,7 +5,8 @@
 //   HEAD /cas/<sha256 hex>   200 and its Content-Length; 404
 //   PUT  /cas/<sha256 hex>   the body is the blob: 201 stored, 200 already present, 400 when
 //                            the bytes do not hash to the name, 411 without a Content-Length,
-//                            413 beyond the largest blob
+//                            413 beyond the largest blob, 507 while the store's disk is full
+//                            (the same PUT succeeds once space is freed)
 // Other methods get 405, other paths 404, a malformed hash 400. Tokens work as for gRPC:
 // `Authorization: Bearer TOKEN`, role `read` for GET and HEAD, `compile` for PUT (401, 403).
 // A blob the store keeps in memory is answered at once; a read that misses memory and every

@@ -64,6 +64,8 @@ const char* HttpReasonPhrase(int status) {
       return "Service Unavailable";
     case 505:
       return "HTTP Version Not Supported";
+    case 507:
+      return "Insufficient Storage";
     default:
       return "Internal Server Error";
   }
