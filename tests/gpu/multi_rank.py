@@ -49,6 +49,7 @@ from typing import Any, Callable, Optional
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
 
 from kilnd_process import KilnServer, free_port, script_parser  # noqa: E402
+from train_models import _num, counter_delta, scrape  # noqa: E402 (no PyTorch at import)
 from worker_process import run_worker  # noqa: E402
 
 STEPS = 20
@@ -352,33 +353,16 @@ def run_job(scenario: Scenario, mode: str, steps: int, nproc: int, server: KilnS
                             "output_tail": result.output[-OUTPUT_TAIL:]}
 
 
-def scrape(server: KilnServer) -> Optional[dict]:
-    try:
-        return server.metrics()
-    except OSError:
-        return None
-
-
-def counter_delta(before: Optional[dict], after: Optional[dict]) -> Optional[dict]:
-    if before is None or after is None:
-        return None
-    return {k: after.get(k, 0) - before.get(k, 0) for k in sorted(after)
-            if after.get(k, 0) != before.get(k, 0)}
-
-
-def _num(value: Optional[float], spec: str) -> str:
-    return "-" if value is None else format(value, spec)
-
-
 def table(rows: list[dict]) -> str:
     lines = []
     for row in rows:
         lines.append(f"{row['scenario']}: {'pass' if row['pass'] else 'FAIL'} "
                      f"({row['description']})")
         if "max_rel" in row:
-            lines.append(f"  graphs {row['graphs']}, kilnd compiles cold {_num(row['compiles']['kiln'], 'g')}"
-                         f" / warm {_num(row['compiles']['kiln_warm'], 'g')}, max |dloss| vs "
-                         f"eager {row['max_rel']:.2e} of the first loss")
+            compiles = row["compiles"]
+            lines.append(f"  graphs {row['graphs']}, kilnd compiles cold "
+                         f"{_num(compiles['kiln'], 'g')} / warm {_num(compiles['kiln_warm'], 'g')}"
+                         f", max |dloss| vs eager {row['max_rel']:.2e} of the first loss")
         for mode, records in row["ranks"].items():
             for r, record in enumerate(records):
                 lines.append(f"  {mode:<9} rank {r}: first step "

@@ -40,8 +40,8 @@ compiler made it.
 Differences are relative to eager's first loss (a loss falling towards zero would make a
 difference relative to each step's loss meaningless):
   fp32: 1e-4. TF32 is off in every process and cuDNN deterministic, so all compute in
-    float32 and differ only in reduction order and where a fused kernel keeps a value in registers: in the last bits at
-    the first step. AdamW divides each update by the root of the gradient's squared average, so
+    float32 and differ only in reduction order and where a fused kernel keeps a value in
+    registers: in the last bits at the first step. AdamW divides each update by the root of the gradient's squared average, so
     a parameter whose gradient is near zero takes a full-sized update from a tiny difference,
     and differences grow over the steps; 1e-4 leaves room for that over 50 steps, while a
     wrong kernel moves the loss by far more.
