@@ -201,7 +201,7 @@ def train(config: TrainConfig, mode: str, steps: int, write_event: Callable[...,
     if mode == "eager":
         run = model
     else:
-        run = torch.compile(model, backend="inductor" if mode == YARDSTICK else "kiln")
+        run = torch.compile(model, backend="kiln" if mode in ("kiln", WARM) else mode)
 
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
@@ -547,6 +547,12 @@ def table(rows: list[dict]) -> str:
     for row in rows:
         for reason in row["reasons"]:
             lines.append(f"  {row['config']}: {reason}")
+        for backend, comparison in (row.get("also") or {}).items():
+            grads = (row.get("gradients") or {}).get(backend) or {}
+            lines.append(f"  {row['config']} with {backend}: max rel "
+                         f"{_num(comparison.get('max_rel'), '.2e')}, first-step gradients "
+                         f"{_num(grads.get('worst_rel'), '.2e')} worst / "
+                         f"{_num(grads.get('median_rel'), '.2e')} median")
     return "\n".join(lines) + "\n"
 
 
@@ -595,6 +601,10 @@ def main(argv: Optional[list[str]] = None) -> int:
     parser.add_argument("--yardstick", action="store_true",
                         help="also train with Inductor: how far PyTorch's compiler lands "
                              "from eager, and YARDSTICK_FACTOR times that passes")
+    parser.add_argument("--also", default="",
+                        help="other torch.compile backends to train each configuration with, "
+                             "comma-separated (aot_eager: AOTAutograd's graphs run eagerly), "
+                             "reported beside Kiln and not judged")
     parser.add_argument("--warm", action="store_true",
                         help="also train each configuration through kiln a second time, "
                              "against the cache the first run filled: hits only, same losses")
@@ -613,13 +623,16 @@ def main(argv: Optional[list[str]] = None) -> int:
     with KilnServer(args.bundle, args.out) as server:
         report["nvjitlink"] = server.nvjitlink
         for config in configs:
+            also = tuple(b for b in args.also.split(",") if b and b not in MODES)
             modes = (MODES + ((WARM,) if args.warm else ()) +
-                     ((YARDSTICK,) if args.yardstick else ()))
+                     ((YARDSTICK,) if args.yardstick else ()) + also)
             runs = {mode: run_process(config, mode, args.steps, args.timeout, server, args.out)
                     for mode in modes}
             row = judge(config, runs["eager"], runs["kiln"], args.steps, runs.get(YARDSTICK))
             if WARM in runs:
                 judge_warm(row, runs[WARM], args.steps)
+            row["also"] = {b: compare_losses(runs["eager"]["losses"], runs[b]["losses"])
+                           for b in also}
             runs_dir = args.out / RUNS_DIR
             row["gradients"] = {
                 mode: gradient_errors(grads_path_of(runs_dir / f"{config.name}.eager.jsonl"),
