@@ -19,7 +19,8 @@ CUDA graph and replayed, and the replay must reproduce the first run. Collective
 on a single-rank NCCL group. With --timing (graphs without random numbers), each side's
 time per run (CUDA events, median of 20: eager, Kiln, and Inductor compiling the same
 graph through torch.compile) and, from the profiler, the GPU time of the generated kernels
-(Kiln's kiln_k*, Inductor's triton_*) and of the rest are recorded too. With --debug, a graph that fails is run again step by step
+(Kiln's kiln_k*, Inductor's triton_*) and of the rest are recorded too, with the host's time
+per Kiln run and the Python functions it goes to (cProfile). With --debug, a graph that fails is run again step by step
 against eager values of every node, and the first step whose buffers differ is reported.
 
 Graphs run in a worker process; a graph that kills it (a crash in a kernel or a library) is
@@ -209,8 +210,37 @@ def kernel_time_ms(fn: Any, repeat: int = 5) -> dict:
     result: dict = {k: round(v, 4) for k, v in out.items()}
     # The slowest generated kernels, for finding what holds a graph back.
     result["slowest"] = [[name, round(ms, 4)] for name, ms in
-                         sorted(by_kernel.items(), key=lambda kv: -kv[1])[:4]]
+                         sorted(by_kernel.items(), key=lambda kv: -kv[1])[:10]]
     return result
+
+
+def host_profile(fn: Any, repeat: int = 20, top: int = 15) -> dict:
+    """The host's time per call of fn (the calls issued back to back, one synchronization at
+    the end: when it is near the GPU time, the GPU waits on the host) and where it goes: the
+    functions with the most time of their own under cProfile, per call."""
+    import cProfile
+    import pstats
+
+    import torch
+
+    fn()
+    torch.cuda.synchronize()
+    start = time.perf_counter()
+    for _ in range(repeat):
+        fn()
+    host_ms = (time.perf_counter() - start) * 1e3 / repeat
+    torch.cuda.synchronize()
+    profiler = cProfile.Profile()
+    profiler.enable()
+    for _ in range(repeat):
+        fn()
+    profiler.disable()
+    torch.cuda.synchronize()
+    stats = pstats.Stats(profiler).stats  # (file, line, name) -> (cc, nc, own, cumulative, _)
+    ranked = sorted(stats.items(), key=lambda kv: -kv[1][2])[:top]
+    return {"host_ms": round(host_ms, 3), "own_ms_per_call": [
+        [f"{pathlib.Path(f).name}:{line}({name})", round(v[2] * 1e3 / repeat, 3),
+         v[1] // repeat] for (f, line, name), v in ranked]}
 
 
 def gpu_time_ms(fn: Any, repeat: int = 20) -> float:
@@ -379,6 +409,7 @@ def run_one(path: pathlib.Path, client: Any, builder: Any, ranges: dict, timing:
         entry["eager_ms"] = round(gpu_time_ms(lambda: run_graph(graph, a, device)), 4)
         entry["kiln_ms"] = round(gpu_time_ms(lambda: runtime.run(b)), 4)
         entry["kiln_kernels_ms"] = kernel_time_ms(lambda: runtime.run(b))
+        entry["kiln_host"] = host_profile(lambda: runtime.run(b))
         try:
             start = time.perf_counter()
             inductor = torch.compile(to_graph_module(graph, device), dynamic=False)

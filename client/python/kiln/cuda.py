@@ -169,13 +169,25 @@ class SequenceFailed(CudaError):
         self.index = index
 
 
+class SlotTable:
+    """The values of a run's parameter slots (8-byte values: pointers, int64s as two's
+    complement) as the library reads them, made once per run and read by every
+    LaunchSequence of it: converting a plan's thousand slots costs tens of microseconds,
+    too much to pay per sequence."""
+
+    def __init__(self, values: Sequence[int]) -> None:
+        self.count = len(values)
+        self.array = (ctypes.c_uint64 * max(1, self.count))(
+            *(v & 0xFFFFFFFFFFFFFFFF for v in values))
+
+
 class LaunchSequence:
     """Kernel launches made once and run many times with one call into the library: each
     parameter names a slot of a table that every run fills (buffer addresses, the RNG seed
     and offset, symbol values), so a run's host work is one call, not one per kernel.
 
         seq = LaunchSequence([(function, grid, block, shared_bytes, [slot, ...]), ...])
-        seq.run(slot_values, stream)
+        seq.run(SlotTable(slot_values), stream)
     """
 
     def __init__(self, launches: Sequence[tuple[Function, Sequence[int], Sequence[int], int,
@@ -198,17 +210,17 @@ class LaunchSequence:
             record.param_count = len(slots)
             record.param_slots = table
 
-    def run(self, slot_values: Sequence[int], stream: int) -> None:
-        """Launches every kernel in order on `stream`, parameters from `slot_values` (8-byte
-        values: pointers, int64s as two's complement). Raises SequenceFailed naming the
-        launch that failed; the ones before it were launched."""
+    def run(self, slots: "SlotTable | Sequence[int]", stream: int) -> None:
+        """Launches every kernel in order on `stream`, parameters from `slots` (a SlotTable,
+        or the values to make one of). Raises SequenceFailed naming the launch that failed;
+        the ones before it were launched."""
         if self.count == 0:
             return
-        slots = (ctypes.c_uint64 * max(1, len(slot_values)))(*slot_values)
+        table = slots if isinstance(slots, SlotTable) else SlotTable(slots)
         failed = ctypes.c_size_t(self.count)
         buf = ctypes.create_string_buffer(_ERROR_BYTES)
-        code = self._lib.kiln_cuda_launch_sequence(self._records, self.count, slots,
-                                                   len(slot_values), stream,
+        code = self._lib.kiln_cuda_launch_sequence(self._records, self.count, table.array,
+                                                   table.count, stream,
                                                    ctypes.byref(failed), buf, _ERROR_BYTES)
         if code != 0:
             raise SequenceFailed(code, buf.value.decode("utf-8", "replace"), failed.value)

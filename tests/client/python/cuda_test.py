@@ -87,3 +87,23 @@ def test_without_the_runtime_library_the_error_names_the_path() -> None:
     out = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True,
                          text=True, check=True).stdout
     assert "cannot load Kiln's runtime library /nonexistent/libkiln_runtime.so" in out
+
+
+def test_sequences_of_a_run_read_one_slot_table(cuda) -> None:  # type: ignore[no-untyped-def]
+    module = cuda.Module(b"kernel kiln_k0 2\nkernel kiln_k1 1\n")
+    first = cuda.LaunchSequence([(module.function("kiln_k0"), (1, 1, 1), (32, 1, 1), 0, [2, 0])])
+    second = cuda.LaunchSequence([(module.function("kiln_k1"), (2, 1, 1), (64, 1, 1), 0, [1])])
+    table = cuda.SlotTable([0x7F0000001000, -1, 9])  # negative ints as two's complement
+    assert table.count == 3
+    f = fake()
+    before = f.fake_cuda_launch_count()
+    first.run(table, 0)
+    second.run(table, 0)
+    second.run([5, 6], 0)  # plain values still work: a table is made for the call
+    assert f.fake_cuda_launch_count() == before + 3
+    values = [f.fake_cuda_launch_values(before + i) for i in range(3)]
+    assert [values[0][0], values[0][1]] == [9, 0x7F0000001000]
+    assert [values[1][0], values[2][0]] == [2**64 - 1, 6]
+    with pytest.raises(cuda.SequenceFailed, match="takes slot 1 of 1"):
+        second.run(cuda.SlotTable([1]), 0)
+    module.close()

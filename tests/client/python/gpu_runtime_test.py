@@ -325,3 +325,17 @@ def test_each_size_of_a_dynamic_dimension_binds_its_own_plan() -> None:
         runtime.run([cuda_input(n)])
         geometry, values, _ = driver.launch(before)
         assert geometry[0] == blocks and values[3] == n
+
+
+def test_an_output_that_is_its_whole_buffer_is_the_allocation_itself() -> None:
+    a = artifact()
+    a.outputs.add().CopyFrom(a.outputs[0])  # the same output twice: aliases of one another
+    (y, alias) = GpuRuntime(a, torch.device("cuda", 0)).run([cuda_input(1000)])
+    # Allocated as the output (float32, exactly its bytes), not as flat bytes viewed later.
+    assert y.dtype == torch.float32 and y.untyped_storage().nbytes() == 4000
+    assert alias is not y and alias.untyped_storage() is y.untyped_storage()
+    assert (alias.shape, alias.stride(), alias.storage_offset()) == ([1000], [1], 0)
+    # A buffer larger than its output view is a flat allocation the output is set over.
+    a.buffers[1].size_bytes.CopyFrom(sym("4*s0 + 64"))
+    (y, _) = GpuRuntime(a, torch.device("cuda", 0)).run([cuda_input(1000)])
+    assert y.dtype == torch.float32 and y.untyped_storage().nbytes() == 4096  # 64-aligned
