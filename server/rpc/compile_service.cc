@@ -59,6 +59,7 @@ CompileService::CompileService(const CompileServiceOptions& options, Compiler* c
       authorizer_(authorizer),
       pool_(PoolOptions(options)),
       limiter_(options.max_in_flight_per_client),
+      failing_keys_(options.failing_key_ttl),
       rendezvous_(
           options.rendezvous, [](const std::shared_ptr<const Keyed>& k) { return k->key; },
           [](const std::shared_ptr<const Keyed>& a, const std::shared_ptr<const Keyed>& b) {
@@ -199,6 +200,7 @@ grpc::Status CompileService::Compile(grpc::ServerContext* context,
     }
     keyed = std::make_shared<Keyed>();
     keyed->graph = *std::move(keyed_graph);
+    keyed->source = request->graph();
     keyed->key = keyed->graph.record.compile_key();
     keyed->job = record.job;
     keyed->may_compile = identity->role >= Role::kCompile;
@@ -351,13 +353,20 @@ absl::StatusOr<CompileService::Answer> CompileService::Resolve(
         absl::StrCat("this graph is not cached (", CacheOutcomeName(answer.outcome),
                      ") and the caller's token has role read, which gets cache hits only"));
   }
+  // A key whose compile took a worker down is not compiled again for a while.
+  if (keyed->force) {
+    failing_keys_.Forget(keyed->key);
+  } else if (std::optional<absl::Status> failed = failing_keys_.Find(keyed->key)) {
+    return *failed;
+  }
   // Miss: one compile per key and guard set in the whole server.
   auto [flight, leader] = flights_.Join(
       absl::StrCat(keyed->key, "/", keyed->guards_identity, keyed->force ? "/force" : ""));
   if (leader) {
-    absl::Status queued = pool_.Submit([this, flight = flight, keyed, enqueued = absl::Now()] {
-      RunCompile(flight, keyed, absl::Now() - enqueued);
-    });
+    absl::Status queued =
+        pool_.Submit([this, flight = flight, keyed, deadline, enqueued = absl::Now()] {
+          RunCompile(flight, keyed, absl::Now() - enqueued, deadline);
+        });
     if (absl::IsResourceExhausted(queued)) {
       v1::ErrorDetail detail;
       // A queued compile takes seconds; suggest coming back after roughly one of them.
@@ -396,7 +405,8 @@ absl::StatusOr<CompileService::Answer> CompileService::Resolve(
 }
 
 void CompileService::RunCompile(std::shared_ptr<Flights::Flight> flight,
-                                std::shared_ptr<const Keyed> keyed, absl::Duration queued) {
+                                std::shared_ptr<const Keyed> keyed, absl::Duration queued,
+                                absl::Time deadline) {
   if (flight->cancelled().load()) {
     compiles_total_.With({"cancelled"}).Increment();
     flight->Finish(absl::CancelledError("every waiter left before the compile started"));
@@ -417,10 +427,12 @@ void CompileService::RunCompile(std::shared_ptr<Flights::Flight> flight,
     add_phase(phase, end - start);
   };
   const absl::Time t0 = absl::Now();
-  absl::StatusOr<v1::CompiledGraph> compiled =
-      compiler_->Compile(*keyed->graph.graph, keyed->graph.options, keyed->key, context);
+  const CompileInput input{*keyed->graph.graph, keyed->source, keyed->graph.options, keyed->key,
+                           deadline};
+  absl::StatusOr<v1::CompiledGraph> compiled = compiler_->Compile(input, context);
   if (!compiled.ok()) {
     compiles_total_.With({absl::StatusCodeToString(compiled.status().code())}).Increment();
+    if (IsCrashedCompile(compiled.status())) failing_keys_.Remember(keyed->key, compiled.status());
     flight->Finish(compiled.status());
     return;
   }

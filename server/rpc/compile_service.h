@@ -20,6 +20,7 @@
 #include "kiln/v1/compile.grpc.pb.h"
 #include "proto/base/thread_pool.h"
 #include "server/compile/compiler.h"
+#include "server/compile/failing_keys.h"
 #include "server/compile/rendezvous.h"
 #include "server/compile/single_flight.h"
 #include "server/observe/metrics.h"
@@ -34,6 +35,9 @@ struct CompileServiceOptions {
   int queue_capacity = 64;           // compiles waiting for a worker before RESOURCE_EXHAUSTED
   int max_in_flight_per_client = 0;  // <= 0: no limit
   RendezvousPolicy rendezvous;
+  // How long a key whose compile crashed its worker is answered with that error at once
+  // (force_compile retries it sooner); <= 0: never remembered.
+  absl::Duration failing_key_ttl = absl::Minutes(10);
 };
 
 // What the status page shows about one compile request.
@@ -76,6 +80,7 @@ class CompileService final : public v1::Compiler::Service {
   // canonical symbol names (so that ranks and trainers naming symbols differently agree).
   struct Keyed {
     canon::KeyedGraph graph;
+    v1::Graph source;  // the request's graph, which `graph` was imported from
     std::string key;
     v1::Guards guards;
     std::string guards_identity;
@@ -105,7 +110,7 @@ class CompileService final : public v1::Compiler::Service {
   absl::StatusOr<Answer> Resolve(const std::shared_ptr<const Keyed>& keyed, absl::Time deadline,
                                  const std::function<bool()>& abandoned, Trace* trace);
   void RunCompile(std::shared_ptr<Flights::Flight> flight, std::shared_ptr<const Keyed> keyed,
-                  absl::Duration queued);
+                  absl::Duration queued, absl::Time deadline);
   void Remember(CompileRecord record, bool divergence, const std::string& divergence_text);
 
   const CompileServiceOptions options_;
@@ -116,6 +121,7 @@ class CompileService final : public v1::Compiler::Service {
   ThreadPool pool_;  // runs the compiles
   Flights flights_;
   ClientLimiter limiter_;
+  FailingKeys failing_keys_;
   RankRendezvous rendezvous_;
   std::atomic<bool> draining_{false};
   std::atomic<int64_t> compiles_{0};
