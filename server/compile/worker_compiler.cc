@@ -442,12 +442,12 @@ absl::StatusOr<v1::CompiledGraph> WorkerCompiler::Compile(const CompileInput& in
           break;
         }
         case worker::FrameType::kError: {
-          absl::StatusOr<absl::Status> error = worker::DecodeError(f.payload);
-          if (!error.ok() || error->ok()) {
+          absl::Status error;
+          if (absl::Status s = worker::DecodeError(f.payload, &error); !s.ok()) {
             x.lost = "protocol";
-            x.what = "sent a malformed error";
+            x.what = absl::StrCat("sent a malformed error: ", s.message());
           } else {
-            x.result = *std::move(error);
+            x.result = std::move(error);
           }
           done = true;
           break;

@@ -221,7 +221,7 @@ std::string EncodeError(const absl::Status& status) {
   return w.Take();
 }
 
-absl::StatusOr<absl::Status> DecodeError(absl::string_view payload) {
+absl::Status DecodeError(absl::string_view payload, absl::Status* error) {
   uint32_t code = 0, count = 0;
   std::string message;
   Reader r(payload, "error");
@@ -238,7 +238,8 @@ absl::StatusOr<absl::Status> DecodeError(absl::string_view payload) {
   }
   absl::Status status(static_cast<absl::StatusCode>(code), message);
   for (const auto& [url, p] : payloads) status.SetPayload(url, absl::Cord(p));
-  return status;
+  *error = std::move(status);
+  return absl::OkStatus();
 }
 
 }  // namespace kiln::server::worker

@@ -93,6 +93,7 @@ absl::StatusOr<Phase> DecodePhase(absl::string_view payload);
 
 // A failed compile: its code, message and payloads (such as a kiln.v1.ErrorDetail).
 std::string EncodeError(const absl::Status& status);
-absl::StatusOr<absl::Status> DecodeError(absl::string_view payload);
+// Sets `*error` and returns OK; or returns why `payload` is no error (`*error` untouched).
+absl::Status DecodeError(absl::string_view payload, absl::Status* error);
 
 }  // namespace kiln::server::worker
