@@ -200,7 +200,6 @@ grpc::Status CompileService::Compile(grpc::ServerContext* context,
     }
     keyed = std::make_shared<Keyed>();
     keyed->graph = *std::move(keyed_graph);
-    keyed->source = request->graph();
     keyed->key = keyed->graph.record.compile_key();
     keyed->job = record.job;
     keyed->may_compile = identity->role >= Role::kCompile;
@@ -261,8 +260,11 @@ grpc::Status CompileService::Compile(grpc::ServerContext* context,
     Trace* leader_trace = trace.get();
     absl::StatusOr<RankRendezvous::Answer> met = rendezvous_.Arrive(
         std::move(arrival), deadline, abandoned,
-        [&](const std::shared_ptr<const Keyed>& k, const Participation& participation) {
-          return Resolve(k, participation.deadline, nullptr, leader_trace);
+        [&](const std::shared_ptr<const Keyed>& decided, const Participation& participation) {
+          // The work runs on the thread of a present rank, with that rank's own request
+          // (whose key is the decided one): its graph outlives the compile's start, which
+          // another rank's, whose call may have ended, need not.
+          return Resolve(keyed, request->graph(), participation.deadline, nullptr, leader_trace);
         });
     if (met.ok()) {
       resolved = met->result;
@@ -279,7 +281,7 @@ grpc::Status CompileService::Compile(grpc::ServerContext* context,
       }
     }
   } else {
-    resolved = Resolve(keyed, deadline, abandoned, trace.get());
+    resolved = Resolve(keyed, request->graph(), deadline, abandoned, trace.get());
   }
   if (!resolved.ok()) {
     status = resolved.status();
@@ -311,7 +313,7 @@ grpc::Status CompileService::Compile(grpc::ServerContext* context,
 }
 
 absl::StatusOr<CompileService::Answer> CompileService::Resolve(
-    const std::shared_ptr<const Keyed>& keyed, absl::Time deadline,
+    const std::shared_ptr<const Keyed>& keyed, const v1::Graph& source, absl::Time deadline,
     const std::function<bool()>& abandoned, Trace* trace) {
   Answer answer;
   // Lookup: the first complete variant whose guards hold at the request's hints.
@@ -364,8 +366,9 @@ absl::StatusOr<CompileService::Answer> CompileService::Resolve(
       absl::StrCat(keyed->key, "/", keyed->guards_identity, keyed->force ? "/force" : ""));
   if (leader) {
     absl::Status queued =
-        pool_.Submit([this, flight = flight, keyed, deadline, enqueued = absl::Now()] {
-          RunCompile(flight, keyed, absl::Now() - enqueued, deadline);
+        pool_.Submit([this, flight = flight, keyed, source = std::make_shared<v1::Graph>(source),
+                      deadline, enqueued = absl::Now()] {
+          RunCompile(flight, keyed, source, absl::Now() - enqueued, deadline);
         });
     if (absl::IsResourceExhausted(queued)) {
       v1::ErrorDetail detail;
@@ -405,7 +408,8 @@ absl::StatusOr<CompileService::Answer> CompileService::Resolve(
 }
 
 void CompileService::RunCompile(std::shared_ptr<Flights::Flight> flight,
-                                std::shared_ptr<const Keyed> keyed, absl::Duration queued,
+                                std::shared_ptr<const Keyed> keyed,
+                                std::shared_ptr<const v1::Graph> source, absl::Duration queued,
                                 absl::Time deadline) {
   if (flight->cancelled().load()) {
     compiles_total_.With({"cancelled"}).Increment();
@@ -427,7 +431,7 @@ void CompileService::RunCompile(std::shared_ptr<Flights::Flight> flight,
     add_phase(phase, end - start);
   };
   const absl::Time t0 = absl::Now();
-  const CompileInput input{*keyed->graph.graph, keyed->source, keyed->graph.options, keyed->key,
+  const CompileInput input{*keyed->graph.graph, *source, keyed->graph.options, keyed->key,
                            deadline};
   absl::StatusOr<v1::CompiledGraph> compiled = compiler_->Compile(input, context);
   if (!compiled.ok()) {

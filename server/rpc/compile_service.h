@@ -80,7 +80,6 @@ class CompileService final : public v1::Compiler::Service {
   // canonical symbol names (so that ranks and trainers naming symbols differently agree).
   struct Keyed {
     canon::KeyedGraph graph;
-    v1::Graph source;  // the request's graph, which `graph` was imported from
     std::string key;
     v1::Guards guards;
     std::string guards_identity;
@@ -107,10 +106,14 @@ class CompileService final : public v1::Compiler::Service {
   using Flights = SingleFlight<std::shared_ptr<const Artifact>>;
   using RankRendezvous = Rendezvous<std::shared_ptr<const Keyed>, Answer>;
 
-  absl::StatusOr<Answer> Resolve(const std::shared_ptr<const Keyed>& keyed, absl::Time deadline,
-                                 const std::function<bool()>& abandoned, Trace* trace);
+  // `source` is the request's graph, which `keyed` was imported from; it is copied only when
+  // a compile starts (a hit does not pay for the copy).
+  absl::StatusOr<Answer> Resolve(const std::shared_ptr<const Keyed>& keyed, const v1::Graph& source,
+                                 absl::Time deadline, const std::function<bool()>& abandoned,
+                                 Trace* trace);
   void RunCompile(std::shared_ptr<Flights::Flight> flight, std::shared_ptr<const Keyed> keyed,
-                  absl::Duration queued, absl::Time deadline);
+                  std::shared_ptr<const v1::Graph> source, absl::Duration queued,
+                  absl::Time deadline);
   void Remember(CompileRecord record, bool divergence, const std::string& divergence_text);
 
   const CompileServiceOptions options_;
