@@ -5,6 +5,7 @@
 // it succeed with the right artifacts; the pool recovers; the crashing key is answered from
 // memory at once, and force_compile really compiles it again.
 
+#include <signal.h>
 #include <stdlib.h>
 
 #include <gmock/gmock.h>
@@ -17,6 +18,9 @@
 #include <thread>
 #include <vector>
 
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
 #include "absl/time/clock.h"
 #include "client/compile_client.h"
 #include "compiler/canon/compile_key.h"
@@ -228,6 +232,51 @@ TEST_F(KilndWorkerTest, RunningOutOfMemoryFailsTheRequest) {
   EXPECT_TRUE(good.ok()) << good.status();
   // Remembered like a crash.
   EXPECT_THAT(Compile(bad_).status().message(), HasSubstr("remembered"));
+}
+
+// The pids of `parent`'s children that are still running (not zombies).
+std::vector<pid_t> LiveChildren(pid_t parent) {
+  std::vector<pid_t> children;
+  for (const auto& e : std::filesystem::directory_iterator("/proc")) {
+    pid_t pid = 0;
+    if (!absl::SimpleAtoi(e.path().filename().string(), &pid)) continue;
+    absl::StatusOr<std::string> stat = testing::ReadFile(e.path().string() + "/stat");
+    if (!stat.ok()) continue;
+    // pid (comm) state ppid ...: the fields after the last ')'.
+    std::vector<std::string> fields =
+        absl::StrSplit(stat->substr(stat->rfind(')') + 2), ' ', absl::SkipEmpty());
+    pid_t ppid = 0;
+    if (fields.size() > 1 && fields[0] != "Z" && absl::SimpleAtoi(fields[1], &ppid) &&
+        ppid == parent) {
+      children.push_back(pid);
+    }
+  }
+  return children;
+}
+
+bool Running(pid_t pid) {
+  absl::StatusOr<std::string> stat = testing::ReadFile(absl::StrCat("/proc/", pid, "/stat"));
+  return stat.ok() && stat->substr(stat->rfind(')') + 2, 1) != "Z";
+}
+
+TEST_F(KilndWorkerTest, WorkersLeaveWithAKilledKilndAndHoldNothingOfIts) {
+  Start("hang@lower", {"--compile-workers", "2"});
+  const std::vector<pid_t> workers = LiveChildren(kilnd_->process().pid());
+  ASSERT_EQ(workers.size(), 2u);
+  // One worker busy (hung), one idle, when kilnd dies.
+  std::thread hung([&] { (void)Compile(bad_, absl::Seconds(30)); });
+  absl::SleepFor(absl::Milliseconds(500));
+  kilnd_->process().Signal(SIGKILL);
+  hung.join();
+  ASSERT_TRUE(kilnd_->process().Wait(absl::Seconds(10)).has_value());
+  // A new kilnd takes the data directory at once: no worker holds its lock.
+  Start("");
+  EXPECT_TRUE(Compile(good_[0]).ok());
+  const absl::Time deadline = absl::Now() + absl::Seconds(10);
+  for (pid_t w : workers) {
+    while (Running(w) && absl::Now() < deadline) absl::SleepFor(absl::Milliseconds(20));
+    EXPECT_FALSE(Running(w)) << "worker " << w << " outlived its kilnd";
+  }
 }
 
 TEST_F(KilndWorkerTest, BadIsolationFlagsAreRefused) {
