@@ -10,6 +10,8 @@
 //   build/release/tests/bench/compile_worker_bench [RUNS] [GRAPH...]
 //   (default: 15 runs of nanogpt_fp32.fw.json and nanogpt_fp32.bw.json)
 
+#include <signal.h>
+
 #include <algorithm>
 #include <cstdio>
 #include <cstdlib>
@@ -25,8 +27,12 @@
 namespace kiln::bench {
 namespace {
 
+// The kilnds started, so that Die does not leave them running.
+std::vector<testing::KilndProcess*> g_started;
+
 [[noreturn]] void Die(const std::string& message) {
   std::fprintf(stderr, "compile_worker_bench: %s\n", message.c_str());
+  for (testing::KilndProcess* k : g_started) k->process().Signal(SIGKILL);
   std::exit(1);
 }
 
@@ -44,6 +50,7 @@ void Start(Server& s, const std::string& isolation) {
       s.dir.path() + "/data", {"--compile-isolation", isolation, "--compile-workers", "1"});
   if (!k.ok()) Die(k.status().ToString());
   s.kilnd.emplace(*std::move(k));
+  g_started.push_back(&*s.kilnd);
   client::ChannelOptions o;
   o.address = s.kilnd->address();
   auto c = client::CompileClient::Connect(o);
