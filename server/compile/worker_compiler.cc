@@ -155,7 +155,11 @@ absl::StatusOr<std::unique_ptr<WorkerCompiler::Worker>> WorkerCompiler::Launch()
   sigfillset(&all);
   posix_spawnattr_setsigmask(&attributes, &none);
   posix_spawnattr_setsigdefault(&attributes, &all);
-  posix_spawnattr_setflags(&attributes, POSIX_SPAWN_SETSIGMASK | POSIX_SPAWN_SETSIGDEF);
+  // A process group of its own: a Ctrl-C at kilnd's terminal reaches kilnd, which drains,
+  // not the workers, whose compiles in flight would otherwise fail as crashes.
+  posix_spawnattr_setpgroup(&attributes, 0);
+  posix_spawnattr_setflags(&attributes,
+                           POSIX_SPAWN_SETSIGMASK | POSIX_SPAWN_SETSIGDEF | POSIX_SPAWN_SETPGROUP);
   std::vector<std::string> args = {binary_, "--compile-worker"};
   if (options_.memory_bytes > 0) {
     args.push_back("--memory-bytes");

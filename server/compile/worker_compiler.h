@@ -63,7 +63,7 @@ class WorkerCompiler final : public Compiler {
   struct Exchange;
 
   WorkerCompiler(const WorkerCompilerOptions& options, MetricsRegistry* metrics);
-  // Starts a worker process; Ready waits for its first frame.
+  // Starts a worker process; AwaitReady waits for the Ready it sends first.
   absl::StatusOr<std::unique_ptr<Worker>> Launch();
   absl::Status AwaitReady(Worker& worker);
   // Takes an idle worker; nullptr when the compile was cancelled meanwhile.

@@ -1,5 +1,6 @@
 #include "server/compile/worker_main.h"
 
+#include <malloc.h>
 #include <poll.h>
 #include <signal.h>
 #include <sys/resource.h>
@@ -209,6 +210,10 @@ int RunCompileWorker(int argc, char** argv) {
       return 1;
     }
     limited = true;
+    // glibc reserves 64 MiB of address space for each malloc arena, up to 8 per core, and
+    // the compiler's codegen threads each take one: on a many-core host that alone would
+    // approach the limit. A few arenas serve those threads as well.
+    ::mallopt(M_ARENA_MAX, 4);
   }
 #endif
   std::set_new_handler(OnOutOfMemory);
