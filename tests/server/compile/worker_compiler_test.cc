@@ -133,7 +133,7 @@ class WorkerCompilerTest : public ::testing::Test {
 };
 
 TEST_F(WorkerCompilerTest, SameBytesAndPhasesAsInProcess) {
-  Start(1);
+  Start(1, "", int64_t{16} << 30);  // kilnd's default limit
   InProcessCompiler in_process;
   // sm_90 too: the worker assembles cubins through nvJitLink as kilnd would (or, in a build
   // without the CUDA backend, fails the same way).
