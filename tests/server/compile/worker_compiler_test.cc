@@ -101,6 +101,7 @@ class WorkerCompilerTest : public ::testing::Test {
     options.binary = testing::KilndPath();
     options.memory_bytes = memory_bytes;
     options.crash_dir = dir_.path() + "/crashes";
+    options.crash_reports_kept = reports_kept_;
     absl::StatusOr<std::unique_ptr<WorkerCompiler>> pool =
         WorkerCompiler::Start(options, &metrics_);
     ASSERT_TRUE(pool.ok()) << pool.status();
@@ -127,6 +128,7 @@ class WorkerCompilerTest : public ::testing::Test {
     return reports;
   }
 
+  int reports_kept_ = 64;
   TempDir dir_;
   MetricsRegistry metrics_;
   std::unique_ptr<WorkerCompiler> pool_;
@@ -257,6 +259,31 @@ TEST_F(WorkerCompilerTest, CrashFailsThatCompileWhileOthersGoOn) {
   EXPECT_EQ(gone.size(), 1u);
   EXPECT_TRUE(Whole(2, gone));
   EXPECT_TRUE(CompileWith(*pool_, *good).result.ok());
+}
+
+TEST_F(WorkerCompilerTest, OnlyTheNewestCrashReportsAreKept) {
+  std::unique_ptr<Keyed> bad = KeyOf("mlp_fp32.fw.json");
+  reports_kept_ = 2;
+  Start(1, "crash@start:" + bad->key);
+  std::vector<std::string> messages;
+  for (int i = 0; i < 3; ++i) {
+    Outcome run = CompileWith(*pool_, *bad);
+    ASSERT_EQ(run.result.status().code(), absl::StatusCode::kInternal) << run.result.status();
+    messages.emplace_back(run.result.status().message());
+  }
+  EXPECT_EQ(pool_->restarts("crash"), 3);
+  std::vector<std::string> reports = CrashReports();
+  std::sort(reports.begin(), reports.end());
+  ASSERT_EQ(reports.size(), 2u);
+  // The first crash's report went, with its graph; the last two stay.
+  EXPECT_THAT(messages[0], ::testing::Not(HasSubstr(reports[0])));
+  EXPECT_THAT(messages[1], HasSubstr(reports[0]));
+  EXPECT_THAT(messages[2], HasSubstr(reports[1]));
+  int graphs = 0;
+  for (const auto& e : std::filesystem::directory_iterator(dir_.path() + "/crashes")) {
+    graphs += e.path().string().ends_with(".graph.pb");
+  }
+  EXPECT_EQ(graphs, 2);
 }
 
 TEST_F(WorkerCompilerTest, SegfaultNamesTheSignal) {
