@@ -77,6 +77,21 @@ absl::Status ValidateConfig(const ServerConfig& config) {
   if (config.compile_queue < 0) {
     return absl::InvalidArgumentError("--compile-queue must not be negative");
   }
+  if (config.compile_isolation != "process" && config.compile_isolation != "none") {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--compile-isolation: expected process or none, got \"", config.compile_isolation, "\""));
+  }
+  if (config.compile_memory_bytes < 0) {
+    return absl::InvalidArgumentError("--compile-memory-bytes must not be negative (0: no limit)");
+  }
+  if (config.compile_memory_bytes > 0 && config.compile_memory_bytes < (int64_t{256} << 20)) {
+    return absl::InvalidArgumentError(
+        "--compile-memory-bytes must be at least 256MiB (a worker needs that much address "
+        "space to start), or 0 for no limit");
+  }
+  if (!(config.poisoned_key_seconds >= 0)) {
+    return absl::InvalidArgumentError("--poisoned-key-seconds must be a non-negative number");
+  }
   if (!(config.rendezvous_timeout_seconds > 0)) {
     return absl::InvalidArgumentError("--rendezvous-timeout must be a positive number of seconds");
   }

@@ -40,6 +40,13 @@ struct ServerConfig {
   int compile_workers = 0;
   int compile_queue = 64;
   int max_in_flight_per_client = 0;
+  // Where compiles run: "process" (supervised worker processes, one per compile thread, so a
+  // crashing compile costs one request, not kilnd) or "none" (kilnd's own threads).
+  std::string compile_isolation = "process";
+  int64_t compile_memory_bytes = int64_t{16} << 30;  // address space of a worker; 0: no limit
+  // How long a key whose compile crashed its worker is answered with that error at once
+  // (force_compile retries sooner); 0: not remembered.
+  double poisoned_key_seconds = 600;
   // Rank rendezvous: how long the first rank waits for the others, and what happens then:
   // "fail" (every waiting rank gets DEADLINE_EXCEEDED naming the missing ranks) or
   // "proceed" (present ranks go on; their answer lists the missing ones).

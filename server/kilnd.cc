@@ -18,6 +18,7 @@
 #include "compiler/canon/toolchain.h"
 #include "kiln/version.h"
 #include "server/compile/compiler.h"
+#include "server/compile/worker_compiler.h"
 #include "server/data_dir.h"
 #include "server/http/blob_http.h"
 #include "server/http/http_endpoint.h"
@@ -41,7 +42,8 @@ struct KilnServer::State {
   std::unique_ptr<cache::Cache> cache;
   std::unique_ptr<CacheService> cache_service;
   std::unique_ptr<AdminService> admin;
-  InProcessCompiler compiler;
+  // The compiler outlives the compile service, which calls it until it is destroyed.
+  std::unique_ptr<Compiler> compiler;
   std::unique_ptr<CompileService> compile_service;
   MetricsRegistry metrics;
   std::unique_ptr<RpcMetrics> rpc_metrics;
@@ -200,9 +202,22 @@ absl::StatusOr<std::unique_ptr<KilnServer>> KilnServer::Start(const ServerConfig
   compile_options.max_in_flight_per_client = config.max_in_flight_per_client;
   compile_options.rendezvous.timeout = absl::Seconds(config.rendezvous_timeout_seconds);
   compile_options.rendezvous.proceed_without_missing = config.rendezvous_policy == "proceed";
+  compile_options.failing_key_ttl = absl::Seconds(config.poisoned_key_seconds);
+  if (config.compile_isolation == "process") {
+    WorkerCompilerOptions workers;
+    workers.workers = config.compile_workers <= 0 ? HardwareThreads() : config.compile_workers;
+    workers.memory_bytes = config.compile_memory_bytes;
+    workers.crash_dir = state->data_dir->Join("crashes");
+    absl::StatusOr<std::unique_ptr<WorkerCompiler>> compiler =
+        WorkerCompiler::Start(workers, &state->metrics);
+    if (!compiler.ok()) return compiler.status();
+    state->compiler = *std::move(compiler);
+  } else {
+    state->compiler = std::make_unique<InProcessCompiler>();
+  }
   state->compile_service = std::make_unique<CompileService>(
-      compile_options, &state->compiler, state->cache.get(), &state->metrics, state->traces.get(),
-      state->authorizer.get());
+      compile_options, state->compiler.get(), state->cache.get(), &state->metrics,
+      state->traces.get(), state->authorizer.get());
   state->admin = std::make_unique<AdminService>(
       state->cache.get(), state->authorizer.get(), [s = state.get()](v1::ServerStats* stats) {
         stats->set_version(kKilnVersion);

@@ -10,6 +10,7 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "kiln/version.h"
+#include "server/compile/worker_main.h"
 #include "server/config.h"
 #include "server/kilnd.h"
 #include "server/observe/json_log.h"
@@ -79,6 +80,10 @@ int Serve(const kiln::server::ServerConfig& config) {
 }  // namespace
 
 int main(int argc, char** argv) {
+  // kilnd starts itself again as its compile workers (server/compile/worker_main.h).
+  if (argc >= 2 && std::string(argv[1]) == "--compile-worker") {
+    return kiln::server::RunCompileWorker(argc, argv);
+  }
   // Debian's Abseil checks every Mutex acquisition for lock-order cycles through one global
   // graph; the sanitizer builds and tests catch those, the server should not pay for it.
   absl::SetMutexDeadlockDetectionMode(absl::OnDeadlockCycle::kIgnore);
@@ -126,7 +131,16 @@ int main(int argc, char** argv) {
   AddFlagSetting(app, "--cache-sync-writes", config.cache_sync_writes,
                  "fsync every cache write, so acknowledged writes survive a machine crash too");
 
-  AddSetting(app, "--compile-workers", config.compile_workers, "compile threads (0: one per core)");
+  AddSetting(app, "--compile-workers", config.compile_workers,
+             "compiles at once: threads, each with its worker process (0: one per core)");
+  AddSetting(app, "--compile-isolation", config.compile_isolation,
+             "process: compile in supervised worker processes (a crash fails one request); "
+             "none: in kilnd's own threads");
+  AddSizeSetting(app, "--compile-memory-bytes", config.compile_memory_bytes,
+                 "address-space limit of each compile worker (0: none; 16GiB, 512MB... accepted)");
+  AddSetting(app, "--poisoned-key-seconds", config.poisoned_key_seconds,
+             "how long a key whose compile crashed a worker is answered with that error at "
+             "once (0: never; force_compile retries)");
   AddSetting(app, "--compile-queue", config.compile_queue,
              "compiles that may wait for a worker before RESOURCE_EXHAUSTED");
   AddSetting(app, "--max-in-flight-per-client", config.max_in_flight_per_client,

@@ -48,12 +48,12 @@ class SingleFlight {
 
     // Publishes the result to every waiter. Called once, by whoever ran the work.
     void Finish(absl::StatusOr<Result> result) {
-      {
-        MutexLock lock(&mu_);
-        result_ = std::move(result);
-        cv_.SignalAll();
-      }
+      // Forgotten first: a caller that comes once a waiter has seen this result starts a
+      // fresh flight, rather than join this one and get its (perhaps failed) result again.
       if (auto owner = owner_.lock()) owner->Forget(key_, this);
+      MutexLock lock(&mu_);
+      result_ = std::move(result);
+      cv_.SignalAll();
     }
 
     // Raised when every waiter has left before Finish.

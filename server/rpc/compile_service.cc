@@ -59,6 +59,7 @@ CompileService::CompileService(const CompileServiceOptions& options, Compiler* c
       authorizer_(authorizer),
       pool_(PoolOptions(options)),
       limiter_(options.max_in_flight_per_client),
+      failing_keys_(options.failing_key_ttl),
       rendezvous_(
           options.rendezvous, [](const std::shared_ptr<const Keyed>& k) { return k->key; },
           [](const std::shared_ptr<const Keyed>& a, const std::shared_ptr<const Keyed>& b) {
@@ -259,8 +260,11 @@ grpc::Status CompileService::Compile(grpc::ServerContext* context,
     Trace* leader_trace = trace.get();
     absl::StatusOr<RankRendezvous::Answer> met = rendezvous_.Arrive(
         std::move(arrival), deadline, abandoned,
-        [&](const std::shared_ptr<const Keyed>& k, const Participation& participation) {
-          return Resolve(k, participation.deadline, nullptr, leader_trace);
+        [&](const std::shared_ptr<const Keyed>& decided, const Participation& participation) {
+          // The work runs on the thread of a present rank, with that rank's own request
+          // (whose key is the decided one): its graph outlives the compile's start, which
+          // another rank's, whose call may have ended, need not.
+          return Resolve(keyed, request->graph(), participation.deadline, nullptr, leader_trace);
         });
     if (met.ok()) {
       resolved = met->result;
@@ -277,7 +281,7 @@ grpc::Status CompileService::Compile(grpc::ServerContext* context,
       }
     }
   } else {
-    resolved = Resolve(keyed, deadline, abandoned, trace.get());
+    resolved = Resolve(keyed, request->graph(), deadline, abandoned, trace.get());
   }
   if (!resolved.ok()) {
     status = resolved.status();
@@ -309,7 +313,7 @@ grpc::Status CompileService::Compile(grpc::ServerContext* context,
 }
 
 absl::StatusOr<CompileService::Answer> CompileService::Resolve(
-    const std::shared_ptr<const Keyed>& keyed, absl::Time deadline,
+    const std::shared_ptr<const Keyed>& keyed, const v1::Graph& source, absl::Time deadline,
     const std::function<bool()>& abandoned, Trace* trace) {
   Answer answer;
   // Lookup: the first complete variant whose guards hold at the request's hints.
@@ -351,13 +355,21 @@ absl::StatusOr<CompileService::Answer> CompileService::Resolve(
         absl::StrCat("this graph is not cached (", CacheOutcomeName(answer.outcome),
                      ") and the caller's token has role read, which gets cache hits only"));
   }
+  // A key whose compile took a worker down is not compiled again for a while.
+  if (keyed->force) {
+    failing_keys_.Forget(keyed->key);
+  } else if (std::optional<absl::Status> failed = failing_keys_.Find(keyed->key)) {
+    return *failed;
+  }
   // Miss: one compile per key and guard set in the whole server.
   auto [flight, leader] = flights_.Join(
       absl::StrCat(keyed->key, "/", keyed->guards_identity, keyed->force ? "/force" : ""));
   if (leader) {
-    absl::Status queued = pool_.Submit([this, flight = flight, keyed, enqueued = absl::Now()] {
-      RunCompile(flight, keyed, absl::Now() - enqueued);
-    });
+    absl::Status queued =
+        pool_.Submit([this, flight = flight, keyed, source = std::make_shared<v1::Graph>(source),
+                      deadline, enqueued = absl::Now()] {
+          RunCompile(flight, keyed, source, absl::Now() - enqueued, deadline);
+        });
     if (absl::IsResourceExhausted(queued)) {
       v1::ErrorDetail detail;
       // A queued compile takes seconds; suggest coming back after roughly one of them.
@@ -396,7 +408,9 @@ absl::StatusOr<CompileService::Answer> CompileService::Resolve(
 }
 
 void CompileService::RunCompile(std::shared_ptr<Flights::Flight> flight,
-                                std::shared_ptr<const Keyed> keyed, absl::Duration queued) {
+                                std::shared_ptr<const Keyed> keyed,
+                                std::shared_ptr<const v1::Graph> source, absl::Duration queued,
+                                absl::Time deadline) {
   if (flight->cancelled().load()) {
     compiles_total_.With({"cancelled"}).Increment();
     flight->Finish(absl::CancelledError("every waiter left before the compile started"));
@@ -417,10 +431,12 @@ void CompileService::RunCompile(std::shared_ptr<Flights::Flight> flight,
     add_phase(phase, end - start);
   };
   const absl::Time t0 = absl::Now();
-  absl::StatusOr<v1::CompiledGraph> compiled =
-      compiler_->Compile(*keyed->graph.graph, keyed->graph.options, keyed->key, context);
+  const CompileInput input{*keyed->graph.graph, *source, keyed->graph.options, keyed->key,
+                           deadline};
+  absl::StatusOr<v1::CompiledGraph> compiled = compiler_->Compile(input, context);
   if (!compiled.ok()) {
     compiles_total_.With({absl::StatusCodeToString(compiled.status().code())}).Increment();
+    if (IsCrashedCompile(compiled.status())) failing_keys_.Remember(keyed->key, compiled.status());
     flight->Finish(compiled.status());
     return;
   }

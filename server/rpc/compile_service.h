@@ -20,6 +20,7 @@
 #include "kiln/v1/compile.grpc.pb.h"
 #include "proto/base/thread_pool.h"
 #include "server/compile/compiler.h"
+#include "server/compile/failing_keys.h"
 #include "server/compile/rendezvous.h"
 #include "server/compile/single_flight.h"
 #include "server/observe/metrics.h"
@@ -34,6 +35,9 @@ struct CompileServiceOptions {
   int queue_capacity = 64;           // compiles waiting for a worker before RESOURCE_EXHAUSTED
   int max_in_flight_per_client = 0;  // <= 0: no limit
   RendezvousPolicy rendezvous;
+  // How long a key whose compile crashed its worker is answered with that error at once
+  // (force_compile retries it sooner); <= 0: never remembered.
+  absl::Duration failing_key_ttl = absl::Minutes(10);
 };
 
 // What the status page shows about one compile request.
@@ -102,10 +106,14 @@ class CompileService final : public v1::Compiler::Service {
   using Flights = SingleFlight<std::shared_ptr<const Artifact>>;
   using RankRendezvous = Rendezvous<std::shared_ptr<const Keyed>, Answer>;
 
-  absl::StatusOr<Answer> Resolve(const std::shared_ptr<const Keyed>& keyed, absl::Time deadline,
-                                 const std::function<bool()>& abandoned, Trace* trace);
+  // `source` is the request's graph, which `keyed` was imported from; it is copied only when
+  // a compile starts (a hit does not pay for the copy).
+  absl::StatusOr<Answer> Resolve(const std::shared_ptr<const Keyed>& keyed, const v1::Graph& source,
+                                 absl::Time deadline, const std::function<bool()>& abandoned,
+                                 Trace* trace);
   void RunCompile(std::shared_ptr<Flights::Flight> flight, std::shared_ptr<const Keyed> keyed,
-                  absl::Duration queued);
+                  std::shared_ptr<const v1::Graph> source, absl::Duration queued,
+                  absl::Time deadline);
   void Remember(CompileRecord record, bool divergence, const std::string& divergence_text);
 
   const CompileServiceOptions options_;
@@ -116,6 +124,7 @@ class CompileService final : public v1::Compiler::Service {
   ThreadPool pool_;  // runs the compiles
   Flights flights_;
   ClientLimiter limiter_;
+  FailingKeys failing_keys_;
   RankRendezvous rendezvous_;
   std::atomic<bool> draining_{false};
   std::atomic<int64_t> compiles_{0};

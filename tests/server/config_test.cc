@@ -68,3 +68,30 @@ TEST(ConfigTest, CacheLimitsAreChecked) {
 
 }  // namespace
 }  // namespace kiln::server
+
+namespace kiln::server {
+namespace {
+
+TEST(ConfigTest, CompileIsolationIsChecked) {
+  ServerConfig c;
+  EXPECT_EQ(c.compile_isolation, "process");
+  c.compile_isolation = "fork";
+  EXPECT_NE(ValidateConfig(c).message().find("--compile-isolation"), std::string::npos);
+  c.compile_isolation = "none";
+  EXPECT_TRUE(ValidateConfig(c).ok());
+  c = ServerConfig{};
+  c.compile_memory_bytes = -1;
+  EXPECT_NE(ValidateConfig(c).message().find("--compile-memory-bytes"), std::string::npos);
+  c.compile_memory_bytes = 1 << 20;  // too little for a worker to start
+  EXPECT_NE(ValidateConfig(c).message().find("at least 256MiB"), std::string::npos);
+  c.compile_memory_bytes = 0;
+  EXPECT_TRUE(ValidateConfig(c).ok());
+  c = ServerConfig{};
+  c.poisoned_key_seconds = -1;
+  EXPECT_NE(ValidateConfig(c).message().find("--poisoned-key-seconds"), std::string::npos);
+  c.poisoned_key_seconds = 0;
+  EXPECT_TRUE(ValidateConfig(c).ok());
+}
+
+}  // namespace
+}  // namespace kiln::server

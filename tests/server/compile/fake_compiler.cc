@@ -7,10 +7,9 @@
 
 namespace kiln::testing {
 
-absl::StatusOr<v1::CompiledGraph> FakeCompiler::Compile(const graph::Graph& graph,
-                                                        const v1::CompileOptions& options,
-                                                        const std::string& compile_key,
+absl::StatusOr<v1::CompiledGraph> FakeCompiler::Compile(const server::CompileInput& input,
                                                         const compiler::CompileContext& context) {
+  const std::string& compile_key = input.compile_key;
   const absl::Time start = absl::Now();
   {
     MutexLock lock(&mu_);
@@ -30,7 +29,7 @@ absl::StatusOr<v1::CompiledGraph> FakeCompiler::Compile(const graph::Graph& grap
   if (context.on_phase) context.on_phase("fake_codegen", start, absl::Now());
   v1::CompiledGraph compiled;
   compiled.set_compile_key(compile_key);
-  compiled.set_target(options.target());
+  compiled.set_target(input.options.target());
   compiled.set_decision_digest(absl::StrCat("decision-of-", compile_key));
   return compiled;
 }

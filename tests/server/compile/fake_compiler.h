@@ -21,9 +21,7 @@ namespace kiln::testing {
 
 class FakeCompiler final : public server::Compiler {
  public:
-  absl::StatusOr<v1::CompiledGraph> Compile(const graph::Graph& graph,
-                                            const v1::CompileOptions& options,
-                                            const std::string& compile_key,
+  absl::StatusOr<v1::CompiledGraph> Compile(const server::CompileInput& input,
                                             const compiler::CompileContext& context) override;
 
   void Hold();

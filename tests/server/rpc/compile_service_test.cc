@@ -459,6 +459,39 @@ TEST_F(CompileServiceTest, ACompileErrorReachesEveryWaiterAndIsNotCached) {
   EXPECT_EQ(compiler_.started(), 2);
 }
 
+TEST_F(CompileServiceTest, AKeyThatCrashedItsCompilerIsAnsweredFromMemoryUntilForced) {
+  CompileServiceOptions options;
+  options.failing_key_ttl = absl::Minutes(5);
+  Start(options);
+  const v1::Graph g = LoadSharedGraph("mlp_fp32.fw.json");
+  compiler_.FailWith(MarkCrashedCompile(absl::InternalError("the worker crashed with SIGSEGV")));
+  Answer first = Compile(Request(g));
+  EXPECT_EQ(first.status().code(), absl::StatusCode::kInternal);
+  EXPECT_EQ(compiler_.started(), 1);
+  // Answered at once, without the compiler, even once it would succeed.
+  compiler_.FailWith(absl::OkStatus());
+  Answer again = Compile(Request(g));
+  EXPECT_EQ(again.status().code(), absl::StatusCode::kInternal);
+  EXPECT_THAT(again.status().message(), HasSubstr("crashed with SIGSEGV"));
+  EXPECT_THAT(again.status().message(), HasSubstr("force_compile retries"));
+  EXPECT_EQ(compiler_.started(), 1);
+  // Another key compiles; an error that is no crash is not remembered.
+  compiler_.FailWith(absl::InternalError("codegen failed"));
+  EXPECT_EQ(Compile(Request(Variant(g, 1))).status().code(), absl::StatusCode::kInternal);
+  compiler_.FailWith(absl::OkStatus());
+  EXPECT_TRUE(Compile(Request(Variant(g, 1))).ok());
+  EXPECT_EQ(compiler_.started(), 3);
+  // force_compile compiles for real and clears the memory.
+  v1::CompileRequest forced = Request(g);
+  forced.set_force_compile(true);
+  Answer retried = Compile(forced);
+  ASSERT_TRUE(retried.ok()) << retried.status();
+  EXPECT_EQ(compiler_.started(), 4);
+  Answer hit = Compile(Request(g));
+  ASSERT_TRUE(hit.ok()) << hit.status();
+  EXPECT_EQ(hit->outcome(), v1::CACHE_OUTCOME_HIT);
+}
+
 TEST_F(CompileServiceTest, OneClientsRequestsInFlightAreCapped) {
   CompileServiceOptions options;
   options.max_in_flight_per_client = 1;
