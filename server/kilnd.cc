@@ -210,11 +210,26 @@ absl::StatusOr<std::unique_ptr<KilnServer>> KilnServer::Start(const ServerConfig
     workers.crash_dir = state->data_dir->Join("crashes");
     absl::StatusOr<std::unique_ptr<WorkerCompiler>> compiler =
         WorkerCompiler::Start(workers, &state->metrics);
-    if (!compiler.ok()) return compiler.status();
-    state->compiler = *std::move(compiler);
+    if (compiler.ok()) {
+      state->compiler = *std::move(compiler);
+    } else {
+      // A machine where kilnd cannot start its workers (a sandbox refusing the spawn) still
+      // gets a server: compiles run in kilnd's threads, said in the log and in
+      // kiln_compile_isolated (0).
+      LogError("compile_workers_unavailable",
+               {{"error", std::string(compiler.status().message())},
+                {"consequence", "compiles run in kilnd's own threads, without isolation"}});
+      state->compiler = std::make_unique<InProcessCompiler>();
+    }
   } else {
     state->compiler = std::make_unique<InProcessCompiler>();
   }
+  const bool isolated = dynamic_cast<WorkerCompiler*>(state->compiler.get()) != nullptr;
+  state->metrics.AddCallback("kiln_compile_isolated",
+                             "1 when compiles run in supervised worker processes, 0 when in "
+                             "kilnd's own threads (--compile-isolation none, or workers that "
+                             "could not start).",
+                             [isolated] { return isolated ? 1.0 : 0.0; });
   state->compile_service = std::make_unique<CompileService>(
       compile_options, state->compiler.get(), state->cache.get(), &state->metrics,
       state->traces.get(), state->authorizer.get());

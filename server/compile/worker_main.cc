@@ -113,6 +113,7 @@ class Worker {
 
   // Serves requests until the socket closes; the exit code.
   int Serve() {
+    MaybeStrike("ready", "");
     worker::Ready ready;
     ready.pid = ::getpid();
     if (!Send(worker::FrameType::kReady, worker::EncodeReady(ready))) return 1;
@@ -139,7 +140,9 @@ class Worker {
 
   void MaybeStrike(absl::string_view phase, const std::string& key) {
     for (const Fault& f : faults_) {
-      if (f.phase == phase && absl::StartsWith(key, f.key_prefix)) Strike(f, limited_);
+      if (f.phase == phase && (phase == "ready" || absl::StartsWith(key, f.key_prefix))) {
+        Strike(f, limited_);
+      }
     }
   }
 

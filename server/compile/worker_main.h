@@ -11,7 +11,8 @@
 // KIND@PHASE or KIND@PHASE:KEYPREFIX, where KIND is crash (abort, SIGABRT), segv (SIGSEGV),
 // hang (sleeps forever), oom (allocates without bound; needs a memory limit) or garbage
 // (writes bytes that are no frame, then hangs); PHASE is a compile phase name (the fault
-// strikes once that phase has finished and been reported) or `start` (before the compile);
+// strikes once that phase has finished and been reported), `start` (before the compile) or
+// `ready` (before the worker tells kilnd it is ready: the worker never starts);
 // KEYPREFIX limits it to compile keys that start with it.
 
 namespace kiln::server {

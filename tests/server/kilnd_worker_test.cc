@@ -293,5 +293,29 @@ TEST_F(KilndWorkerTest, BadIsolationFlagsAreRefused) {
   }
 }
 
+TEST_F(KilndWorkerTest, WorkersThatCannotStartLeaveKilndCompilingInItsOwnThreads) {
+  // Every worker dies before it says it is ready, as where a sandbox refuses the spawn.
+  ::setenv("KILN_TEST_WORKER_FAULT", "crash@ready", 1);
+  absl::StatusOr<KilndProcess> k = KilndProcess::Start(dir_.path() + "/data", {});
+  ASSERT_TRUE(k.ok()) << k.status();
+  EXPECT_THAT(k->process().Stderr(), HasSubstr("compile_workers_unavailable"));
+  kilnd_.emplace(*std::move(k));
+  client::ChannelOptions o;
+  o.address = kilnd_->address();
+  auto c = client::CompileClient::Connect(o);
+  ASSERT_TRUE(c.ok()) << c.status();
+  client_ = *std::move(c);
+  EXPECT_EQ(Metric("kiln_compile_isolated"), 0);
+  const std::vector<std::string> in_process = InProcessArtifacts();
+  for (size_t i = 0; i < good_.size(); ++i) {
+    absl::StatusOr<v1::CompileResponse> a = Compile(good_[i]);
+    ASSERT_TRUE(a.ok()) << a.status();
+    EXPECT_EQ(a->compiled_graph(), in_process[i]);
+  }
+  // With workers, the gauge says so.
+  Start("", {"--compile-workers", "1"});
+  EXPECT_EQ(Metric("kiln_compile_isolated"), 1);
+}
+
 }  // namespace
 }  // namespace kiln
