@@ -70,7 +70,12 @@ class KilndWorkerTest : public ::testing::Test {
     kilnd_.reset();
     absl::StatusOr<KilndProcess> k = KilndProcess::Start(dir_.path() + "/data", flags);
     ASSERT_TRUE(k.ok()) << k.status();
-    kilnd_.emplace(*std::move(k));
+    Use(*std::move(k));
+  }
+
+  // Talks to `kilnd` from now on.
+  void Use(KilndProcess kilnd) {
+    kilnd_.emplace(std::move(kilnd));
     client::ChannelOptions o;
     o.address = kilnd_->address();
     auto c = client::CompileClient::Connect(o);
@@ -299,12 +304,7 @@ TEST_F(KilndWorkerTest, WorkersThatCannotStartLeaveKilndCompilingInItsOwnThreads
   absl::StatusOr<KilndProcess> k = KilndProcess::Start(dir_.path() + "/data", {});
   ASSERT_TRUE(k.ok()) << k.status();
   EXPECT_THAT(k->process().Stderr(), HasSubstr("compile_workers_unavailable"));
-  kilnd_.emplace(*std::move(k));
-  client::ChannelOptions o;
-  o.address = kilnd_->address();
-  auto c = client::CompileClient::Connect(o);
-  ASSERT_TRUE(c.ok()) << c.status();
-  client_ = *std::move(c);
+  Use(*std::move(k));
   EXPECT_EQ(Metric("kiln_compile_isolated"), 0);
   const std::vector<std::string> in_process = InProcessArtifacts();
   for (size_t i = 0; i < good_.size(); ++i) {
