@@ -14,6 +14,13 @@ torch.distributed when it is initialized) and the rank's compile sequence number
 divergence that kilnd reports is raised as kiln.errors.RankDivergence before the graph
 ever runs. Any other failure warns once and the graph runs per `fallback`.
 
+The joint graph is split by AOTAutograd's default partitioner, not min-cut rematerialization:
+the backward reads what the forward computed, nothing is recomputed, so the backward's work is
+eager's and Kiln fuses within each graph. Min-cut trades activation memory for recomputation
+by heuristics that change between PyTorch releases, and each change would give the same model
+new graphs, hence new compile keys and a cold cache; the memory it saves (pointwise chains
+recomputed in the backward) is the next thing to weigh against that.
+
 A graph kilnd compiled for a CUDA target runs on Kiln's runtime (kiln.gpu_runtime: the
 cubins through the bundled native library, extern and fallback steps through ATen); a
 graph compiled for x86_64 (CPU tensors) runs per `fallback`, since the package has no CPU
