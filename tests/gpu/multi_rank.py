@@ -49,8 +49,8 @@ from typing import Any, Callable, Optional
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
 
 from kilnd_process import KilnServer, free_port, script_parser  # noqa: E402
-from train_models import _num, counter_delta, scrape  # noqa: E402 (no PyTorch at import)
-from worker_process import run_worker  # noqa: E402
+from train_models import _num, compiles_in, counter_delta, scrape  # noqa: E402
+from worker_process import event_log, run_worker  # noqa: E402
 
 STEPS = 20
 NPROC = 2
@@ -87,11 +87,7 @@ def rank_main(scenario_name: str, mode: str, steps: int, runs_dir: pathlib.Path)
     """One rank of a job, under torchrun: trains, appending events to its own file."""
     rank = int(os.environ["RANK"])
     path = runs_dir / f"{scenario_name}.{mode}.rank{rank}.jsonl"
-    with open(path, "a", buffering=1) as events:
-
-        def write_event(**event: Any) -> None:
-            events.write(json.dumps(event) + "\n")
-
+    with event_log(path) as write_event:
         try:
             train(scenario_name, mode, steps, rank, write_event)
             return 0
@@ -242,12 +238,6 @@ def read_rank(path: pathlib.Path) -> dict:
             "done": any(e["event"] == "done" for e in events),
             "error": None if error is None else {"type": error.get("type", ""),
                                                  "message": error.get("error", "")}}
-
-
-def compiles_in(delta: Optional[dict]) -> Optional[float]:
-    if delta is None:
-        return None
-    return sum(v for k, v in delta.items() if k.startswith("kiln_compiles_total."))
 
 
 def judge_training(ranks: dict[str, list[dict]], servers: dict[str, Optional[dict]],

@@ -20,8 +20,9 @@ on a single-rank NCCL group. With --timing (graphs without random numbers), each
 time per run (CUDA events, median of 20: eager, Kiln, and Inductor compiling the same
 graph through torch.compile) and, from the profiler, the GPU time of the generated kernels
 (Kiln's kiln_k*, Inductor's triton_*) and of the rest are recorded too, with the host's time
-per Kiln run and the Python functions it goes to (cProfile). With --debug, a graph that fails is run again step by step
-against eager values of every node, and the first step whose buffers differ is reported.
+per Kiln run and the Python functions it goes to (cProfile). With --debug, a graph that fails
+is run again step by step against eager values of every node, and the first step whose
+buffers differ is reported.
 
 Graphs run in a worker process; a graph that kills it (a crash in a kernel or a library) is
 reported as such and the worker restarts at the next graph. Writes OUT/corpus_gpu.json and

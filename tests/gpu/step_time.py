@@ -48,7 +48,7 @@ from typing import Any, Callable, Mapping, Optional
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
 
 from kilnd_process import KilnServer, script_parser  # noqa: E402
-from worker_process import run_worker  # noqa: E402
+from worker_process import event_log, run_worker  # noqa: E402
 
 STEPS = 30
 STEADY_FROM = 6
@@ -217,11 +217,7 @@ def train(name: str, mode: str, steps: int, write_event: Callable[..., None],
 
 def worker(name: str, mode: str, steps: int, events_path: pathlib.Path,
            profile: str) -> int:
-    with open(events_path, "a", buffering=1) as events:
-
-        def write_event(**event: Any) -> None:
-            events.write(json.dumps(event) + "\n")
-
+    with event_log(events_path) as write_event:
         try:
             train(name, mode, steps, write_event, profile)
             return 0

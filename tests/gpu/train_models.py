@@ -41,9 +41,9 @@ Differences are relative to eager's first loss (a loss falling towards zero woul
 difference relative to each step's loss meaningless):
   fp32: 1e-4. TF32 is off in every process and cuDNN deterministic, so all compute in
     float32 and differ only in reduction order and where a fused kernel keeps a value in
-    registers: in the last bits at the first step. AdamW divides each update by the root of the gradient's squared average, so
-    a parameter whose gradient is near zero takes a full-sized update from a tiny difference,
-    and differences grow over the steps; 1e-4 leaves room for that over 50 steps, while a
+    registers: in the last bits at the first step. AdamW divides each update by the root of
+    the gradient's squared average, so a parameter whose gradient is near zero takes a
+    full-sized update from a tiny difference, and differences grow over the steps; 1e-4 leaves room for that over 50 steps, while a
     wrong kernel moves the loss by far more.
   bf16 autocast: 1e-2. Eager rounds every intermediate to bf16 (8 bits of mantissa, about
     4e-3 relative) between its kernels, while Kiln's fused kernels compute in fp32 and round
@@ -72,7 +72,7 @@ from typing import Any, Callable, Mapping, Optional
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
 
 from kilnd_process import KilnServer, script_parser  # noqa: E402
-from worker_process import run_worker  # noqa: E402
+from worker_process import event_log, run_worker  # noqa: E402
 
 # Relative loss difference against eager that passes, by precision (the module's docstring
 # says why these values).
@@ -147,11 +147,7 @@ def worker(name: str, mode: str, steps: int, events_path: pathlib.Path) -> int:
     """Trains configuration `name` for `steps` steps in this process, eagerly or through the
     kiln backend (`mode`), appending one JSON object a line to `events_path` as things
     happen. Returns 1 when training raised (the exception is an event too)."""
-    with open(events_path, "a", buffering=1) as events:
-
-        def write_event(**event: Any) -> None:
-            events.write(json.dumps(event) + "\n")
-
+    with event_log(events_path) as write_event:
         try:
             config = next(c for c in CONFIGS if c.name == name)
             train(config, mode, steps, write_event, grads_path_of(events_path))
@@ -440,6 +436,13 @@ def judge(config: TrainConfig, eager: dict, kiln: dict, steps: int,
             "yardstick": yardstick_comparison, "eager": eager, "kiln": kiln}
 
 
+def compiles_in(delta: Optional[dict]) -> Optional[float]:
+    """The compiles kilnd ran (any result) in a change of its counters; None without one."""
+    if delta is None:
+        return None
+    return sum(v for k, v in delta.items() if k.startswith("kiln_compiles_total."))
+
+
 def judge_warm(row: dict, warm: dict, steps: int) -> dict:
     """Adds the warm run to a configuration's row: it passes when it finished every step,
     kilnd compiled nothing for it (every request a hit) and its losses equal the cold kiln
@@ -449,8 +452,7 @@ def judge_warm(row: dict, warm: dict, steps: int) -> dict:
     if not warm["completed"]:
         reasons.append(f"warm: {_first_line(warm.get('error', 'did not finish'))}")
     delta = warm.get("server")
-    compiles = None if delta is None else sum(
-        v for k, v in delta.items() if k.startswith("kiln_compiles_total."))
+    compiles = compiles_in(delta)
     misses = None if delta is None else sum(
         v for k, v in delta.items()
         if k.startswith("kiln_compile_requests_total.") and not k.endswith(".hit"))

@@ -19,6 +19,7 @@
 #include "kiln/v1/compile.grpc.pb.h"
 #include "nlohmann/json.hpp"
 #include "proto/base/digest.h"
+#include "tests/server/kilnd_client_fixture.h"
 #include "tests/testing/kilnd_process.h"
 #include "tests/testing/scrape.h"
 #include "tests/testing/test_env.h"
@@ -39,31 +40,9 @@ v1::CompileRequest Request(const v1::Graph& g) {
   return r;
 }
 
-class KilndCompileTest : public ::testing::Test {
+class KilndCompileTest : public testing::KilndClientTest {
  protected:
-  void Start(const std::vector<std::string>& flags = {}) {
-    absl::StatusOr<KilndProcess> k = KilndProcess::Start(dir_.path() + "/data", flags);
-    ASSERT_TRUE(k.ok()) << k.status();
-    kilnd_.emplace(*std::move(k));
-    client::ChannelOptions o;
-    o.address = kilnd_->address();
-    auto c = client::CompileClient::Connect(o);
-    ASSERT_TRUE(c.ok()) << c.status();
-    client_ = *std::move(c);
-  }
-  absl::StatusOr<v1::CompileResponse> Compile(const v1::CompileRequest& r,
-                                              absl::Duration timeout = absl::Seconds(120)) {
-    return client_->Compile(r, timeout);
-  }
-  double Metric(const std::string& series) {
-    absl::StatusOr<double> v = testing::ScrapeMetric(kilnd_->http_port(), series);
-    EXPECT_TRUE(v.ok()) << v.status();
-    return v.ok() ? *v : -1;
-  }
-
-  TempDir dir_;
-  std::optional<KilndProcess> kilnd_;
-  std::unique_ptr<client::CompileClient> client_;
+  void Start(const std::vector<std::string>& flags = {}) { StartKilnd(flags); }
 };
 
 TEST_F(KilndCompileTest, MissThenHitWithIdenticalBytes) {

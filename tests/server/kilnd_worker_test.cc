@@ -25,6 +25,7 @@
 #include "client/compile_client.h"
 #include "compiler/canon/compile_key.h"
 #include "kiln/v1/compile.grpc.pb.h"
+#include "tests/server/kilnd_client_fixture.h"
 #include "tests/testing/kilnd_process.h"
 #include "tests/testing/scrape.h"
 #include "tests/testing/test_env.h"
@@ -50,7 +51,7 @@ std::string KeyOf(const v1::CompileRequest& r) {
   return keyed.ok() ? keyed->record.compile_key() : "";
 }
 
-class KilndWorkerTest : public ::testing::Test {
+class KilndWorkerTest : public testing::KilndClientTest {
  protected:
   KilndWorkerTest()
       : bad_(Request("mlp_fp32.fw.json")),
@@ -67,32 +68,9 @@ class KilndWorkerTest : public ::testing::Test {
     } else {
       ::setenv("KILN_TEST_WORKER_FAULT", (fault + ":" + bad_key_).c_str(), 1);
     }
-    kilnd_.reset();
-    absl::StatusOr<KilndProcess> k = KilndProcess::Start(dir_.path() + "/data", flags);
-    ASSERT_TRUE(k.ok()) << k.status();
-    Use(*std::move(k));
+    StartKilnd(flags);
   }
 
-  // Talks to `kilnd` from now on.
-  void Use(KilndProcess kilnd) {
-    kilnd_.emplace(std::move(kilnd));
-    client::ChannelOptions o;
-    o.address = kilnd_->address();
-    auto c = client::CompileClient::Connect(o);
-    ASSERT_TRUE(c.ok()) << c.status();
-    client_ = *std::move(c);
-  }
-
-  absl::StatusOr<v1::CompileResponse> Compile(const v1::CompileRequest& r,
-                                              absl::Duration timeout = absl::Seconds(120)) {
-    return client_->Compile(r, timeout);
-  }
-
-  double Metric(const std::string& series) {
-    absl::StatusOr<double> v = testing::ScrapeMetric(kilnd_->http_port(), series);
-    EXPECT_TRUE(v.ok()) << v.status();
-    return v.ok() ? *v : -1;
-  }
   double Restarts(const std::string& reason) {
     return Metric("kiln_compile_worker_restarts_total{reason=\"" + reason + "\"}");
   }
@@ -113,9 +91,9 @@ class KilndWorkerTest : public ::testing::Test {
         KilndProcess::Start(dir.path() + "/data", {"--compile-isolation", "none"});
     EXPECT_TRUE(k.ok()) << k.status();
     if (!k.ok()) return {};
-    client::ChannelOptions o;
-    o.address = k->address();
-    auto c = client::CompileClient::Connect(o);
+    auto c = testing::ConnectTo(*k);
+    EXPECT_TRUE(c.ok()) << c.status();
+    if (!c.ok()) return {};
     std::vector<std::string> artifacts;
     for (const v1::CompileRequest& r : good_) {
       absl::StatusOr<v1::CompileResponse> a = (*c)->Compile(r, absl::Seconds(120));
@@ -125,12 +103,9 @@ class KilndWorkerTest : public ::testing::Test {
     return artifacts;
   }
 
-  TempDir dir_;
   const v1::CompileRequest bad_;
   const std::vector<v1::CompileRequest> good_;
   const std::string bad_key_;
-  std::optional<KilndProcess> kilnd_;
-  std::unique_ptr<client::CompileClient> client_;
 };
 
 TEST_F(KilndWorkerTest, ACrashFailsOneRequestAndIsRememberedUntilForced) {

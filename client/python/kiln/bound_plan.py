@@ -472,6 +472,11 @@ class _Views:
         self.bases = bases
         self.host_values: dict[int, Any] = {}
         self._typed: dict[tuple[int, Any], Any] = {}  # a root viewed as a dtype, by root
+        import torch  # noqa: PLC0415
+
+        # The dtype of flat byte roots (the arena, outputs not allocated as themselves), which
+        # any dtype can view; a root allocated as its output keeps its own.
+        self.flat = torch.uint8
 
     @staticmethod
     def at(storage: Any, byte_base: int, dtype: Any, offset: int, sizes: Sequence[int],
@@ -486,8 +491,6 @@ class _Views:
         a copy's end) is an as_strided view of its buffer's root tensor, the cheapest to
         make; one that `escapes` (an output) is a tensor of its own over the storage, as
         autograd and AOTAutograd expect of a graph's outputs (not a view of some base)."""
-        import torch  # noqa: PLC0415
-
         host = self.host_values.get(v.buffer)
         if host is not None:
             return self.at(host.untyped_storage(), 0, v.dtype, v.offset, v.sizes, v.strides)
@@ -499,7 +502,7 @@ class _Views:
             else:
                 key = (id(root), v.dtype)
                 typed = self._typed.get(key)
-                if typed is None and v.buffer in self.owned and root.dtype == torch.uint8:
+                if typed is None and v.buffer in self.owned and root.dtype == self.flat:
                     typed = self._typed[key] = root.view(v.dtype)
             if typed is not None:
                 # as_strided's offset counts from the storage's start, like the view's base.
