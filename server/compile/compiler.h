@@ -17,6 +17,7 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "absl/time/clock.h"
 #include "absl/time/time.h"
 #include "compiler/compile.h"
 #include "compiler/graph/graph.h"
@@ -35,6 +36,12 @@ struct CompileInput {
   // The latest deadline of the requests waiting when the compile started. Cancellation
   // (context.cancel) stops a compile; this only tells why it was stopped.
   absl::Time deadline = absl::InfiniteFuture();
+
+  // Whether a cancelled compile was stopped by its deadline. The server's deadline is the
+  // client's timeout counted from the request's arrival, so a client that gives up at its own
+  // deadline cancels the call a transit time (`kDeadlineSkew` at most, under load) earlier.
+  static constexpr absl::Duration kDeadlineSkew = absl::Seconds(1);
+  bool StoppedByDeadline() const { return absl::Now() + kDeadlineSkew >= deadline; }
 };
 
 class Compiler {

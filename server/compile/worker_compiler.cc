@@ -366,7 +366,7 @@ absl::StatusOr<v1::CompiledGraph> WorkerCompiler::Compile(const CompileInput& in
   const absl::Time started = absl::Now();
   auto cancelled = [&] { return context.cancel != nullptr && context.cancel->load(); };
   auto stopped = [&](const std::string& last_phase) -> absl::Status {
-    if (absl::Now() >= input.deadline) {
+    if (input.StoppedByDeadline()) {
       return absl::DeadlineExceededError(absl::StrCat("the compile of key ", input.compile_key,
                                                       " ran past its deadline (last phase ",
                                                       last_phase, "); its worker was stopped"));
