@@ -112,6 +112,9 @@ absl::Status ValidateConfig(const ServerConfig& config) {
   if (config.cache_memory_bytes < 0) {
     return absl::InvalidArgumentError("--cache-memory-bytes must not be negative (0: none)");
   }
+  if (config.cache_block_cache_bytes < (int64_t{1} << 20)) {
+    return absl::InvalidArgumentError("--cache-block-cache-bytes must be at least 1 MiB");
+  }
   if (config.max_blob_bytes < 1 || config.max_blob_bytes > (int64_t{2} << 30) - 1) {
     return absl::InvalidArgumentError("--max-blob-bytes must be between 1 and 2 GiB - 1");
   }

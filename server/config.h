@@ -26,6 +26,7 @@ struct ServerConfig {
   bool refuse_corrupt_store = false;              // exit instead of moving a corrupt store aside
   bool cache_sync_writes = false;                 // fsync every cache write (machine crashes too)
   int64_t cache_memory_bytes = int64_t{1} << 30;  // verified blobs served from memory; 0: none
+  int64_t cache_block_cache_bytes = int64_t{256} << 20;  // RocksDB's block and blob cache
   // TLS: a PEM certificate chain and key make the gRPC port (and HTTP stays loopback-only
   // unless --insecure) speak TLS; a client CA additionally requires and verifies client
   // certificates (mutual TLS).

@@ -44,6 +44,9 @@ struct KilnServer::State {
   std::unique_ptr<AdminService> admin;
   // The compiler outlives the compile service, which calls it until it is destroyed.
   std::unique_ptr<Compiler> compiler;
+  std::string isolation =
+      "In worker processes (--compile-isolation process): a compile that "
+      "crashes, hangs or runs out of memory costs one request.";
   std::unique_ptr<CompileService> compile_service;
   MetricsRegistry metrics;
   std::unique_ptr<RpcMetrics> rpc_metrics;
@@ -220,9 +223,13 @@ absl::StatusOr<std::unique_ptr<KilnServer>> KilnServer::Start(const ServerConfig
                {{"error", std::string(compiler.status().message())},
                 {"consequence", "compiles run in kilnd's own threads, without isolation"}});
       state->compiler = std::make_unique<InProcessCompiler>();
+      state->isolation = absl::StrCat(
+          "In kilnd's own threads, without isolation: the compile workers could not start (",
+          compiler.status().message(), ").");
     }
   } else {
     state->compiler = std::make_unique<InProcessCompiler>();
+    state->isolation = "In kilnd's own threads, without isolation (--compile-isolation none).";
   }
   const bool isolated = dynamic_cast<WorkerCompiler*>(state->compiler.get()) != nullptr;
   state->metrics.AddCallback("kiln_compile_isolated",
@@ -304,6 +311,11 @@ absl::StatusOr<std::unique_ptr<KilnServer>> KilnServer::Start(const ServerConfig
       input.uptime = absl::Now() - page_state->started;
       input.cache = page_state->cache->Statistics();
       input.compiles = page_state->compile_service->TakeSnapshot();
+      input.isolation = page_state->isolation;
+      if (const auto* workers = dynamic_cast<const WorkerCompiler*>(page_state->compiler.get())) {
+        input.workers = workers->TakeSnapshot();
+      }
+      input.now = absl::Now();
       return HttpEndpoint::Response{200, "text/html; charset=utf-8", RenderStatusPage(input)};
     });
     state->http->Handle("/healthz", [] {

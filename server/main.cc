@@ -124,6 +124,9 @@ int main(int argc, char** argv) {
   AddSizeSetting(app, "--cache-memory-bytes", config.cache_memory_bytes,
                  "recently read blobs kept in memory, verified when they entered it and "
                  "checked on every read (0: none: every read hashes the stored blob)");
+  AddSizeSetting(app, "--cache-block-cache-bytes", config.cache_block_cache_bytes,
+                 "RocksDB's cache of table blocks and blob values (at least 1 MiB); with the "
+                 "memory tier and the write buffers, most of the store's memory");
   AddSizeSetting(app, "--max-blob-bytes", config.max_blob_bytes,
                  "largest blob the cache accepts (RESOURCE_EXHAUSTED beyond)");
   AddFlagSetting(app, "--refuse-corrupt-store", config.refuse_corrupt_store,

@@ -7,6 +7,8 @@
 #include <map>
 #include <optional>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
@@ -61,12 +63,23 @@ class FailingKeys {
     return keys_.size();
   }
 
- private:
   struct Entry {
     absl::Status error;
     absl::Time failed;
     absl::Time expires;
   };
+  // The keys remembered now, by key.
+  std::vector<std::pair<std::string, Entry>> Live() const {
+    MutexLock lock(&mu_);
+    std::vector<std::pair<std::string, Entry>> live;
+    const absl::Time now = absl::Now();
+    for (const auto& [key, entry] : keys_) {
+      if (entry.expires > now) live.emplace_back(key, entry);
+    }
+    return live;
+  }
+
+ private:
   const absl::Duration ttl_;
   mutable Mutex mu_;
   std::map<std::string, Entry> keys_ ABSL_GUARDED_BY(mu_);

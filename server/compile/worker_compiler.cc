@@ -58,6 +58,7 @@ struct WorkerCompiler::Worker {
   bool reaped = false;  // its process is gone and waited for
   int fd = -1;
   absl::Time started;
+  int64_t compiles = 0;
   ~Worker() {
     if (fd >= 0) ::close(fd);
   }
@@ -259,7 +260,7 @@ void WorkerCompiler::Supervise() {
 }
 
 std::unique_ptr<WorkerCompiler::Worker> WorkerCompiler::Acquire(
-    const compiler::CompileContext& context) {
+    const compiler::CompileContext& context, const std::string& compile_key) {
   while (true) {
     std::unique_ptr<Worker> worker;
     {
@@ -270,7 +271,7 @@ std::unique_ptr<WorkerCompiler::Worker> WorkerCompiler::Acquire(
       }
       worker = std::move(idle_.front());
       idle_.pop_front();
-      busy_.push_back(worker->pid);
+      busy_.push_back({worker->pid, worker->started, worker->compiles, compile_key, absl::Now()});
     }
     // An idle worker has nothing to say: one that is readable or hung up died while waiting
     // (killed from outside, say) and is no fault of this compile.
@@ -283,7 +284,8 @@ std::unique_ptr<WorkerCompiler::Worker> WorkerCompiler::Acquire(
 
 void WorkerCompiler::Release(std::unique_ptr<Worker> worker) {
   MutexLock lock(&mu_);
-  busy_.erase(std::find(busy_.begin(), busy_.end(), worker->pid));
+  ForgetBusy(worker->pid);
+  ++worker->compiles;
   idle_.push_back(std::move(worker));
   changed_.SignalAll();
 }
@@ -295,14 +297,36 @@ void WorkerCompiler::Retire(std::unique_ptr<Worker> worker, const std::string& r
   }
   restarts_.With({reason}).Increment();
   MutexLock lock(&mu_);
-  busy_.erase(std::find(busy_.begin(), busy_.end(), worker->pid));
+  ForgetBusy(worker->pid);
   ++replacements_wanted_;
   changed_.SignalAll();
 }
 
+void WorkerCompiler::ForgetBusy(pid_t pid) {
+  busy_.erase(std::find_if(busy_.begin(), busy_.end(),
+                           [pid](const WorkerPoolSnapshot::Worker& w) { return w.pid == pid; }));
+}
+
+WorkerPoolSnapshot WorkerCompiler::TakeSnapshot() const {
+  WorkerPoolSnapshot snapshot;
+  {
+    MutexLock lock(&mu_);
+    snapshot.workers = busy_;
+    for (const std::unique_ptr<Worker>& w : idle_) {
+      snapshot.workers.push_back({w->pid, w->started, w->compiles, "", absl::InfinitePast()});
+    }
+    snapshot.starting = replacements_wanted_;
+  }
+  std::sort(snapshot.workers.begin(), snapshot.workers.end(),
+            [](const auto& a, const auto& b) { return a.pid < b.pid; });
+  for (const char* reason : kReasons) snapshot.restarts.emplace_back(reason, restarts(reason));
+  return snapshot;
+}
+
 std::vector<pid_t> WorkerCompiler::worker_pids() const {
   MutexLock lock(&mu_);
-  std::vector<pid_t> pids = busy_;
+  std::vector<pid_t> pids;
+  for (const WorkerPoolSnapshot::Worker& w : busy_) pids.push_back(w.pid);
   for (const std::unique_ptr<Worker>& w : idle_) pids.push_back(w->pid);
   std::sort(pids.begin(), pids.end());
   return pids;
@@ -374,7 +398,7 @@ absl::StatusOr<v1::CompiledGraph> WorkerCompiler::Compile(const CompileInput& in
     return absl::CancelledError(absl::StrCat("the compile of key ", input.compile_key,
                                              " was cancelled; its worker was stopped"));
   };
-  std::unique_ptr<Worker> worker = Acquire(context);
+  std::unique_ptr<Worker> worker = Acquire(context, input.compile_key);
   if (worker == nullptr) return stopped("start");
 
   const std::string request = worker::EncodeFrame(

@@ -21,6 +21,7 @@
 #include <memory>
 #include <string>
 #include <thread>
+#include <utility>
 #include <vector>
 
 #include "absl/status/statusor.h"
@@ -40,6 +41,20 @@ struct WorkerCompilerOptions {
   absl::Duration start_timeout = absl::Seconds(60);  // for a worker to say it is ready
 };
 
+// What the status page shows of the pool.
+struct WorkerPoolSnapshot {
+  struct Worker {
+    pid_t pid = -1;
+    absl::Time started;       // when the process started
+    int64_t compiles = 0;     // compiles it answered
+    std::string compile_key;  // the compile it runs now; empty when idle
+    absl::Time busy_since;
+  };
+  std::vector<Worker> workers;                            // by pid
+  int starting = 0;                                       // replacements not yet ready
+  std::vector<std::pair<std::string, int64_t>> restarts;  // workers lost, by reason
+};
+
 class WorkerCompiler final : public Compiler {
  public:
   // Starts every worker and waits until each is ready; an error names what failed.
@@ -57,6 +72,7 @@ class WorkerCompiler final : public Compiler {
   int idle_workers() const;
   // Workers lost for `reason` (one of the label values above).
   int64_t restarts(const std::string& reason) const;
+  WorkerPoolSnapshot TakeSnapshot() const;
 
  private:
   struct Worker;
@@ -66,9 +82,12 @@ class WorkerCompiler final : public Compiler {
   // Starts a worker process; AwaitReady waits for the Ready it sends first.
   absl::StatusOr<std::unique_ptr<Worker>> Launch();
   absl::Status AwaitReady(Worker& worker);
-  // Takes an idle worker; nullptr when the compile was cancelled meanwhile.
-  std::unique_ptr<Worker> Acquire(const compiler::CompileContext& context);
+  // Takes an idle worker for the compile of `compile_key`; nullptr when the compile was
+  // cancelled meanwhile.
+  std::unique_ptr<Worker> Acquire(const compiler::CompileContext& context,
+                                  const std::string& compile_key);
   void Release(std::unique_ptr<Worker> worker);
+  void ForgetBusy(pid_t pid) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Kills and reaps `worker`, counts it, and has the supervisor replace it.
   void Retire(std::unique_ptr<Worker> worker, const std::string& reason);
   void Supervise();
@@ -82,7 +101,7 @@ class WorkerCompiler final : public Compiler {
   mutable Mutex mu_;
   CondVar changed_;
   std::deque<std::unique_ptr<Worker>> idle_ ABSL_GUARDED_BY(mu_);
-  std::vector<pid_t> busy_ ABSL_GUARDED_BY(mu_);
+  std::vector<WorkerPoolSnapshot::Worker> busy_ ABSL_GUARDED_BY(mu_);
   int replacements_wanted_ ABSL_GUARDED_BY(mu_) = 0;
   bool stopping_ ABSL_GUARDED_BY(mu_) = false;
   std::thread supervisor_;

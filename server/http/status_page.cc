@@ -46,6 +46,45 @@ void CompileTable(const std::vector<CompileRecord>& records, bool running, std::
   absl::StrAppend(out, "</table>\n");
 }
 
+void WorkerTable(const StatusPageInput& in, std::string* out) {
+  absl::StrAppend(out, "<p>", HtmlEscape(in.isolation), "</p>\n");
+  if (in.workers.has_value()) {
+    const WorkerPoolSnapshot& w = *in.workers;
+    absl::StrAppend(out, "<table><tr><th>pid</th><th>up</th><th>compiles</th><th>now</th></tr>\n");
+    for (const WorkerPoolSnapshot::Worker& worker : w.workers) {
+      const std::string now =
+          worker.compile_key.empty()
+              ? std::string("idle")
+              : absl::StrCat("compiling <code>", HtmlEscape(worker.compile_key.substr(0, 16)),
+                             "</code> for ", Millis(in.now - worker.busy_since));
+      absl::StrAppend(
+          out, "<tr><td>", worker.pid, "</td><td>",
+          HtmlEscape(absl::FormatDuration(absl::Trunc(in.now - worker.started, absl::Seconds(1)))),
+          "</td><td>", worker.compiles, "</td><td>", now, "</td></tr>\n");
+    }
+    absl::StrAppend(out, "</table>\n<p>", w.starting, " starting; lost: ");
+    for (size_t i = 0; i < w.restarts.size(); ++i) {
+      absl::StrAppend(out, i == 0 ? "" : ", ", w.restarts[i].second, " ",
+                      HtmlEscape(w.restarts[i].first));
+    }
+    absl::StrAppend(out, "</p>\n");
+  }
+  absl::StrAppend(out, "<h2>Keys remembered as failing</h2>\n");
+  if (in.compiles.failing_keys.empty()) {
+    absl::StrAppend(out, "<p class=none>none</p>\n");
+    return;
+  }
+  absl::StrAppend(out, "<table><tr><th>key</th><th>failed</th><th>for</th><th>error</th></tr>\n");
+  for (const auto& [key, entry] : in.compiles.failing_keys) {
+    absl::StrAppend(
+        out, "<tr><td><code>", HtmlEscape(key.substr(0, 16)), "</code></td><td>",
+        HtmlEscape(absl::FormatTime("%H:%M:%E3S", entry.failed, absl::UTCTimeZone())), "</td><td>",
+        HtmlEscape(absl::FormatDuration(absl::Trunc(entry.expires - in.now, absl::Seconds(1)))),
+        " more</td><td>", HtmlEscape(entry.error.message().substr(0, 300)), "</td></tr>\n");
+  }
+  absl::StrAppend(out, "</table>\n");
+}
+
 }  // namespace
 
 std::string HtmlEscape(absl::string_view text) {
@@ -108,6 +147,8 @@ std::string RenderStatusPage(const StatusPageInput& in) {
   CompileTable(in.compiles.running, /*running=*/true, &out);
   absl::StrAppend(&out, "<h2>Recent compiles</h2>\n");
   CompileTable(in.compiles.recent, /*running=*/false, &out);
+  absl::StrAppend(&out, "<h2>Compile workers</h2>\n");
+  WorkerTable(in, &out);
   absl::StrAppend(&out, "<h2>Recent divergences</h2>\n");
   if (in.compiles.recent_divergences.empty()) {
     absl::StrAppend(&out, "<p class=none>none</p>\n");

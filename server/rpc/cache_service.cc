@@ -68,6 +68,7 @@ absl::StatusOr<std::unique_ptr<cache::Cache>> OpenServerCache(const ServerConfig
   options.max_blob_bytes = config.max_blob_bytes;
   options.sync_writes = config.cache_sync_writes;
   options.memory_bytes = config.cache_memory_bytes;
+  options.block_cache_bytes = config.cache_block_cache_bytes;
   options.refuse_corrupt_store = config.refuse_corrupt_store;
   options.log = [](absl::string_view event, absl::string_view detail) {
     LogWarning(std::string(event), {{"detail", std::string(detail)}});

@@ -507,6 +507,7 @@ CompileService::Snapshot CompileService::TakeSnapshot() const {
   s.queue_depth = pool_.queue_depth();
   s.deduplicated = deduplicated_.load();
   s.rendezvous = rendezvous_.stats();
+  s.failing_keys = failing_keys_.Live();
   MutexLock lock(&records_mu_);
   s.recent.assign(recent_.begin(), recent_.end());
   for (const auto& [id, r] : running_) s.running.push_back(r);

@@ -69,9 +69,10 @@ class CompileService final : public v1::Compiler::Service {
     int64_t queue_depth = 0;
     int64_t deduplicated = 0;
     RendezvousStats rendezvous;
-    std::vector<CompileRecord> recent;            // newest first
-    std::vector<CompileRecord> running;           // requests now in flight
-    std::vector<std::string> recent_divergences;  // newest first
+    std::vector<CompileRecord> recent;                                     // newest first
+    std::vector<CompileRecord> running;                                    // requests now in flight
+    std::vector<std::string> recent_divergences;                           // newest first
+    std::vector<std::pair<std::string, FailingKeys::Entry>> failing_keys;  // remembered now
   };
   Snapshot TakeSnapshot() const;
 

@@ -61,6 +61,9 @@ TEST(ConfigTest, CacheLimitsAreChecked) {
   c.cache_memory_bytes = -1;
   EXPECT_NE(ValidateConfig(c).message().find("--cache-memory-bytes"), std::string::npos);
   c = ServerConfig{};
+  c.cache_block_cache_bytes = 1000;
+  EXPECT_NE(ValidateConfig(c).message().find("--cache-block-cache-bytes"), std::string::npos);
+  c = ServerConfig{};
   c.cache_max_bytes = 0;
   c.cache_memory_bytes = 0;
   EXPECT_TRUE(ValidateConfig(c).ok());

@@ -211,6 +211,8 @@ TEST_F(KilndCompileTest, StatusPageShowsCompilesAndTheStore) {
   EXPECT_THAT(page->body, HasSubstr("miss"));
   EXPECT_THAT(page->body, HasSubstr("codegen"));
   EXPECT_THAT(page->body, HasSubstr("of 16.0 GiB"));
+  EXPECT_THAT(page->body, HasSubstr("<h2>Compile workers</h2>"));
+  EXPECT_THAT(page->body, HasSubstr("lost: 0 crash, 0 memory, 0 protocol"));
 
   auto traces = http.Get("/debug/traces");
   ASSERT_TRUE(traces);

@@ -148,6 +148,14 @@ TEST_F(KilndWorkerTest, ACrashFailsOneRequestAndIsRememberedUntilForced) {
   EXPECT_EQ(again.status().code(), absl::StatusCode::kInternal);
   EXPECT_THAT(again.status().message(), HasSubstr("crashed with SIGABRT"));
   EXPECT_THAT(again.status().message(), HasSubstr("force_compile retries"));
+  // The status page shows the pool, the crash and the remembered key.
+  absl::StatusOr<std::string> page = testing::FetchPage(kilnd_->http_port(), "/");
+  ASSERT_TRUE(page.ok()) << page.status();
+  EXPECT_THAT(*page, HasSubstr("In worker processes"));
+  EXPECT_THAT(*page, HasSubstr("lost: 1 crash, 0 memory"));
+  EXPECT_THAT(*page, HasSubstr("<h2>Keys remembered as failing</h2>"));
+  EXPECT_THAT(*page, HasSubstr(bad_key_.substr(0, 16)));
+  EXPECT_THAT(*page, HasSubstr("</td><td>idle</td></tr>"));
   EXPECT_EQ(Restarts("crash"), 1);
   EXPECT_EQ(Metric("kiln_compiles_total{result=\"INTERNAL\"}"), 1);
 
@@ -281,6 +289,9 @@ TEST_F(KilndWorkerTest, WorkersThatCannotStartLeaveKilndCompilingInItsOwnThreads
   EXPECT_THAT(k->process().Stderr(), HasSubstr("compile_workers_unavailable"));
   Use(*std::move(k));
   EXPECT_EQ(Metric("kiln_compile_isolated"), 0);
+  absl::StatusOr<std::string> page = testing::FetchPage(kilnd_->http_port(), "/");
+  ASSERT_TRUE(page.ok()) << page.status();
+  EXPECT_THAT(*page, HasSubstr("without isolation: the compile workers could not start"));
   const std::vector<std::string> in_process = InProcessArtifacts();
   for (size_t i = 0; i < good_.size(); ++i) {
     absl::StatusOr<v1::CompileResponse> a = Compile(good_[i]);

@@ -20,12 +20,18 @@ double MetricValue(absl::string_view exposition, const std::string& series) {
 }
 
 absl::StatusOr<double> ScrapeMetric(int http_port, const std::string& series) {
+  absl::StatusOr<std::string> page = FetchPage(http_port, "/metrics");
+  if (!page.ok()) return page.status();
+  return MetricValue(*page, series);
+}
+
+absl::StatusOr<std::string> FetchPage(int http_port, const std::string& path) {
   httplib::Client client("127.0.0.1", http_port);
-  auto result = client.Get("/metrics");
+  auto result = client.Get(path);
   if (!result || result->status != 200) {
-    return absl::UnavailableError(absl::StrCat("cannot scrape 127.0.0.1:", http_port));
+    return absl::UnavailableError(absl::StrCat("cannot fetch http://127.0.0.1:", http_port, path));
   }
-  return MetricValue(result->body, series);
+  return result->body;
 }
 
 }  // namespace kiln::testing

@@ -1,7 +1,8 @@
 #pragma once
 
 // Reads one series from kilnd's metrics: from its /metrics page, or from text in the
-// Prometheus exposition format (MetricsRegistry::Render) that a test already holds.
+// Prometheus exposition format (MetricsRegistry::Render) that a test already holds; and
+// kilnd's other monitoring pages.
 
 #include <string>
 
@@ -16,5 +17,8 @@ double MetricValue(absl::string_view exposition, const std::string& series);
 
 // The same, read from the /metrics page at `http_port`.
 absl::StatusOr<double> ScrapeMetric(int http_port, const std::string& series);
+
+// The body of kilnd's page `path` (e.g. "/", the status page) at `http_port`.
+absl::StatusOr<std::string> FetchPage(int http_port, const std::string& path);
 
 }  // namespace kiln::testing
