@@ -93,7 +93,8 @@ absl::StatusOr<v1::BundleManifest> MakeBundleManifest(std::vector<v1::ActionEntr
   for (size_t i = 0; i < actions.size(); ++i) {
     v1::ActionEntry& e = actions[i];
     if (e.compile_key().empty()) return absl::InvalidArgumentError("an action has no compile key");
-    if (i > 0 && e.compile_key() == actions[i - 1].compile_key()) {
+    // Earlier entries have moved into the manifest already.
+    if (i > 0 && e.compile_key() == manifest.actions(manifest.actions_size() - 1).compile_key()) {
       return absl::InvalidArgumentError(absl::StrCat("action ", e.compile_key(), " appears twice"));
     }
     if (e.variants_size() == 0) {
