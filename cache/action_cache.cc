@@ -283,11 +283,15 @@ absl::StatusOr<ActionPage> ActionCache::List(const ActionQuery& query) {
     return false;
   };
   // Adds a matching entry; false, ending the page, when it is full already.
+  int64_t page_bytes = 0;
   auto add = [&](v1::ActionEntry entry) {
-    if (static_cast<int>(page.actions.size()) == query.max_actions) {
+    const auto size = static_cast<int64_t>(entry.ByteSizeLong());
+    if (!page.actions.empty() && (static_cast<int>(page.actions.size()) == query.max_actions ||
+                                  page_bytes + size > query.max_bytes)) {
       page.next_start_after = page.actions.back().compile_key();
       return false;
     }
+    page_bytes += size;
     page.actions.push_back(std::move(entry));
     return true;
   };

@@ -40,6 +40,7 @@ struct ActionQuery {
   std::vector<std::string> compile_keys;  // exactly these keys
   std::string start_after;                // paging: keys after this one
   int max_actions = 1000;                 // at most this many per page
+  int64_t max_bytes = int64_t{4} << 20;   // and about this many serialized bytes (one at least)
 };
 
 // One page of ActionCache::List.

@@ -279,6 +279,12 @@ TEST_F(ActionCacheTest, ListPagesCountNoHitsAndLeaveUsageOut) {
   } while (!q.start_after.empty());
   EXPECT_EQ(seen, (Strings{"key0", "key1", "key2", "key3", "key4"}));
   EXPECT_EQ(pages, 3);
+  // A byte bound ends pages too, with one entry at least in each.
+  ActionQuery small;
+  small.max_bytes = 1;
+  absl::StatusOr<ActionPage> one = actions().List(small);
+  EXPECT_EQ(Keys(one), (Strings{"key0"}));
+  EXPECT_EQ(one->next_start_after, "key0");
   EXPECT_EQ(cache_->Statistics().hits, 0);
   EXPECT_EQ(cache_->Statistics().misses, 0);
 }
