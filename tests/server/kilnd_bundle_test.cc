@@ -151,6 +151,29 @@ TEST_F(KilndBundleTest, AnExportedJobIsAllHitsOnAFreshKilnd) {
   EXPECT_THAT(reimported.out, HasSubstr(", 0 blobs written"));
 }
 
+TEST_F(KilndBundleTest, EveryRankOfAJobIsRecorded) {
+  KilndProcess source = Start(Path("source"));
+  // Both ranks of job "ddp" meet in the rendezvous; job "solo" (one rank) compiles another
+  // graph. Each job's bundle holds the key it used, and only that.
+  std::vector<v1::CompileResponse> answers(2);
+  std::vector<std::thread> ranks;
+  for (int rank = 0; rank < 2; ++rank) {
+    ranks.emplace_back([&, rank] {
+      v1::CompileRequest r = Request(kJobGraphs[0], "ddp", 0);
+      r.mutable_job()->set_rank(rank);
+      r.mutable_job()->set_world_size(2);
+      answers[rank] = Compile(source, r);
+    });
+  }
+  for (std::thread& t : ranks) t.join();
+  EXPECT_EQ(answers[0].compiled_graph(), answers[1].compiled_graph());
+  const std::string second = Compile(source, Request(kJobGraphs[1], "solo", 0)).compile_key();
+  ASSERT_EQ(Kiln(source, {"export", "--job", "ddp", "-o", Path("ddp.bundle")}).exit_code, 0);
+  EXPECT_EQ(BundleKeys(Path("ddp.bundle")), std::vector<std::string>{answers[0].compile_key()});
+  ASSERT_EQ(Kiln(source, {"export", "--job", "solo", "-o", Path("solo.bundle")}).exit_code, 0);
+  EXPECT_EQ(BundleKeys(Path("solo.bundle")), std::vector<std::string>{second});
+}
+
 TEST_F(KilndBundleTest, ADamagedBundleIsRefusedWholeAndNothingIsWritten) {
   KilndProcess source = Start(Path("source"));
   for (size_t i = 0; i < 3; ++i) Compile(source, Request(kJobGraphs[i], "j", i));
