@@ -286,11 +286,12 @@ int RunCacheStat(GlobalOptions& global) {
   return 0;
 }
 
-void PrintBundleSummary(const char* verb, const std::string& path,
-                        const kiln::client::BundleSummary& s) {
-  std::printf("%s %s: %d actions, %d variants, %d blobs (%lld bytes)", verb, path.c_str(),
-              s.actions, s.variants, s.blobs, static_cast<long long>(s.blob_bytes));
-  if (std::string(verb) == "imported") std::printf(", %d blobs written", s.blobs_written);
+void PrintBundleSummary(const std::string& path, const kiln::client::BundleSummary& s,
+                        bool imported) {
+  std::printf("%s %s: %d actions, %d variants, %d blobs (%lld bytes)",
+              imported ? "imported" : "exported", path.c_str(), s.actions, s.variants, s.blobs,
+              static_cast<long long>(s.blob_bytes));
+  if (imported) std::printf(", %d blobs written", s.blobs_written);
   std::printf("\n");
 }
 
@@ -317,7 +318,7 @@ int RunBundleExport(GlobalOptions& global, const BundleExportCommand& c) {
   absl::StatusOr<kiln::client::BundleSummary> summary =
       kiln::client::ExportBundle(**cache, selection, c.output);
   if (!summary.ok()) return Fail("bundle export: " + summary.status().ToString());
-  PrintBundleSummary("exported", c.output, *summary);
+  PrintBundleSummary(c.output, *summary, /*imported=*/false);
   return 0;
 }
 
@@ -328,7 +329,7 @@ int RunBundleImport(GlobalOptions& global, const std::string& input) {
   if (!summary.ok()) {
     return Fail("bundle import refused: " + summary.status().ToString());
   }
-  PrintBundleSummary("imported", input, *summary);
+  PrintBundleSummary(input, *summary, /*imported=*/true);
   return 0;
 }
 
