@@ -276,7 +276,7 @@ grpc::Status CacheService::ListActions(grpc::ServerContext* context,
                                        const v1::ListActionsRequest* request,
                                        v1::ListActionsResponse* response) {
   if (grpc::Status denied = authorizer_->Permit(*context, Role::kRead); !denied.ok()) return denied;
-  // Pages stay well inside one message: guards are short, and so are entries.
+  // A page also ends at about 4 MiB (cache::ActionQuery::max_bytes): one message holds it.
   constexpr int kDefaultMaxActions = 1000;
   constexpr int kMaxActions = 10000;
   if (request->max_actions() < 0 || request->max_actions() > kMaxActions) {
