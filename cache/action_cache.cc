@@ -1,5 +1,7 @@
 #include "cache/action_cache.h"
 
+#include <algorithm>
+#include <memory>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -15,6 +17,19 @@ namespace {
 
 // Compile keys are hex digests; anything much longer is a client error.
 constexpr size_t kMaxCompileKeyLength = 1024;
+constexpr size_t kMaxJobIdLength = 256;
+// Job rows remembered as written; past this the set starts over (rows are rewritten once).
+constexpr size_t kJobsWrittenLimit = size_t{1} << 16;
+
+absl::Status ValidateJobId(absl::string_view job_id, absl::string_view field) {
+  if (job_id.size() > kMaxJobIdLength) {
+    return InvalidField("", field, absl::StrCat("longer than ", kMaxJobIdLength, " bytes"));
+  }
+  if (job_id.find('\0') != absl::string_view::npos) {
+    return InvalidField("", field, "holds a NUL byte");
+  }
+  return absl::OkStatus();
+}
 
 // The index record of an action; false when there is none.
 bool ReadActionIndex(CacheDb* db, absl::string_view compile_key, IndexRecord* index) {
@@ -216,6 +231,135 @@ absl::Status ActionCache::Put(absl::string_view compile_key, v1::ActionVariant v
   }
   if (after_write_) after_write_();
   return absl::OkStatus();
+}
+
+absl::Status ActionCache::RecordJobUse(absl::string_view job_id, absl::string_view compile_key) {
+  if (job_id.empty()) return InvalidField("", "job.job_id", "must not be empty");
+  if (absl::Status s = ValidateJobId(job_id, "job.job_id"); !s.ok()) return s;
+  if (compile_key.empty()) return InvalidField("", "compile_key", "must not be empty");
+  std::string row = JobUseKey(job_id, compile_key);
+  {
+    MutexLock lock(&jobs_mu_);
+    if (jobs_written_.contains(row)) return absl::OkStatus();
+  }
+  rocksdb::WriteBatch batch;
+  batch.Put(db_->jobs(), row, EncodeCount(db_->NowMs()));
+  if (absl::Status s =
+          db_->Write(db_->bookkeeping_write_options(), &batch, "recording a key a job used");
+      !s.ok()) {
+    return s;
+  }
+  MutexLock lock(&jobs_mu_);
+  if (jobs_written_.size() >= kJobsWrittenLimit) jobs_written_.clear();
+  jobs_written_.insert(std::move(row));
+  return absl::OkStatus();
+}
+
+absl::StatusOr<ActionPage> ActionCache::List(const ActionQuery& query) {
+  if (query.max_actions <= 0) return InvalidField("", "max_actions", "must be positive");
+  if (query.since_unix_ms < 0) return InvalidField("", "since_unix_ms", "must not be negative");
+  if (absl::Status s = ValidateJobId(query.job_id, "job_id"); !s.ok()) return s;
+  ActionPage page;
+  // The complete variants of a key, read without writing anything; false when none.
+  auto read = [this](absl::string_view key, v1::ActionEntry* entry) -> absl::StatusOr<bool> {
+    v1::ActionEntry stored;
+    absl::StatusOr<bool> found = ReadEntry(key, &stored);
+    if (!found.ok() || !*found) return found;
+    entry->set_compile_key(std::string(key));
+    for (const v1::ActionVariant& v : stored.variants()) {
+      absl::StatusOr<bool> complete = IsComplete(v);
+      if (!complete.ok()) return complete.status();
+      if (!*complete) continue;
+      v1::ActionVariant* kept = entry->add_variants();
+      *kept = v;
+      kept->set_last_used_unix_ms(0);
+    }
+    return entry->variants_size() > 0;
+  };
+  auto created_since = [&query](const v1::ActionEntry& entry) {
+    for (const v1::ActionVariant& v : entry.variants()) {
+      if (v.created_unix_ms() >= query.since_unix_ms) return true;
+    }
+    return false;
+  };
+  // Adds a matching entry; false, ending the page, when it is full already.
+  int64_t page_bytes = 0;
+  auto add = [&](v1::ActionEntry entry) {
+    const auto size = static_cast<int64_t>(entry.ByteSizeLong());
+    if (!page.actions.empty() && (static_cast<int>(page.actions.size()) == query.max_actions ||
+                                  page_bytes + size > query.max_bytes)) {
+      page.next_start_after = page.actions.back().compile_key();
+      return false;
+    }
+    page_bytes += size;
+    page.actions.push_back(std::move(entry));
+    return true;
+  };
+  auto after_start = [&query](absl::string_view key) {
+    return query.start_after.empty() || key > query.start_after;
+  };
+
+  if (!query.compile_keys.empty()) {
+    std::vector<std::string> keys = query.compile_keys;
+    std::sort(keys.begin(), keys.end());
+    keys.erase(std::unique(keys.begin(), keys.end()), keys.end());
+    for (const std::string& key : keys) {
+      if (key.empty()) return InvalidField("", "compile_keys", "holds an empty key");
+      if (!after_start(key)) continue;
+      v1::ActionEntry entry;
+      absl::StatusOr<bool> found = read(key, &entry);
+      if (!found.ok()) return found.status();
+      if (!*found) return absl::NotFoundError(absl::StrCat("no action for key ", key));
+      if (!query.job_id.empty()) {
+        std::string row;
+        rocksdb::Status s =
+            db_->db()->Get(rocksdb::ReadOptions(), db_->jobs(), JobUseKey(query.job_id, key), &row);
+        if (s.IsNotFound()) continue;
+        if (!s.ok()) return FromRocks(s, "reading a job's keys");
+      }
+      if (!created_since(entry)) continue;
+      if (!add(std::move(entry))) break;
+    }
+    return page;
+  }
+
+  const bool by_job = !query.job_id.empty();
+  const std::string prefix = by_job ? JobUseKey(query.job_id, "") : "";
+  std::unique_ptr<rocksdb::Iterator> it(
+      db_->db()->NewIterator(rocksdb::ReadOptions(), by_job ? db_->jobs() : db_->actions()));
+  rocksdb::WriteBatch stale;
+  std::vector<std::string> stale_rows;
+  for (it->Seek(prefix + query.start_after); it->Valid() && it->key().starts_with(prefix);
+       it->Next()) {
+    const std::string key = it->key().ToString().substr(prefix.size());
+    if (!after_start(key)) continue;
+    v1::ActionEntry entry;
+    absl::StatusOr<bool> found = read(key, &entry);
+    if (!found.ok()) return found.status();
+    if (!*found) {
+      if (by_job) {
+        stale.Delete(db_->jobs(), it->key());
+        stale_rows.push_back(it->key().ToString());
+      }
+      continue;
+    }
+    if (!created_since(entry)) continue;
+    if (!add(std::move(entry))) break;
+  }
+  if (!it->status().ok()) return FromRocks(it->status(), "listing actions");
+  if (stale.Count() > 0) {
+    {
+      MutexLock lock(&jobs_mu_);
+      for (const std::string& row : stale_rows) jobs_written_.erase(row);
+    }
+    // Bookkeeping: a failure leaves rows that the next listing skips again.
+    if (absl::Status s = db_->Write(db_->bookkeeping_write_options(), &stale,
+                                    "dropping job rows of evicted keys");
+        !s.ok()) {
+      db_->Log("job_rows_not_dropped", s.ToString());
+    }
+  }
+  return page;
 }
 
 absl::StatusOr<v1::ActionEntry> ActionCache::RemoveDangling(absl::string_view compile_key) {

@@ -33,6 +33,22 @@ class Store;
 // Two variants with equal GuardsIdentity are the same variant (a new one replaces the old).
 std::string GuardsIdentity(const v1::Guards& guards);
 
+// Which entries ActionCache::List answers: those matching every filter set (none set: all).
+struct ActionQuery {
+  std::string job_id;                     // keys the job used (RecordJobUse)
+  int64_t since_unix_ms = 0;              // keys with a variant created at or after
+  std::vector<std::string> compile_keys;  // exactly these keys
+  std::string start_after;                // paging: keys after this one
+  int max_actions = 1000;                 // at most this many per page
+  int64_t max_bytes = int64_t{4} << 20;   // and about this many serialized bytes (one at least)
+};
+
+// One page of ActionCache::List.
+struct ActionPage {
+  std::vector<v1::ActionEntry> actions;  // in key order, complete variants only
+  std::string next_start_after;          // empty on the last page
+};
+
 class ActionCache {
  public:
   // `after_write` runs after every write that added bytes (the cache's budget).
@@ -63,6 +79,19 @@ class ActionCache {
   void RecordHit(absl::string_view compile_key);
   void RecordMiss();
   void RecordGuardMiss();
+
+  // Remembers that a request of job `job_id` used `compile_key` (a hit or a compile), for
+  // List's job filter. Written once per job and key in a process, so repeated hits cost a
+  // set lookup; survives restarts. INVALID_ARGUMENT for an empty job id, one over 256 bytes
+  // or one holding a NUL byte.
+  absl::Status RecordJobUse(absl::string_view job_id, absl::string_view compile_key);
+
+  // The entries `query` selects, in key order, without their last_used_unix_ms (usage, not
+  // content) and without dangling variants; keys left without a complete variant are skipped.
+  // Counts no hits and touches no access times. NOT_FOUND names the first of
+  // query.compile_keys the cache holds no complete variant of; INVALID_ARGUMENT for a
+  // malformed query. Job rows of keys evicted since are dropped on the way.
+  absl::StatusOr<ActionPage> List(const ActionQuery& query);
 
   // Writes the access times and last-use times gathered since the last call.
   absl::Status FlushAccessTimes();
@@ -100,6 +129,10 @@ class ActionCache {
   Mutex mu_;
   Mutex pending_mu_;
   absl::flat_hash_map<std::string, PendingUse> pending_ ABSL_GUARDED_BY(pending_mu_);
+  // JobUseKey rows written by this process (cleared when large; a row written twice is
+  // harmless).
+  Mutex jobs_mu_;
+  absl::flat_hash_set<std::string> jobs_written_ ABSL_GUARDED_BY(jobs_mu_);
 };
 
 }  // namespace kiln::cache

@@ -26,6 +26,7 @@ constexpr char kBlobsFamily[] = "blobs";
 constexpr char kActionsFamily[] = "actions";
 constexpr char kIndexFamily[] = "index";
 constexpr char kRefsFamily[] = "refs";
+constexpr char kJobsFamily[] = "jobs";
 
 // Blobs below this stay in the SST files (and the block cache); larger ones go to blob files.
 constexpr uint64_t kMinBlobFileValue = 4096;
@@ -166,6 +167,10 @@ std::string ActionIndexKey(absl::string_view compile_key) {
                   EntryKind::kAction);
 }
 
+std::string JobUseKey(absl::string_view job_id, absl::string_view compile_key) {
+  return absl::StrCat(job_id, absl::string_view("\0", 1), compile_key);
+}
+
 std::string EncodeCount(int64_t count) {
   std::string out;
   PutFixed64(&out, count);
@@ -252,6 +257,7 @@ absl::Status CacheDb::OpenRocks(const std::string& path) {
       {kActionsFamily, base},
       {kIndexFamily, base},
       {kRefsFamily, base},
+      {kJobsFamily, base},
   };
   rocksdb::DB* raw = nullptr;
   std::vector<rocksdb::ColumnFamilyHandle*> handles;

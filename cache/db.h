@@ -72,6 +72,10 @@ std::string RawHash(absl::string_view hex);
 std::string IndexKey(absl::string_view raw32, EntryKind kind);
 std::string ActionIndexKey(absl::string_view compile_key);
 
+// Key of a `jobs` row; job ids hold no NUL byte, so a job's rows share the prefix
+// JobUseKey(job_id, "").
+std::string JobUseKey(absl::string_view job_id, absl::string_view compile_key);
+
 std::string EncodeCount(int64_t count);
 int64_t DecodeCount(absl::string_view bytes);
 
@@ -94,6 +98,7 @@ class CacheDb {
   rocksdb::ColumnFamilyHandle* actions() const { return handles_[2]; }
   rocksdb::ColumnFamilyHandle* index() const { return handles_[3]; }
   rocksdb::ColumnFamilyHandle* refs() const { return handles_[4]; }
+  rocksdb::ColumnFamilyHandle* jobs() const { return handles_[5]; }
 
   // For writes a caller acknowledges: WAL, fsync as options.sync_writes says.
   const rocksdb::WriteOptions& write_options() const { return write_options_; }

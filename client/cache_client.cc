@@ -216,4 +216,19 @@ absl::Status CacheClient::PutAction(const std::string& compile_key,
   return FromGrpcStatus(stub_->PutAction(&context, request, &response));
 }
 
+absl::StatusOr<std::vector<v1::ActionEntry>> CacheClient::ListActions(
+    v1::ListActionsRequest request) {
+  std::vector<v1::ActionEntry> entries;
+  while (true) {
+    grpc::ClientContext context;
+    Prepare(&context);
+    v1::ListActionsResponse response;
+    grpc::Status status = stub_->ListActions(&context, request, &response);
+    if (!status.ok()) return FromGrpcStatus(status);
+    for (v1::ActionEntry& e : *response.mutable_actions()) entries.push_back(std::move(e));
+    if (response.next_start_after().empty()) return entries;
+    request.set_start_after(response.next_start_after());
+  }
+}
+
 }  // namespace kiln::client

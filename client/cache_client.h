@@ -51,6 +51,8 @@ class CacheClient {
   absl::StatusOr<v1::CacheStats> Stat();
   absl::StatusOr<v1::ActionEntry> GetAction(const std::string& compile_key);
   absl::Status PutAction(const std::string& compile_key, const v1::ActionVariant& variant);
+  // Every entry `request` selects, in key order, following the pages.
+  absl::StatusOr<std::vector<v1::ActionEntry>> ListActions(v1::ListActionsRequest request);
 
  private:
   void Prepare(grpc::ClientContext* context) const;

@@ -14,6 +14,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/time/time.h"
+#include "client/bundle_transfer.h"
 #include "client/cache_client.h"
 #include "client/channel.h"
 #include "client/compile_client.h"
@@ -285,6 +286,53 @@ int RunCacheStat(GlobalOptions& global) {
   return 0;
 }
 
+void PrintBundleSummary(const std::string& path, const kiln::client::BundleSummary& s,
+                        bool imported) {
+  std::printf("%s %s: %d actions, %d variants, %d blobs (%lld bytes)",
+              imported ? "imported" : "exported", path.c_str(), s.actions, s.variants, s.blobs,
+              static_cast<long long>(s.blob_bytes));
+  if (imported) std::printf(", %d blobs written", s.blobs_written);
+  std::printf("\n");
+}
+
+struct BundleExportCommand {
+  std::string job_id;
+  std::string since;
+  std::vector<std::string> compile_keys;
+  bool all = false;
+  std::string output;
+};
+
+int RunBundleExport(GlobalOptions& global, const BundleExportCommand& c) {
+  kiln::client::BundleSelection selection;
+  selection.job_id = c.job_id;
+  selection.compile_keys = c.compile_keys;
+  selection.all = c.all;
+  if (!c.since.empty()) {
+    absl::StatusOr<int64_t> since = kiln::client::ParseSince(c.since, absl::Now());
+    if (!since.ok()) return Fail(std::string(since.status().message()));
+    selection.since_unix_ms = *since;
+  }
+  auto cache = ConnectCache(global);
+  if (!cache.ok()) return Fail(std::string(cache.status().message()));
+  absl::StatusOr<kiln::client::BundleSummary> summary =
+      kiln::client::ExportBundle(**cache, selection, c.output);
+  if (!summary.ok()) return Fail("bundle export: " + summary.status().ToString());
+  PrintBundleSummary(c.output, *summary, /*imported=*/false);
+  return 0;
+}
+
+int RunBundleImport(GlobalOptions& global, const std::string& input) {
+  auto cache = ConnectCache(global);
+  if (!cache.ok()) return Fail(std::string(cache.status().message()));
+  absl::StatusOr<kiln::client::BundleSummary> summary = kiln::client::ImportBundle(**cache, input);
+  if (!summary.ok()) {
+    return Fail("bundle import refused: " + summary.status().ToString());
+  }
+  PrintBundleSummary(input, *summary, /*imported=*/true);
+  return 0;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -351,6 +399,25 @@ int main(int argc, char** argv) {
   cache_get->add_option("-o,--output", get_output, "output file ('-' for stdout)")->required();
   CLI::App* cache_stat = cache->add_subcommand("stat", "print the cache's counts and sizes");
 
+  CLI::App* bundle = app.add_subcommand(
+      "bundle", "move action-cache entries and their blobs between servers as one file");
+  bundle->require_subcommand(1);
+  bundle->fallthrough();
+  BundleExportCommand export_command;
+  std::string import_input;
+  CLI::App* bundle_export = bundle->add_subcommand(
+      "export", "write the entries a job used (or since a time, or named keys) to a bundle");
+  bundle_export->add_option("KEY", export_command.compile_keys, "compile keys to export");
+  bundle_export->add_option("--job", export_command.job_id, "the keys this job compiled or hit");
+  bundle_export->add_option("--since", export_command.since,
+                            "keys compiled since: RFC 3339 time or a duration ago (24h)");
+  bundle_export->add_flag("--all", export_command.all, "every entry the server holds");
+  bundle_export->add_option("-o,--output", export_command.output, "bundle file to write")
+      ->required();
+  CLI::App* bundle_import =
+      bundle->add_subcommand("import", "verify a bundle whole, then load it into the server");
+  bundle_import->add_option("FILE", import_input, "bundle file")->required();
+
   CompileCommand compile_command;
   CLI::App* compile = app.add_subcommand("compile", "compile a graph file on the server");
   compile->add_option("GRAPH", compile_command.graph, "graph file (binary, JSON or FX capture)")
@@ -389,5 +456,7 @@ int main(int argc, char** argv) {
   if (cache_put->parsed()) return RunCachePut(global, put_input);
   if (cache_get->parsed()) return RunCacheGet(global, get_digest, get_output);
   if (cache_stat->parsed()) return RunCacheStat(global);
+  if (bundle_export->parsed()) return RunBundleExport(global, export_command);
+  if (bundle_import->parsed()) return RunBundleImport(global, import_input);
   return kExitBadUsage;
 }

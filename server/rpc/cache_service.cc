@@ -273,4 +273,28 @@ grpc::Status CacheService::PutAction(grpc::ServerContext* context,
   return Reply(cache_->actions().Put(request->compile_key(), request->variant()), "variant");
 }
 
+grpc::Status CacheService::ListActions(grpc::ServerContext* context,
+                                       const v1::ListActionsRequest* request,
+                                       v1::ListActionsResponse* response) {
+  if (grpc::Status denied = authorizer_->Permit(*context, Role::kRead); !denied.ok()) return denied;
+  // A page also ends at about 4 MiB (cache::ActionQuery::max_bytes): one message holds it.
+  constexpr int kDefaultMaxActions = 1000;
+  constexpr int kMaxActions = 10000;
+  if (request->max_actions() < 0 || request->max_actions() > kMaxActions) {
+    return ToGrpcStatus(
+        InvalidField("", "max_actions", absl::StrCat("must be within [0, ", kMaxActions, "]")));
+  }
+  cache::ActionQuery query;
+  query.job_id = request->job_id();
+  query.since_unix_ms = request->since_unix_ms();
+  query.compile_keys.assign(request->compile_keys().begin(), request->compile_keys().end());
+  query.start_after = request->start_after();
+  query.max_actions = request->max_actions() == 0 ? kDefaultMaxActions : request->max_actions();
+  absl::StatusOr<cache::ActionPage> page = cache_->actions().List(query);
+  if (!page.ok()) return Reply(page.status(), "compile_keys");
+  for (v1::ActionEntry& e : page->actions) *response->add_actions() = std::move(e);
+  response->set_next_start_after(page->next_start_after);
+  return grpc::Status::OK;
+}
+
 }  // namespace kiln::server

@@ -51,6 +51,8 @@ class CacheService final : public v1::Cache::Service {
                          v1::ActionEntry* response) override;
   grpc::Status PutAction(grpc::ServerContext* context, const v1::PutActionRequest* request,
                          v1::PutActionResponse* response) override;
+  grpc::Status ListActions(grpc::ServerContext* context, const v1::ListActionsRequest* request,
+                           v1::ListActionsResponse* response) override;
 
  private:
   // The checks a Put's first (or only) message passes before anything is read or stored.

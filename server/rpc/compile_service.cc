@@ -288,6 +288,14 @@ grpc::Status CompileService::Compile(grpc::ServerContext* context,
     return finish();
   }
   answer = *resolved;
+  if (!job.job_id().empty()) {
+    // Which keys a job used, for `kiln bundle export --job`; metadata about use, never part
+    // of the key. Losing it costs only a smaller bundle, so the answer goes out regardless.
+    if (absl::Status s = cache_->actions().RecordJobUse(job.job_id(), keyed->key); !s.ok()) {
+      LogWarning("job_use_not_recorded",
+                 {{"key", keyed->key}, {"job", job.job_id()}, {"error", s.ToString()}});
+    }
+  }
 
   response->set_outcome(answer.outcome);
   response->set_compile_key(keyed->key);

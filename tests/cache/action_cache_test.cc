@@ -200,5 +200,126 @@ TEST_F(ActionCacheTest, EntriesAndCountsSurviveReopening) {
   EXPECT_EQ(actions().Get("key")->variants(0).artifacts(0).hash(), a.hash());
 }
 
+// The keys of a page, in order.
+std::vector<std::string> Keys(const absl::StatusOr<ActionPage>& page) {
+  EXPECT_TRUE(page.ok()) << page.status();
+  std::vector<std::string> keys;
+  if (page.ok()) {
+    for (const v1::ActionEntry& e : page->actions) keys.push_back(e.compile_key());
+  }
+  return keys;
+}
+
+using Strings = std::vector<std::string>;
+
+TEST_F(ActionCacheTest, ListSelectsByJobAndTheJobsSurviveReopening) {
+  for (const char* key : {"k1", "k2", "k3"}) {
+    ASSERT_TRUE(actions().Put(key, Variant("", {PutBlob(absl::StrCat("blob of ", key))})).ok());
+  }
+  ASSERT_TRUE(actions().RecordJobUse("train-7", "k3").ok());
+  ASSERT_TRUE(actions().RecordJobUse("train-7", "k1").ok());
+  ASSERT_TRUE(actions().RecordJobUse("train-7", "k1").ok());
+  ASSERT_TRUE(actions().RecordJobUse("train-70", "k2").ok());  // a job whose id extends another's
+  Reopen();
+  ActionQuery q;
+  q.job_id = "train-7";
+  EXPECT_EQ(Keys(actions().List(q)), (Strings{"k1", "k3"}));
+  q.job_id = "train-70";
+  EXPECT_EQ(Keys(actions().List(q)), (Strings{"k2"}));
+  q.job_id = "never-ran";
+  EXPECT_EQ(Keys(actions().List(q)), Strings{});
+  EXPECT_EQ(Keys(actions().List(ActionQuery())), (Strings{"k1", "k2", "k3"}));
+}
+
+TEST_F(ActionCacheTest, ListSelectsByCreationTimeAndKeyAndCombinesFilters) {
+  now_ms_ = 1'000;
+  ASSERT_TRUE(actions().Put("old", Variant("", {PutBlob("old blob")})).ok());
+  now_ms_ = 5'000;
+  ASSERT_TRUE(actions().Put("new", Variant("", {PutBlob("new blob")})).ok());
+  ASSERT_TRUE(actions().Put("newer", Variant("", {PutBlob("newer blob")})).ok());
+  ASSERT_TRUE(actions().RecordJobUse("j", "old").ok());
+  ASSERT_TRUE(actions().RecordJobUse("j", "newer").ok());
+  ActionQuery q;
+  q.since_unix_ms = 5'000;
+  EXPECT_EQ(Keys(actions().List(q)), (Strings{"new", "newer"}));
+  q.job_id = "j";
+  EXPECT_EQ(Keys(actions().List(q)), (Strings{"newer"}));
+  ActionQuery keys;
+  keys.compile_keys = {"old", "newer", "old"};
+  EXPECT_EQ(Keys(actions().List(keys)), (Strings{"newer", "old"}));
+  keys.since_unix_ms = 5'000;
+  EXPECT_EQ(Keys(actions().List(keys)), (Strings{"newer"}));
+  keys.compile_keys.push_back("unknown-key");
+  absl::StatusOr<ActionPage> missing = actions().List(keys);
+  EXPECT_TRUE(absl::IsNotFound(missing.status())) << missing.status();
+  EXPECT_NE(missing.status().message().find("unknown-key"), absl::string_view::npos);
+}
+
+TEST_F(ActionCacheTest, ListPagesCountNoHitsAndLeaveUsageOut) {
+  for (int i = 0; i < 5; ++i) {
+    const std::string key = absl::StrCat("key", i);
+    ASSERT_TRUE(actions().Put(key, Variant("Eq(s0, 2)", {PutBlob(key)})).ok());
+  }
+  ActionQuery q;
+  q.max_actions = 2;
+  Strings seen;
+  int pages = 0;
+  do {
+    absl::StatusOr<ActionPage> page = actions().List(q);
+    ASSERT_TRUE(page.ok()) << page.status();
+    ASSERT_LE(page->actions.size(), 2u);
+    for (const v1::ActionEntry& e : page->actions) {
+      seen.push_back(e.compile_key());
+      EXPECT_EQ(e.variants(0).last_used_unix_ms(), 0);
+      EXPECT_EQ(e.variants(0).created_unix_ms(), now_ms_);
+      EXPECT_EQ(e.variants(0).guards().shape_env(0), "Eq(s0, 2)");
+    }
+    q.start_after = page->next_start_after;
+    ++pages;
+  } while (!q.start_after.empty());
+  EXPECT_EQ(seen, (Strings{"key0", "key1", "key2", "key3", "key4"}));
+  EXPECT_EQ(pages, 3);
+  // A byte bound ends pages too, with one entry at least in each.
+  ActionQuery small;
+  small.max_bytes = 1;
+  absl::StatusOr<ActionPage> one = actions().List(small);
+  EXPECT_EQ(Keys(one), (Strings{"key0"}));
+  EXPECT_EQ(one->next_start_after, "key0");
+  EXPECT_EQ(cache_->Statistics().hits, 0);
+  EXPECT_EQ(cache_->Statistics().misses, 0);
+}
+
+TEST_F(ActionCacheTest, ListSkipsEvictedAndDanglingKeysOfAJob) {
+  const v1::Digest a = PutBlob("a");
+  const v1::Digest b = PutBlob("b");
+  ASSERT_TRUE(actions().Put("kept", Variant("", {a})).ok());
+  ASSERT_TRUE(actions().Put("evicted", Variant("", {b})).ok());
+  ASSERT_TRUE(actions().RecordJobUse("j", "kept").ok());
+  ASSERT_TRUE(actions().RecordJobUse("j", "evicted").ok());
+  ASSERT_TRUE(actions().Evict("evicted").ok());
+  ActionQuery q;
+  q.job_id = "j";
+  EXPECT_EQ(Keys(actions().List(q)), (Strings{"kept"}));
+  // The job row went with the listing; using the key again records it again.
+  EXPECT_EQ(cache_->Statistics().actions, 1);
+  ASSERT_TRUE(actions().Put("evicted", Variant("", {PutBlob("b")})).ok());
+  EXPECT_EQ(Keys(actions().List(q)), (Strings{"kept"}));
+  ASSERT_TRUE(actions().RecordJobUse("j", "evicted").ok());
+  EXPECT_EQ(Keys(actions().List(q)), (Strings{"evicted", "kept"}));
+}
+
+TEST_F(ActionCacheTest, MalformedJobsAndQueriesAreInvalidArgument) {
+  EXPECT_TRUE(absl::IsInvalidArgument(actions().RecordJobUse("", "k")));
+  EXPECT_TRUE(absl::IsInvalidArgument(actions().RecordJobUse(std::string("a\0b", 3), "k")));
+  EXPECT_TRUE(absl::IsInvalidArgument(actions().RecordJobUse(std::string(300, 'j'), "k")));
+  EXPECT_TRUE(absl::IsInvalidArgument(actions().RecordJobUse("j", "")));
+  ActionQuery q;
+  q.max_actions = 0;
+  EXPECT_TRUE(absl::IsInvalidArgument(actions().List(q).status()));
+  q.max_actions = 10;
+  q.since_unix_ms = -1;
+  EXPECT_TRUE(absl::IsInvalidArgument(actions().List(q).status()));
+}
+
 }  // namespace
 }  // namespace kiln::cache

@@ -375,6 +375,39 @@ TEST_F(CacheServiceTest, ActionsNeedTheirBlobsAndCountHitsAndMisses) {
   EXPECT_EQ(stats.misses(), 1);
 }
 
+TEST_F(CacheServiceTest, ListActionsPagesThroughKeysAndCountsNoHits) {
+  Start();
+  for (int i = 0; i < 25; ++i) {
+    const std::string artifact = absl::StrCat("artifact ", i);
+    ASSERT_TRUE(client_->Put(artifact).ok());
+    v1::ActionVariant variant;
+    *variant.add_artifacts() = DigestOf(artifact);
+    ASSERT_TRUE(client_->PutAction(absl::StrCat("key", 100 + i), variant).ok());
+  }
+  v1::ListActionsRequest request;
+  request.set_max_actions(7);  // four pages, followed by the client
+  absl::StatusOr<std::vector<v1::ActionEntry>> all = client_->ListActions(request);
+  ASSERT_TRUE(all.ok()) << all.status();
+  ASSERT_EQ(all->size(), 25u);
+  for (int i = 0; i < 25; ++i) {
+    EXPECT_EQ((*all)[i].compile_key(), absl::StrCat("key", 100 + i));
+    EXPECT_EQ((*all)[i].variants(0).last_used_unix_ms(), 0);
+    EXPECT_GT((*all)[i].variants(0).created_unix_ms(), 0);
+  }
+  request.add_compile_keys("key101");
+  request.add_compile_keys("key999");
+  absl::StatusOr<std::vector<v1::ActionEntry>> unknown = client_->ListActions(request);
+  EXPECT_TRUE(absl::IsNotFound(unknown.status())) << unknown.status();
+  EXPECT_NE(unknown.status().message().find("key999"), absl::string_view::npos);
+  request.clear_compile_keys();
+  request.set_max_actions(100000);
+  EXPECT_TRUE(absl::IsInvalidArgument(client_->ListActions(request).status()));
+  request.set_max_actions(0);
+  request.set_job_id(std::string("a\0b", 3));
+  EXPECT_TRUE(absl::IsInvalidArgument(client_->ListActions(request).status()));
+  EXPECT_EQ(Stats().hits(), 0);
+}
+
 TEST_F(CacheServiceTest, BlobsMoveBetweenGrpcAndTheHttpEndpoint) {
   Start({"--blob-listen", "127.0.0.1:0"});
   ASSERT_NE(kilnd_->blob_port(), 0);
