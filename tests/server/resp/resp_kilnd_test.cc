@@ -12,8 +12,10 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
+#include "cache/db.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "proto/base/digest.h"
 #include "tests/testing/kilnd_process.h"
 #include "tests/testing/loopback.h"
 #include "tests/testing/scrape.h"
@@ -294,6 +296,33 @@ TEST_F(RespKilndTest, TheCacheBudgetEvictsValues) {
   EXPECT_TRUE(evicted) << "the first value was never evicted";
   EXPECT_GE(Metric("kiln_cache_evictions_total"), 1);
   EXPECT_LE(Metric("kiln_cache_stored_bytes"), 3 << 20);
+}
+
+TEST_F(RespKilndTest, ACorruptValueIsAMissNeverServed) {
+  StartKilnd();
+  const std::string value = PseudoRandomBytes(100000, 9);
+  {
+    RespConnection c(kilnd_->resp_port());
+    ASSERT_EQ(c.Call({"SET", "pt2:fx-graph-v1::k:c1", value}).text, "OK");
+  }
+  kilnd_.reset();
+  {
+    cache::CacheOptions o;
+    o.path = dir_.path() + "/data/store";
+    absl::StatusOr<std::unique_ptr<cache::CacheDb>> db = cache::CacheDb::Open(o);
+    ASSERT_TRUE(db.ok()) << db.status();
+    std::string stored;
+    const std::string key = cache::RawHash(DigestOf(value).hash());
+    ASSERT_TRUE((*db)->db()->Get(rocksdb::ReadOptions(), (*db)->blobs(), key, &stored).ok());
+    stored[4321] ^= 0x10;
+    ASSERT_TRUE((*db)->db()->Put(rocksdb::WriteOptions(), (*db)->blobs(), key, stored).ok());
+    ASSERT_TRUE((*db)->Close().ok());
+  }
+  StartKilnd();
+  RespConnection c(kilnd_->resp_port());
+  EXPECT_TRUE(c.Call({"GET", "pt2:fx-graph-v1::k:c1"}).nil);
+  EXPECT_EQ(Metric("kiln_cache_integrity_failures_total"), 1);
+  EXPECT_EQ(Metric("kiln_resp_commands_total{command=\"get\",outcome=\"miss\"}"), 1);
 }
 
 }  // namespace
