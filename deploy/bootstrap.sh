@@ -14,7 +14,8 @@ packages=(
   libgtest-dev libgmock-dev googletest libbenchmark-dev libopenblas-dev
   libcpp-httplib-dev libspdlog-dev libfmt-dev nlohmann-json3-dev libcli11-dev libssl-dev openssl
   # tests and benchmarks
-  python3 python3-grpcio python3-protobuf python3-pytest redis-server redis-tools prometheus curl
+  python3 python3-grpcio python3-protobuf python3-pytest python3-redis redis-server redis-tools
+  prometheus curl
   procps
 )
 

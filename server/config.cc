@@ -42,6 +42,9 @@ absl::Status ValidateConfig(const ServerConfig& config) {
   if (!config.blob_listen.empty()) {
     if (absl::Status s = ValidateHostPort("blob-listen", config.blob_listen); !s.ok()) return s;
   }
+  if (!config.resp_listen.empty()) {
+    if (absl::Status s = ValidateHostPort("resp-listen", config.resp_listen); !s.ok()) return s;
+  }
   if (config.blob_loops < 1 || config.blob_loops > 64) {
     return absl::InvalidArgumentError("--blob-loops must be between 1 and 64");
   }
@@ -55,7 +58,8 @@ absl::Status ValidateConfig(const ServerConfig& config) {
     // With TLS the gRPC port may face the network; the HTTP endpoints have no TLS of their own.
     for (auto [flag, address] :
          {std::pair{"listen", &config.listen}, std::pair{"metrics-listen", &config.metrics_listen},
-          std::pair{"blob-listen", &config.blob_listen}}) {
+          std::pair{"blob-listen", &config.blob_listen},
+          std::pair{"resp-listen", &config.resp_listen}}) {
       if (config.tls() && address == &config.listen) continue;
       if (!address->empty() && !IsLoopbackAddress(*address)) {
         return absl::InvalidArgumentError(

@@ -14,6 +14,8 @@ struct ServerConfig {
   std::string metrics_listen = "127.0.0.1:9464";  // /metrics, status pages; empty: none
   std::string blob_listen;  // HTTP/1.1 blob endpoint (GET/HEAD/PUT /cas/<hash>); empty: none
   int blob_loops = 2;       // its event-loop threads
+  // RESP (Redis protocol) front for Inductor's Redis remote caches; empty: none.
+  std::string resp_listen;
   std::string data_dir = "kiln-data";  // store and lock file
   bool insecure = false;               // allow a non-loopback listen address without TLS
   double drain_seconds = 10;           // grace period on SIGTERM before in-flight work is cancelled

@@ -26,6 +26,7 @@
 #include "server/observe/json_log.h"
 #include "server/observe/metrics.h"
 #include "server/observe/trace.h"
+#include "server/resp/resp_server.h"
 #include "server/rpc/admin_service.h"
 #include "server/rpc/auth.h"
 #include "server/rpc/cache_service.h"
@@ -55,6 +56,7 @@ struct KilnServer::State {
   std::unique_ptr<grpc::Server> grpc_server;
   std::unique_ptr<HttpEndpoint> http;
   std::unique_ptr<BlobHttpServer> blob_http;
+  std::unique_ptr<RespServer> resp;
   int grpc_port = 0;
   absl::Time started = absl::Now();
   std::once_flag drain_once;
@@ -339,6 +341,22 @@ absl::StatusOr<std::unique_ptr<KilnServer>> KilnServer::Start(const ServerConfig
     state->blob_http = *std::move(blobs);
   }
 
+  if (!config.resp_listen.empty()) {
+    RespServerOptions options;
+    options.address = config.resp_listen;
+    options.limits.max_bulk_bytes = config.max_blob_bytes;
+    options.metrics = &state->metrics;
+    absl::StatusOr<std::unique_ptr<RespServer>> resp =
+        RespServer::Start(state->cache.get(), state->authorizer.get(), options);
+    if (!resp.ok()) {
+      state->grpc_server->Shutdown();
+      if (state->http) state->http->Stop();
+      if (state->blob_http) state->blob_http->Stop();
+      return resp.status();
+    }
+    state->resp = *std::move(resp);
+  }
+
   LogInfo("serving", {{"grpc_port", state->grpc_port},
                       {"listen", config.listen},
                       {"tls", config.tls()},
@@ -346,6 +364,7 @@ absl::StatusOr<std::unique_ptr<KilnServer>> KilnServer::Start(const ServerConfig
                       {"tokens", state->authorizer->enabled()},
                       {"http_port", state->http ? state->http->port() : 0},
                       {"blob_port", state->blob_http ? state->blob_http->port() : 0},
+                      {"resp_port", state->resp ? state->resp->port() : 0},
                       {"data_dir", config.data_dir},
                       {"version", kKilnVersion}});
   return std::unique_ptr<KilnServer>(new KilnServer(std::move(state)));
@@ -356,6 +375,8 @@ int KilnServer::grpc_port() const { return state_->grpc_port; }
 int KilnServer::http_port() const { return state_->http ? state_->http->port() : 0; }
 
 int KilnServer::blob_port() const { return state_->blob_http ? state_->blob_http->port() : 0; }
+
+int KilnServer::resp_port() const { return state_->resp ? state_->resp->port() : 0; }
 
 void KilnServer::Drain(absl::Duration grace) {
   std::call_once(state_->drain_once, [&] {
@@ -369,6 +390,7 @@ void KilnServer::Drain(absl::Duration grace) {
     if (state_->http) state_->http->Stop();
     // Blob requests in flight finish; connections close.
     if (state_->blob_http) state_->blob_http->Stop();
+    if (state_->resp) state_->resp->Stop();
     // Shutdown has returned: no call runs any more, so the store can be closed.
     if (absl::Status s = state_->cache->Close(); !s.ok()) {
       LogError("cache_close_failed", {{"error", s.ToString()}});

@@ -2,7 +2,7 @@
 
 // KilnServer is one running kilnd: it owns the data directory and the cache in it, the gRPC
 // server (health, reflection and Kiln's services), the monitoring HTTP endpoint and, when
-// configured, the HTTP blob endpoint. Start returns once every endpoint listens.
+// configured, the HTTP blob endpoint and the RESP front. Start returns once every endpoint listens.
 // Drain flips health to NOT_SERVING, lets in-flight calls finish until the grace period
 // ends, then shuts everything down; Wait blocks until then. Thread-safe.
 
@@ -23,6 +23,7 @@ class KilnServer {
   int grpc_port() const;
   int http_port() const;  // 0 when the monitoring HTTP endpoint is disabled
   int blob_port() const;  // 0 without --blob-listen
+  int resp_port() const;  // 0 without --resp-listen
 
   // Stops taking new work and shuts down after at most `grace`.
   void Drain(absl::Duration grace);

@@ -97,6 +97,9 @@ int main(int argc, char** argv) {
              "HTTP/1.1 address serving blobs at /cas/<sha256 hex> (GET, HEAD, PUT); empty "
              "disables it");
   AddSetting(app, "--blob-loops", config.blob_loops, "event-loop threads of --blob-listen");
+  AddSetting(app, "--resp-listen", config.resp_listen,
+             "RESP (Redis protocol) address HOST:PORT serving GET/SET from the cache, for "
+             "PyTorch Inductor's Redis remote caches; empty disables it");
   AddSetting(app, "--data-dir", config.data_dir, "directory for the store and lock file");
   AddFlagSetting(app, "--insecure", config.insecure,
                  "allow plaintext on non-loopback addresses (development only)");

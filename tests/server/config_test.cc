@@ -35,6 +35,14 @@ TEST(ConfigTest, ErrorsNameTheFlag) {
   c.blob_listen = "no-port";
   EXPECT_NE(ValidateConfig(c).message().find("--blob-listen"), std::string::npos);
   c = ServerConfig{};
+  c.resp_listen = "0.0.0.0:6379";
+  EXPECT_NE(ValidateConfig(c).message().find("--resp-listen 0.0.0.0:6379 is not a loopback"),
+            std::string::npos);
+  c.insecure = true;
+  EXPECT_TRUE(ValidateConfig(c).ok());
+  c.resp_listen = "6379";
+  EXPECT_NE(ValidateConfig(c).message().find("--resp-listen"), std::string::npos);
+  c = ServerConfig{};
   c.blob_loops = 0;
   EXPECT_NE(ValidateConfig(c).message().find("--blob-loops"), std::string::npos);
   c = ServerConfig{};

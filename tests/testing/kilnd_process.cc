@@ -22,7 +22,7 @@ absl::StatusOr<KilndProcess> KilndProcess::Start(const std::string& data_dir,
   }
   nlohmann::json j = nlohmann::json::parse(*line);
   return KilndProcess(*std::move(p), j["grpc_port"].get<int>(), j["http_port"].get<int>(),
-                      j.value("blob_port", 0));
+                      j.value("blob_port", 0), j.value("resp_port", 0));
 }
 
 }  // namespace kiln::testing

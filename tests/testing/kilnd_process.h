@@ -21,16 +21,22 @@ class KilndProcess {
   int grpc_port() const { return grpc_port_; }
   int http_port() const { return http_port_; }
   int blob_port() const { return blob_port_; }  // 0 without --blob-listen
+  int resp_port() const { return resp_port_; }  // 0 without --resp-listen
   std::string address() const { return "127.0.0.1:" + std::to_string(grpc_port_); }
   Subprocess& process() { return process_; }
 
  private:
-  KilndProcess(Subprocess p, int grpc, int http, int blob)
-      : process_(std::move(p)), grpc_port_(grpc), http_port_(http), blob_port_(blob) {}
+  KilndProcess(Subprocess p, int grpc, int http, int blob, int resp)
+      : process_(std::move(p)),
+        grpc_port_(grpc),
+        http_port_(http),
+        blob_port_(blob),
+        resp_port_(resp) {}
   Subprocess process_;
   int grpc_port_;
   int http_port_;
   int blob_port_;
+  int resp_port_;
 };
 
 }  // namespace kiln::testing
