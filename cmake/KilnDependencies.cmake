@@ -42,6 +42,13 @@ target_link_libraries(kiln_httplib INTERFACE ${KILN_HTTPLIB_LIBRARY})
 target_compile_definitions(kiln_httplib INTERFACE CPPHTTPLIB_OPENSSL_SUPPORT
   CPPHTTPLIB_ZLIB_SUPPORT CPPHTTPLIB_BROTLI_SUPPORT)
 
+# hiredis (libhiredis-dev): the RESP protocol for the shared cache tier on Redis Cluster.
+find_path(KILN_HIREDIS_INCLUDE hiredis/hiredis.h REQUIRED)
+find_library(KILN_HIREDIS_LIBRARY hiredis REQUIRED)
+add_library(kiln_hiredis INTERFACE)
+target_include_directories(kiln_hiredis SYSTEM INTERFACE ${KILN_HIREDIS_INCLUDE})
+target_link_libraries(kiln_hiredis INTERFACE ${KILN_HIREDIS_LIBRARY})
+
 # The CUDA toolkit (not a Debian package) supplies nvJitLink and libdevice for sm_90.
 set(KILN_CUDA_HOME "$ENV{CUDA_HOME}")
 if(NOT KILN_CUDA_HOME)

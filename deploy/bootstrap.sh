@@ -13,6 +13,7 @@ packages=(
   librocksdb-dev libxxhash-dev libsnappy-dev liblz4-dev libbz2-dev libgflags-dev
   libgtest-dev libgmock-dev googletest libbenchmark-dev libopenblas-dev
   libcpp-httplib-dev libspdlog-dev libfmt-dev nlohmann-json3-dev libcli11-dev libssl-dev openssl
+  libhiredis-dev
   # tests and benchmarks
   python3 python3-grpcio python3-protobuf python3-pytest python3-redis redis-server redis-tools
   prometheus curl
