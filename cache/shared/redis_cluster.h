@@ -12,6 +12,10 @@
 // FAILED_PRECONDITION means a seed is not a cluster node; INTERNAL carries any other error
 // reply, with the node and the command.
 //
+// A command sent on a kept connection that turns out to have been closed (the node
+// restarted) is sent once more on a fresh one, so it may run twice: GET, SET, DEL, MGET and
+// MSET are safe to repeat; a SET NX repeated that way answers "not stored" for its own write.
+//
 // Creating a client contacts nobody: the map is learnt on first use, so a process can start
 // while the cluster is down and find it when it comes back. Safe for concurrent use; commands
 // to one node are serialized on its connection.
