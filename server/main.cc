@@ -1,5 +1,7 @@
 // kilnd: the Kiln compile server.
 
+#include <malloc.h>
+
 #include <csignal>
 #include <cstdint>
 #include <cstdio>
@@ -87,6 +89,11 @@ int main(int argc, char** argv) {
   // Debian's Abseil checks every Mutex acquisition for lock-order cycles through one global
   // graph; the sanitizer builds and tests catch those, the server should not pay for it.
   absl::SetMutexDeadlockDetectionMode(absl::OnDeadlockCycle::kIgnore);
+  // Blobs and messages of megabytes come and go with every request. glibc would raise its
+  // mmap threshold after the first such buffer is freed and serve the next ones from its
+  // arenas, which keep the freed memory: resident memory then follows the largest burst ever
+  // seen, not what is live. A fixed threshold gives buffers of 1 MiB and more back at once.
+  mallopt(M_MMAP_THRESHOLD, 1 << 20);
   kiln::server::ServerConfig config;
   CLI::App app{"kilnd: the Kiln compile server (to compile a graph file offline: kilnc)"};
   app.set_version_flag("--version", kiln::kKilnVersion);

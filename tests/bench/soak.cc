@@ -14,9 +14,10 @@
 // and bytes evicted. Errors other than the expected ones are counted and printed. At the
 // end, after a warm-up (the first third of the run, in which the caches fill: kilnd runs
 // with a 16 MiB memory tier and a 32 MiB RocksDB block cache), kilnd's RSS and open files
-// must be flat (peak RSS at most 10% + 32 MiB above the warm-up's peak, open files at most 8
-// more), evictions must have happened and no unexpected error may have occurred; the exit
-// code says whether they held.
+// must be flat (peak RSS at most 10% + 32 MiB above the warm-up's peak, or 50% + 64 MiB when
+// the warm-up is under five minutes; open files at most 8 more, or 16: RocksDB's files come
+// and go with its compactions), evictions must have happened
+// and no unexpected error may have occurred; the exit code says whether they held.
 //
 //   build/release/tests/bench/soak [--seconds 1800] [--report-seconds 60] [--clients 4]
 //                                  [--budget-mib 48] [--json FILE]
@@ -379,11 +380,16 @@ int main(int argc, char** argv) {
       r.rss = std::max(r.rss, resources[i].rss);
       r.fds = std::max(r.fds, resources[i].fds);
     }
-    if (static_cast<double>(later.rss) > 1.10 * static_cast<double>(warm.rss) + (32 << 20)) {
+    // A warm-up under five minutes has not seen the caches and write buffers at their peak
+    // together: such runs are judged against a looser bound, which catches gross leaks only.
+    const bool long_run = warm_periods * flags.report_seconds >= 300;
+    const double slack = long_run ? 1.10 : 1.50;
+    const int64_t extra = long_run ? (32 << 20) : (64 << 20);
+    if (static_cast<double>(later.rss) > slack * static_cast<double>(warm.rss) + extra) {
       failures.push_back(absl::StrFormat("kilnd's RSS grew from %.1f MiB in warm-up to %.1f MiB",
                                          Mib(warm.rss), Mib(later.rss)));
     }
-    if (later.fds > warm.fds + 8) {
+    if (later.fds > warm.fds + (long_run ? 8 : 16)) {
       failures.push_back(
           absl::StrCat("kilnd's open files grew from ", warm.fds, " in warm-up to ", later.fds));
     }
