@@ -93,6 +93,10 @@ absl::Status ValidateConfig(const ServerConfig& config) {
         "--compile-memory-bytes must be at least 256MiB (a worker needs that much address "
         "space to start), or 0 for no limit");
   }
+  if (config.compile_worker_max_compiles < 0) {
+    return absl::InvalidArgumentError(
+        "--compile-worker-max-compiles must not be negative (0: workers are never replaced)");
+  }
   if (!(config.poisoned_key_seconds >= 0)) {
     return absl::InvalidArgumentError("--poisoned-key-seconds must be a non-negative number");
   }

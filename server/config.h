@@ -47,6 +47,9 @@ struct ServerConfig {
   // crashing compile costs one request, not kilnd) or "none" (kilnd's own threads).
   std::string compile_isolation = "process";
   int64_t compile_memory_bytes = int64_t{16} << 30;  // address space of a worker; 0: no limit
+  // A worker is replaced after this many compiles, so that whatever a long-lived compiler
+  // process accumulates is given back; 0: never.
+  int compile_worker_max_compiles = 500;
   // How long a key whose compile crashed its worker is answered with that error at once
   // (force_compile retries sooner); 0: not remembered.
   double poisoned_key_seconds = 600;

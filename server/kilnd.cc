@@ -212,6 +212,7 @@ absl::StatusOr<std::unique_ptr<KilnServer>> KilnServer::Start(const ServerConfig
     WorkerCompilerOptions workers;
     workers.workers = config.compile_workers <= 0 ? HardwareThreads() : config.compile_workers;
     workers.memory_bytes = config.compile_memory_bytes;
+    workers.max_compiles = config.compile_worker_max_compiles;
     workers.crash_dir = state->data_dir->Join("crashes");
     absl::StatusOr<std::unique_ptr<WorkerCompiler>> compiler =
         WorkerCompiler::Start(workers, &state->metrics);

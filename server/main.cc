@@ -151,6 +151,9 @@ int main(int argc, char** argv) {
              "none: in kilnd's own threads");
   AddSizeSetting(app, "--compile-memory-bytes", config.compile_memory_bytes,
                  "address-space limit of each compile worker (0: none; 16GiB, 512MB... accepted)");
+  AddSetting(app, "--compile-worker-max-compiles", config.compile_worker_max_compiles,
+             "compiles after which a worker is replaced by a fresh one, in the background "
+             "(0: never)");
   AddSetting(app, "--poisoned-key-seconds", config.poisoned_key_seconds,
              "how long a key whose compile crashed a worker is answered with that error at "
              "once (0: never; force_compile retries)");

@@ -26,7 +26,8 @@ extern char** environ;
 namespace kiln::server {
 namespace {
 
-constexpr const char* kReasons[] = {"crash", "memory", "protocol", "cancelled", "deadline"};
+constexpr const char* kReasons[] = {"crash",     "memory",   "protocol",
+                                    "cancelled", "deadline", "recycled"};
 constexpr absl::Duration kPoll = absl::Milliseconds(20);
 
 std::string SignalName(int signal) {
@@ -515,7 +516,11 @@ absl::StatusOr<v1::CompiledGraph> WorkerCompiler::Compile(const CompileInput& in
                           " bytes (--compile-memory-bytes)");
   }
   if (x.lost.empty()) {
-    Release(std::move(worker));
+    if (options_.max_compiles > 0 && worker->compiles + 1 >= options_.max_compiles) {
+      Retire(std::move(worker), "recycled");
+    } else {
+      Release(std::move(worker));
+    }
     return std::move(x.result);
   }
   const pid_t pid = worker->pid;

@@ -11,7 +11,9 @@
 // fails it with INTERNAL the same way. A compile whose cancel flag is raised has its worker
 // killed and ends with CANCELLED, or DEADLINE_EXCEEDED when the input's deadline has passed.
 // Every worker lost is counted in kiln_compile_worker_restarts_total{reason} (crash, memory,
-// protocol, cancelled, deadline) and replaced in the background; other compiles go on.
+// protocol, cancelled, deadline) and replaced in the background; other compiles go on. A
+// worker that has answered `max_compiles` compiles is replaced the same way (reason
+// recycled), so that memory a long-lived compiler process accumulates is given back.
 // Thread-safe: Compile runs on as many threads at once as there are workers (more wait).
 
 #include <sys/types.h>
@@ -36,6 +38,7 @@ struct WorkerCompilerOptions {
   int workers = 1;
   std::string binary;        // runs as `binary --compile-worker`; empty: this executable
   int64_t memory_bytes = 0;  // address-space limit of each worker (RLIMIT_AS); 0: none
+  int max_compiles = 0;      // a worker is replaced after this many compiles; 0: never
   std::string crash_dir;     // crash reports go here (created); empty: none are written
   int crash_reports_kept = 64;
   absl::Duration start_timeout = absl::Seconds(60);  // for a worker to say it is ready

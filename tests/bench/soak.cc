@@ -13,11 +13,11 @@
 // latency, and kilnd's resident memory (its own and its workers'), open files, stored bytes
 // and bytes evicted. Errors other than the expected ones are counted and printed. At the
 // end, after a warm-up (the first third of the run, in which the caches fill: kilnd runs
-// with a 16 MiB memory tier and a 32 MiB RocksDB block cache), kilnd's RSS and open files
-// must be flat (peak RSS at most 10% + 32 MiB above the warm-up's peak, or 50% + 64 MiB when
-// the warm-up is under five minutes; open files at most 8 more, or 16: RocksDB's files come
-// and go with its compactions), evictions must have happened
-// and no unexpected error may have occurred; the exit code says whether they held.
+// with a 16 MiB memory tier and a 32 MiB RocksDB block cache), kilnd's RSS, its compile
+// workers' RSS together and kilnd's open files must be flat: peak RSS at most 10% + 32 MiB
+// above the warm-up's peak (50% + 64 MiB when the warm-up is under five minutes), open files
+// at most 8 more (16: RocksDB's files come and go with its compactions). Evictions must have
+// happened and no unexpected error may have occurred; the exit code says whether they held.
 //
 //   build/release/tests/bench/soak [--seconds 1800] [--report-seconds 60] [--clients 4]
 //                                  [--budget-mib 48] [--json FILE]
@@ -379,6 +379,7 @@ int main(int argc, char** argv) {
       Resources& r = i < warm_periods ? warm : later;
       r.rss = std::max(r.rss, resources[i].rss);
       r.fds = std::max(r.fds, resources[i].fds);
+      r.workers_rss = std::max(r.workers_rss, resources[i].workers_rss);
     }
     // A warm-up under five minutes has not seen the caches and write buffers at their peak
     // together: such runs are judged against a looser bound, which catches gross leaks only.
@@ -389,13 +390,21 @@ int main(int argc, char** argv) {
       failures.push_back(absl::StrFormat("kilnd's RSS grew from %.1f MiB in warm-up to %.1f MiB",
                                          Mib(warm.rss), Mib(later.rss)));
     }
+    if (static_cast<double>(later.workers_rss) >
+        slack * static_cast<double>(warm.workers_rss) + extra) {
+      failures.push_back(
+          absl::StrFormat("the compile workers' RSS grew from %.1f MiB in warm-up to %.1f MiB",
+                          Mib(warm.workers_rss), Mib(later.workers_rss)));
+    }
     if (later.fds > warm.fds + (long_run ? 8 : 16)) {
       failures.push_back(
           absl::StrCat("kilnd's open files grew from ", warm.fds, " in warm-up to ", later.fds));
     }
-    std::printf("warm-up peak: RSS %.1f MiB, %lld files; after: RSS %.1f MiB, %lld files\n",
-                Mib(warm.rss), static_cast<long long>(warm.fds), Mib(later.rss),
-                static_cast<long long>(later.fds));
+    std::printf(
+        "warm-up peak: RSS %.1f MiB (workers %.1f), %lld files; after: RSS %.1f MiB (workers "
+        "%.1f), %lld files\n",
+        Mib(warm.rss), Mib(warm.workers_rss), static_cast<long long>(warm.fds), Mib(later.rss),
+        Mib(later.workers_rss), static_cast<long long>(later.fds));
   } else {
     failures.push_back("too short a run to judge: no report period after the warm-up");
   }

@@ -281,6 +281,34 @@ TEST_F(KilndWorkerTest, BadIsolationFlagsAreRefused) {
   }
 }
 
+TEST_F(KilndWorkerTest, AWorkerIsReplacedAfterItsMaximumCompiles) {
+  Start("", {"--compile-workers", "1", "--compile-worker-max-compiles", "2"});
+  const std::vector<std::string> expected = InProcessArtifacts();
+  ASSERT_EQ(expected.size(), good_.size());
+  const std::vector<pid_t> first = LiveChildren(kilnd_->process().pid());
+  ASSERT_EQ(first.size(), 1u);
+  // Five forced compiles on one worker that serves two: two replacements, every answer right.
+  for (int i = 0; i < 5; ++i) {
+    v1::CompileRequest r = good_[i % good_.size()];
+    r.set_force_compile(true);
+    absl::StatusOr<v1::CompileResponse> a = Compile(r);
+    ASSERT_TRUE(a.ok()) << i << ": " << a.status();
+    EXPECT_EQ(a->compiled_graph(), expected[i % good_.size()]) << i;
+  }
+  EXPECT_TRUE(MetricReaches("kiln_compile_worker_restarts_total{reason=\"recycled\"}", 2));
+  EXPECT_EQ(Restarts("crash"), 0);
+  EXPECT_EQ(Metric("kiln_compiles_total{result=\"ok\"}"), 5);
+  // The worker now is another process.
+  absl::SleepFor(absl::Milliseconds(200));
+  std::vector<pid_t> now = LiveChildren(kilnd_->process().pid());
+  for (int tries = 0; now.size() != 1 && tries < 100; ++tries) {
+    absl::SleepFor(absl::Milliseconds(50));
+    now = LiveChildren(kilnd_->process().pid());
+  }
+  ASSERT_EQ(now.size(), 1u);
+  EXPECT_NE(now[0], first[0]);
+}
+
 TEST_F(KilndWorkerTest, WorkersThatCannotStartLeaveKilndCompilingInItsOwnThreads) {
   // Every worker dies before it says it is ready, as where a sandbox refuses the spawn.
   ::setenv("KILN_TEST_WORKER_FAULT", "crash@ready", 1);
