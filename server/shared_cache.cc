@@ -195,22 +195,47 @@ absl::Status SharedCache::PushAction(const std::string& compile_key) {
   return s;
 }
 
+bool SharedCache::Down() {
+  MutexLock lock(&health_mu_);
+  return down_;
+}
+
+void SharedCache::Probe() {
+  // Any key answers "reached" or "not reached"; a miss is the usual outcome.
+  absl::StatusOr<std::string> probe = tier_->GetAction("kiln-health-probe");
+  Note(probe.status());
+}
+
 void SharedCache::Loop() {
   for (;;) {
     Job job;
+    bool probe = false;
     {
       MutexLock lock(&mu_);
       busy_ = false;
-      while (queue_.empty() && !stopping_) cv_.Wait(&mu_);
-      if (queue_.empty() || (stopping_ && absl::Now() > stop_deadline_)) {
-        dropped_ += static_cast<int64_t>(queue_.size());
-        queue_.clear();
-        cv_.SignalAll();
-        return;
+      while (queue_.empty() && !stopping_) {
+        // While the tier is down, probe it now and then, so that its health (metrics, status
+        // page) comes back with the cluster rather than with the next request.
+        if (cv_.WaitWithTimeout(&mu_, options_.probe_interval) && queue_.empty() && !stopping_ &&
+            Down()) {
+          probe = true;
+          break;
+        }
       }
-      job = std::move(queue_.front());
-      queue_.pop_front();
-      busy_ = true;
+      if (!probe) {
+        if (queue_.empty() || (stopping_ && absl::Now() > stop_deadline_)) {
+          dropped_ += static_cast<int64_t>(queue_.size());
+          queue_.clear();
+          return;
+        }
+        job = std::move(queue_.front());
+        queue_.pop_front();
+        busy_ = true;
+      }
+    }
+    if (probe) {
+      Probe();
+      continue;
     }
     absl::Status s = job.action ? PushAction(job.compile_key) : PushBlob(job.digest);
     MutexLock lock(&mu_);

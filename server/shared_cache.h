@@ -43,6 +43,8 @@ class SharedCache {
  public:
   struct Options {
     int queue_capacity = 1024;  // write-through jobs waiting before new ones are dropped
+    // While the tier is down, how often the idle write-through thread probes it.
+    absl::Duration probe_interval = absl::Seconds(1);
   };
   // `cache` and `metrics` must outlive this object.
   SharedCache(std::unique_ptr<cache::SharedTier> tier, cache::Cache* cache,
@@ -89,6 +91,8 @@ class SharedCache {
   absl::Status PushBlob(const v1::Digest& digest);
   // Fetches a blob the store lacks; NOT_FOUND, UNAVAILABLE... as the tier answers.
   absl::Status EnsureBlob(const v1::Digest& digest);
+  bool Down() ABSL_LOCKS_EXCLUDED(health_mu_);
+  void Probe();
   // Logs the start and the end of an outage, once each.
   void Note(const absl::Status& status);
 
