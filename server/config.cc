@@ -5,6 +5,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "cache/shared/redis_cluster.h"
 #include "proto/base/host_port.h"
 
 namespace kiln::server {
@@ -106,6 +107,15 @@ absl::Status ValidateConfig(const ServerConfig& config) {
   if (config.rendezvous_policy != "fail" && config.rendezvous_policy != "proceed") {
     return absl::InvalidArgumentError(absl::StrCat(
         "--rendezvous-policy: expected fail or proceed, got \"", config.rendezvous_policy, "\""));
+  }
+  if (!config.shared_cache.empty()) {
+    absl::StatusOr<std::vector<std::string>> seeds =
+        cache::ParseRedisClusterUrl(config.shared_cache);
+    if (!seeds.ok()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("--shared-cache: expected redis://HOST:PORT[,HOST:PORT...], got \"",
+                       config.shared_cache, "\": ", seeds.status().message()));
+    }
   }
   if (config.data_dir.empty()) return absl::InvalidArgumentError("--data-dir must not be empty");
   if (!(config.drain_seconds >= 0)) {

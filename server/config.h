@@ -17,8 +17,10 @@ struct ServerConfig {
   // RESP (Redis protocol) front for Inductor's Redis remote caches; empty: none.
   std::string resp_listen;
   std::string data_dir = "kiln-data";  // store and lock file
-  bool insecure = false;               // allow a non-loopback listen address without TLS
-  double drain_seconds = 10;           // grace period on SIGTERM before in-flight work is cancelled
+  // Shared cache tier: "redis://host:port[,host:port...]" (Redis Cluster seeds); empty: none.
+  std::string shared_cache;
+  bool insecure = false;      // allow a non-loopback listen address without TLS
+  double drain_seconds = 10;  // grace period on SIGTERM before in-flight work is cancelled
   int64_t max_message_bytes = 64 << 20;  // largest gRPC message accepted
   std::string log_level = "info";        // debug, info, warning, error
 

@@ -14,6 +14,7 @@
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "absl/time/clock.h"
 #include "compiler/canon/toolchain.h"
 #include "kiln/version.h"
@@ -33,6 +34,7 @@
 #include "server/rpc/compile_service.h"
 #include "server/rpc/health_service.h"
 #include "server/rpc/rpc_metrics.h"
+#include "server/shared_cache.h"
 
 namespace kiln::server {
 
@@ -41,6 +43,9 @@ struct KilnServer::State {
   std::unique_ptr<DataDir> data_dir;
   // The cache outlives the gRPC server: its service runs until Shutdown returns.
   std::unique_ptr<cache::Cache> cache;
+  // The shared tier behind the cache (--shared-cache), null when none; stopped before the
+  // cache closes.
+  std::unique_ptr<SharedCache> shared;
   std::unique_ptr<CacheService> cache_service;
   std::unique_ptr<AdminService> admin;
   // The compiler outlives the compile service, which calls it until it is destroyed.
@@ -196,9 +201,23 @@ absl::StatusOr<std::unique_ptr<KilnServer>> KilnServer::Start(const ServerConfig
       OpenServerCache(config, state->data_dir->Join("store"));
   if (!cache.ok()) return cache.status();
   state->cache = *std::move(cache);
+  if (!config.shared_cache.empty()) {
+    absl::StatusOr<std::vector<std::string>> seeds =
+        cache::ParseRedisClusterUrl(config.shared_cache);
+    if (!seeds.ok()) return seeds.status();
+    cache::RedisClusterOptions redis;
+    redis.seeds = *seeds;
+    absl::StatusOr<std::unique_ptr<cache::RedisCluster>> cluster =
+        cache::RedisCluster::Create(redis);
+    if (!cluster.ok()) return cluster.status();
+    state->shared =
+        std::make_unique<SharedCache>(std::make_unique<cache::SharedTier>(*std::move(cluster)),
+                                      state->cache.get(), &state->metrics, SharedCache::Options{});
+    LogInfo("shared_cache", {{"seeds", absl::StrJoin(*seeds, ",")}});
+  }
   state->cache_service = std::make_unique<CacheService>(
       state->cache.get(), state->authorizer.get(), config.max_blob_bytes,
-      std::min<int64_t>(int64_t{4} << 20, config.max_message_bytes / 2));
+      std::min<int64_t>(int64_t{4} << 20, config.max_message_bytes / 2), state->shared.get());
   AddCacheMetrics(state->metrics, state->cache.get());
   // --- end cache
   CompileServiceOptions compile_options;
@@ -242,7 +261,7 @@ absl::StatusOr<std::unique_ptr<KilnServer>> KilnServer::Start(const ServerConfig
                              [isolated] { return isolated ? 1.0 : 0.0; });
   state->compile_service = std::make_unique<CompileService>(
       compile_options, state->compiler.get(), state->cache.get(), &state->metrics,
-      state->traces.get(), state->authorizer.get());
+      state->traces.get(), state->authorizer.get(), state->shared.get());
   state->admin = std::make_unique<AdminService>(
       state->cache.get(), state->authorizer.get(), [s = state.get()](v1::ServerStats* stats) {
         stats->set_version(kKilnVersion);
@@ -315,6 +334,7 @@ absl::StatusOr<std::unique_ptr<KilnServer>> KilnServer::Start(const ServerConfig
       input.cache = page_state->cache->Statistics();
       input.compiles = page_state->compile_service->TakeSnapshot();
       input.isolation = page_state->isolation;
+      if (page_state->shared) input.shared = page_state->shared->TakeSnapshot();
       if (const auto* workers = dynamic_cast<const WorkerCompiler*>(page_state->compiler.get())) {
         input.workers = workers->TakeSnapshot();
       }
@@ -392,6 +412,8 @@ void KilnServer::Drain(absl::Duration grace) {
     // Blob requests in flight finish; connections close.
     if (state_->blob_http) state_->blob_http->Stop();
     if (state_->resp) state_->resp->Stop();
+    // Queued write-through finishes (briefly) while the store is still open.
+    if (state_->shared) state_->shared->Stop();
     // Shutdown has returned: no call runs any more, so the store can be closed.
     if (absl::Status s = state_->cache->Close(); !s.ok()) {
       LogError("cache_close_failed", {{"error", s.ToString()}});

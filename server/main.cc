@@ -123,6 +123,9 @@ int main(int argc, char** argv) {
   AddSetting(app, "--token-file", config.token_file,
              "bearer tokens with roles, one `ROLE TOKEN [NAME]` per line");
 
+  AddSetting(app, "--shared-cache", config.shared_cache,
+             "shared cache tier: a Redis Cluster as redis://HOST:PORT[,HOST:PORT...]; "
+             "action records and blobs go through to it and are read from it on a local miss");
   AddSetting(app, "--otlp-url", config.otlp_url,
              "export traces as OTLP/JSON to this collector URL (http://HOST:PORT/v1/traces)");
   AddSetting(app, "--trace-capacity", config.trace_capacity,

@@ -111,6 +111,28 @@ std::string HtmlEscape(absl::string_view text) {
   return out;
 }
 
+// The shared cache tier: health, hit rate, mean read latency, write-through queue.
+static void SharedCacheRow(const SharedCache::Snapshot& s, std::string* out) {
+  const int64_t reads = s.tier.hits + s.tier.misses;
+  const std::string hit_rate =
+      reads == 0
+          ? "n/a"
+          : absl::StrFormat("%.1f%% of %d reads",
+                            100.0 * static_cast<double>(s.tier.hits) / static_cast<double>(reads),
+                            reads);
+  const std::string latency =
+      s.tier.operations == 0
+          ? "n/a"
+          : absl::StrFormat("%.2f ms", absl::ToDoubleMilliseconds(s.tier.latency_total) /
+                                           static_cast<double>(s.tier.operations));
+  absl::StrAppend(
+      out, "<tr><th>shared cache</th><td>",
+      s.tier.healthy ? "up" : absl::StrCat("<b>down</b> (", HtmlEscape(s.tier.last_error), ")"),
+      "; hit rate ", hit_rate, "; mean latency ", latency, "; ", s.tier.corrupt,
+      " corrupt dropped, ", s.tier.errors, " errors; write-through ", s.queue_depth, " queued, ",
+      s.dropped, " dropped</td></tr>\n");
+}
+
 std::string RenderStatusPage(const StatusPageInput& in) {
   const cache::CacheStatistics& c = in.cache;
   const int64_t lookups = c.hits + c.misses + c.guard_misses;
@@ -142,8 +164,9 @@ std::string RenderStatusPage(const StatusPageInput& in) {
       " divergences, ", in.compiles.rendezvous.timeouts, " timeouts, ",
       in.compiles.rendezvous.waiting, " ranks waiting</td></tr>\n", "<tr><th>integrity</th><td>",
       c.integrity_failures, " blobs dropped, ", c.evictions, " evictions (", Bytes(c.evicted_bytes),
-      ")</td></tr>\n</table>\n");
-  absl::StrAppend(&out, "<h2>In flight</h2>\n");
+      ")</td></tr>\n");
+  if (in.shared.has_value()) SharedCacheRow(*in.shared, &out);
+  absl::StrAppend(&out, "</table>\n<h2>In flight</h2>\n");
   CompileTable(in.compiles.running, /*running=*/true, &out);
   absl::StrAppend(&out, "<h2>Recent compiles</h2>\n");
   CompileTable(in.compiles.recent, /*running=*/false, &out);

@@ -12,6 +12,7 @@
 #include "cache/stats.h"
 #include "server/compile/worker_compiler.h"
 #include "server/rpc/compile_service.h"
+#include "server/shared_cache.h"
 
 namespace kiln::server {
 
@@ -20,8 +21,9 @@ struct StatusPageInput {
   absl::Duration uptime;
   cache::CacheStatistics cache;
   CompileService::Snapshot compiles;
-  std::string isolation;                      // where compiles run, in words
-  std::optional<WorkerPoolSnapshot> workers;  // when they run in worker processes
+  std::string isolation;                        // where compiles run, in words
+  std::optional<WorkerPoolSnapshot> workers;    // when they run in worker processes
+  std::optional<SharedCache::Snapshot> shared;  // when --shared-cache is configured
   absl::Time now;
 };
 

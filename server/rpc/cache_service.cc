@@ -1,6 +1,7 @@
 #include "server/rpc/cache_service.h"
 
 #include <algorithm>
+#include <limits>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -86,8 +87,9 @@ absl::StatusOr<std::unique_ptr<cache::Cache>> OpenServerCache(const ServerConfig
 }
 
 CacheService::CacheService(cache::Cache* cache, const Authorizer* authorizer,
-                           int64_t max_blob_bytes, int64_t chunk_bytes)
+                           int64_t max_blob_bytes, int64_t chunk_bytes, SharedCache* shared)
     : cache_(cache),
+      shared_(shared),
       authorizer_(authorizer),
       max_blob_bytes_(max_blob_bytes),
       chunk_bytes_(chunk_bytes) {
@@ -120,7 +122,8 @@ CacheService::CacheService(cache::Cache* cache, const Authorizer* authorizer,
 grpc::Status CacheService::Get(grpc::ServerContext* context, const v1::GetRequest* request,
                                grpc::ServerWriter<v1::GetResponse>* writer) {
   if (grpc::Status denied = authorizer_->Permit(*context, Role::kRead); !denied.ok()) return denied;
-  absl::StatusOr<cache::BlobBytes> blob = cache_->store().Read(request->digest());
+  absl::StatusOr<cache::BlobBytes> blob =
+      ReadBlob(request->digest(), std::numeric_limits<int64_t>::max());
   if (!blob.ok()) return Reply(blob.status(), "digest");
   const std::string& bytes = **blob;
   const auto size = static_cast<int64_t>(bytes.size());
@@ -152,10 +155,19 @@ grpc::Status CacheService::GetWholeEncoded(grpc::ServerContext* context,
                                            const v1::GetRequest* request,
                                            grpc::ByteBuffer* response) {
   if (grpc::Status denied = authorizer_->Permit(*context, Role::kRead); !denied.ok()) return denied;
-  absl::StatusOr<cache::BlobBytes> blob = cache_->store().Read(request->digest(), chunk_bytes_);
+  absl::StatusOr<cache::BlobBytes> blob = ReadBlob(request->digest(), chunk_bytes_);
   if (!blob.ok()) return Reply(blob.status(), "digest");
   *response = EncodeGetResponse(request->digest().hash(), *std::move(blob));
   return grpc::Status::OK;
+}
+
+absl::StatusOr<cache::BlobBytes> CacheService::ReadBlob(const v1::Digest& digest,
+                                                        int64_t max_bytes) {
+  absl::StatusOr<cache::BlobBytes> blob = cache_->store().Read(digest, max_bytes);
+  if (absl::IsNotFound(blob.status()) && shared_ != nullptr && shared_->FetchBlob(digest)) {
+    blob = cache_->store().Read(digest, max_bytes);
+  }
+  return blob;
 }
 
 grpc::Status CacheService::CheckDeclared(const v1::PutRequest& first) const {
@@ -184,6 +196,7 @@ grpc::Status CacheService::Store(const v1::Digest& digest, absl::string_view byt
   }
   absl::StatusOr<bool> present = cache_->store().Put(digest, bytes);
   if (!present.ok()) return Reply(present.status(), "data");
+  if (!*present && shared_ != nullptr) shared_->WriteBlob(digest);
   *response->mutable_digest() = digest;
   response->set_already_present(*present);
   return grpc::Status::OK;
@@ -258,6 +271,10 @@ grpc::Status CacheService::GetAction(grpc::ServerContext* context,
   }
   // The caller evaluates the guards; for the cache, a key with a complete variant is a hit.
   absl::StatusOr<v1::ActionEntry> entry = cache_->actions().Get(request->compile_key());
+  if (absl::IsNotFound(entry.status()) && shared_ != nullptr &&
+      shared_->FetchAction(request->compile_key())) {
+    entry = cache_->actions().Get(request->compile_key());
+  }
   if (absl::IsNotFound(entry.status())) cache_->actions().RecordMiss();
   if (!entry.ok()) return Reply(entry.status(), "compile_key");
   cache_->actions().RecordHit(request->compile_key());
@@ -270,7 +287,9 @@ grpc::Status CacheService::PutAction(grpc::ServerContext* context,
                                      v1::PutActionResponse* response) {
   if (grpc::Status denied = authorizer_->Permit(*context, Role::kCompile); !denied.ok())
     return denied;
-  return Reply(cache_->actions().Put(request->compile_key(), request->variant()), "variant");
+  absl::Status stored = cache_->actions().Put(request->compile_key(), request->variant());
+  if (stored.ok() && shared_ != nullptr) shared_->WriteAction(request->compile_key());
+  return Reply(stored, "variant");
 }
 
 grpc::Status CacheService::ListActions(grpc::ServerContext* context,

@@ -19,6 +19,7 @@
 #include "kiln/v1/cache.grpc.pb.h"
 #include "server/config.h"
 #include "server/rpc/auth.h"
+#include "server/shared_cache.h"
 
 namespace kiln::server {
 
@@ -29,10 +30,12 @@ absl::StatusOr<std::unique_ptr<cache::Cache>> OpenServerCache(const ServerConfig
 
 class CacheService final : public v1::Cache::Service {
  public:
-  // `cache` must outlive the service. Blobs larger than `chunk_bytes` are streamed in chunks.
-  // Reads need the `read` role, writes `compile` (see auth.h).
+  // `cache` must outlive the service, and `shared` (the shared cache tier, null when none is
+  // configured) too. Blobs larger than `chunk_bytes` are streamed in chunks. Reads need the
+  // `read` role, writes `compile` (see auth.h). A read the local cache misses asks the shared
+  // tier; writes go through to it in the background.
   CacheService(cache::Cache* cache, const Authorizer* authorizer, int64_t max_blob_bytes,
-               int64_t chunk_bytes);
+               int64_t chunk_bytes, SharedCache* shared = nullptr);
 
   grpc::Status Get(grpc::ServerContext* context, const v1::GetRequest* request,
                    grpc::ServerWriter<v1::GetResponse>* writer) override;
@@ -55,12 +58,15 @@ class CacheService final : public v1::Cache::Service {
                            v1::ListActionsResponse* response) override;
 
  private:
+  // A blob from the local store, or, on a local miss, from the shared tier.
+  absl::StatusOr<cache::BlobBytes> ReadBlob(const v1::Digest& digest, int64_t max_bytes);
   // The checks a Put's first (or only) message passes before anything is read or stored.
   grpc::Status CheckDeclared(const v1::PutRequest& first) const;
   // Stores what a Put received, once the sizes agree.
   grpc::Status Store(const v1::Digest& digest, absl::string_view bytes, v1::PutResponse* response);
 
   cache::Cache* const cache_;
+  SharedCache* const shared_;
   const Authorizer* const authorizer_;
   const int64_t max_blob_bytes_;
   const int64_t chunk_bytes_;

@@ -51,10 +51,11 @@ std::string Renamed(const std::string& text,
 
 CompileService::CompileService(const CompileServiceOptions& options, Compiler* compiler,
                                cache::Cache* cache, MetricsRegistry* metrics, TraceStore* traces,
-                               const Authorizer* authorizer)
+                               const Authorizer* authorizer, SharedCache* shared)
     : options_(options),
       compiler_(compiler),
       cache_(cache),
+      shared_(shared),
       traces_(traces),
       authorizer_(authorizer),
       pool_(PoolOptions(options)),
@@ -331,14 +332,21 @@ absl::StatusOr<CompileService::Answer> CompileService::Resolve(
     ScopedSpan span(trace, "lookup");
     const absl::Time t0 = absl::Now();
     std::string first_failure;
-    absl::StatusOr<v1::ActionVariant> variant =
-        cache_->actions().Lookup(keyed->key, [&](const v1::ActionVariant& v) {
-          absl::StatusOr<sym::CompiledGuards> guards = sym::CompiledGuards::Compile(v.guards());
-          if (!guards.ok()) return false;
-          sym::GuardCheck check = guards->Check(keyed->bindings);
-          if (!check.holds && first_failure.empty()) first_failure = check.message;
-          return check.holds;
-        });
+    auto lookup = [&] {
+      first_failure.clear();
+      return cache_->actions().Lookup(keyed->key, [&](const v1::ActionVariant& v) {
+        absl::StatusOr<sym::CompiledGuards> guards = sym::CompiledGuards::Compile(v.guards());
+        if (!guards.ok()) return false;
+        sym::GuardCheck check = guards->Check(keyed->bindings);
+        if (!check.holds && first_failure.empty()) first_failure = check.message;
+        return check.holds;
+      });
+    };
+    absl::StatusOr<v1::ActionVariant> variant = lookup();
+    // A local miss asks the shared tier, which may hold variants other servers compiled.
+    if (!variant.ok() && shared_ != nullptr && shared_->FetchAction(keyed->key)) {
+      variant = lookup();
+    }
     phase_seconds_.With({"lookup"}).Observe(absl::ToDoubleSeconds(absl::Now() - t0));
     answer.lookup = absl::Now() - t0;
     if (variant.ok() && variant->artifacts_size() > 0) {
@@ -492,6 +500,8 @@ void CompileService::RunCompile(std::shared_ptr<Flights::Flight> flight,
   if (!stored.ok()) {
     // The answer is still good; only later requests lose the cache entry.
     LogWarning("store_failed", {{"key", keyed->key}, {"error", stored.ToString()}});
+  } else if (shared_ != nullptr) {
+    shared_->WriteAction(keyed->key);
   }
   compiles_total_.With({"ok"}).Increment();
   flight->Finish(std::shared_ptr<const Artifact>(std::move(artifact)));

@@ -27,6 +27,7 @@
 #include "server/observe/trace.h"
 #include "server/rpc/auth.h"
 #include "server/rpc/client_limiter.h"
+#include "server/shared_cache.h"
 
 namespace kiln::server {
 
@@ -52,9 +53,11 @@ struct CompileRecord {
 
 class CompileService final : public v1::Compiler::Service {
  public:
-  // `compiler`, `cache`, `metrics`, `traces` and `authorizer` must outlive the service.
+  // `compiler`, `cache`, `metrics`, `traces`, `authorizer` and `shared` (the shared cache
+  // tier, null when none is configured) must outlive the service.
   CompileService(const CompileServiceOptions& options, Compiler* compiler, cache::Cache* cache,
-                 MetricsRegistry* metrics, TraceStore* traces, const Authorizer* authorizer);
+                 MetricsRegistry* metrics, TraceStore* traces, const Authorizer* authorizer,
+                 SharedCache* shared = nullptr);
   ~CompileService() override;
 
   grpc::Status Compile(grpc::ServerContext* context, const v1::CompileRequest* request,
@@ -120,6 +123,7 @@ class CompileService final : public v1::Compiler::Service {
   const CompileServiceOptions options_;
   Compiler* const compiler_;
   cache::Cache* const cache_;
+  SharedCache* const shared_;
   TraceStore* const traces_;
   const Authorizer* const authorizer_;
   ThreadPool pool_;  // runs the compiles

@@ -83,6 +83,21 @@ TEST(ConfigTest, CacheLimitsAreChecked) {
 namespace kiln::server {
 namespace {
 
+TEST(ConfigTest, SharedCacheUrlIsChecked) {
+  ServerConfig c;
+  EXPECT_TRUE(c.shared_cache.empty());
+  for (const char* bad : {"http://127.0.0.1:7000", "redis://", "redis://127.0.0.1",
+                          "redis://127.0.0.1:99999", "redis://127.0.0.1:7000,"}) {
+    c.shared_cache = bad;
+    const absl::Status s = ValidateConfig(c);
+    EXPECT_TRUE(absl::IsInvalidArgument(s)) << bad;
+    EXPECT_NE(s.message().find("--shared-cache"), std::string::npos) << s;
+    EXPECT_NE(s.message().find(bad), std::string::npos) << s;
+  }
+  c.shared_cache = "redis://127.0.0.1:7000,127.0.0.1:7001";
+  EXPECT_TRUE(ValidateConfig(c).ok());
+}
+
 TEST(ConfigTest, CompileIsolationIsChecked) {
   ServerConfig c;
   EXPECT_EQ(c.compile_isolation, "process");
