@@ -147,12 +147,21 @@ class KernelEmitter final : public ParallelSpace {
                                 idx);
   }
 
+  // A buffer the kernel never stores to holds the same values for the whole launch
+  // (`noalias`: nothing else in it writes them), which lets a load be reused past the
+  // barriers between the stages of a split reduction, which otherwise clobber all memory.
+  void MarkInvariant(llvm::LoadInst* load, int32_t buffer) {
+    if (stored_[static_cast<size_t>(buffer)]) return;
+    load->setMetadata(llvm::LLVMContext::MD_invariant_load, llvm::MDNode::get(ctx_, {}));
+  }
+
   llvm::Value* Load(const Inst& in) {
     const ScalarType st = loop::ScalarTypeOf(p_.buffers[static_cast<size_t>(in.buffer)].dtype);
     llvm::Value* mask = in.mask >= 0 ? vals_[static_cast<size_t>(in.mask)] : nullptr;
     llvm::Value* addr = Address(in, mask);
     llvm::LoadInst* raw = b_.CreateLoad(ops_.StorageType(st), addr);
     raw->setAlignment(llvm::Align(loop::ByteSize(st)));
+    MarkInvariant(raw, in.buffer);
     llvm::Value* v = ops_.FromStorage(raw, st);
     if (mask != nullptr) v = b_.CreateSelect(mask, v, ops_.Zero(loop::ComputeType(st)));
     return v;
@@ -190,6 +199,7 @@ class KernelEmitter final : public ParallelSpace {
   std::string name_;
   const KernelAbi& abi_;
   std::vector<llvm::Value*> buffers_;  // by buffer index (only those the kernel touches)
+  std::vector<bool> stored_;           // by buffer index: whether the kernel stores to it
   std::vector<llvm::Value*> syms_;     // by symbol id
   llvm::Value* seed_ = nullptr;
   llvm::Value* offset_ = nullptr;
@@ -300,19 +310,23 @@ absl::Status KernelEmitter::SplitReductionLoop(const loop::Stage& s) {
   llvm::Value* total = b_.getInt64(1);
   for (const IndexExpr& e : k_.reduction) total = b_.CreateMul(total, Index(e), "", true, true);
   auto [first, step] = abi_.ReductionStart(*this);
-  absl::Status st = Loop(
-      first, total, step,
-      [&](llvm::Value* flat) -> absl::Status {
-        for (size_t d = nr; d-- > 1;) {
-          llvm::Value* extent = Index(k_.reduction[d]);
-          vars_[np + d] = b_.CreateURem(flat, extent);
-          flat = b_.CreateUDiv(flat, extent);
-        }
-        if (nr > 0) vars_[np] = flat;
-        return Body(s.begin, s.end, true);
-      },
-      /*innermost=*/true);
-  if (!st.ok()) return st;
+  auto element = [&](llvm::Value* flat) -> absl::Status {
+    for (size_t d = nr; d-- > 1;) {
+      llvm::Value* extent = Index(k_.reduction[d]);
+      vars_[np + d] = b_.CreateURem(flat, extent);
+      flat = b_.CreateUDiv(flat, extent);
+    }
+    if (nr > 0) vars_[np] = flat;
+    return Body(s.begin, s.end, true);
+  };
+  if (const int64_t trips = abi_.SplitTrips(k_); trips > 0) {
+    for (int64_t j = 0; j < trips; ++j) {
+      llvm::Value* flat = b_.CreateAdd(first, b_.CreateMul(step, b_.getInt64(j)), "", true, true);
+      if (absl::Status st = element(flat); !st.ok()) return st;
+    }
+  } else if (absl::Status st = Loop(first, total, step, element, /*innermost=*/true); !st.ok()) {
+    return st;
+  }
   for (int32_t i = s.begin; i < s.end; ++i) {
     const Inst& in = k_.insts[static_cast<size_t>(i)];
     if (in.op != Opcode::kReduce) continue;
@@ -473,6 +487,7 @@ std::vector<llvm::Value*> KernelEmitter::VectorLoad(const Inst& in, const Vector
   llvm::Type* memory = VectorMemoryType(st, lanes);
   llvm::LoadInst* raw = b_.CreateLoad(memory, Address(in, nullptr));
   raw->setAlignment(llvm::Align(access.align));
+  MarkInvariant(raw, in.buffer);
   std::vector<llvm::Value*> out;
   for (int32_t l = 0; l < lanes; ++l) {
     llvm::Value* element;
@@ -618,7 +633,8 @@ absl::Status KernelEmitter::Emit() {
   // than left to inference, which gives up on a pointer whose address the code inspects
   // (RunsAligned).
   const plan::KernelParams params = plan::ParamsOf(k_);
-  std::vector<bool> stored(p_.buffers.size(), false);
+  std::vector<bool>& stored = stored_;
+  stored.assign(p_.buffers.size(), false);
   for (const Inst& in : k_.insts) {
     if (in.op == Opcode::kStore) stored[static_cast<size_t>(in.buffer)] = true;
   }

@@ -106,6 +106,11 @@ class KernelAbi {
   virtual std::pair<llvm::Value*, llvm::Value*> ReductionStart(ParallelSpace& space) const {
     return {nullptr, nullptr};
   }
+  // When every thread of a point takes the same small constant number of its reduction's
+  // elements (a step that divides the reduction), that number, else 0. The split loop is
+  // then emitted unrolled, so that a load a later stage repeats (the row that a softmax or a
+  // norm reads in each of its passes) is read once and kept in registers.
+  virtual int64_t SplitTrips(const loop::Kernel& kernel) const { return 0; }
   // Makes this thread's partial `*value` (and `*index` for arg reductions, else null) the
   // reduction over every thread of the point, in every one of them.
   virtual absl::Status CombinePartials(ParallelSpace& space, loop::ReduceKind kind,

@@ -9,6 +9,7 @@
 #include "llvm/IR/DerivedTypes.h"
 #include "llvm/IR/Function.h"
 #include "llvm/IR/GlobalVariable.h"
+#include "llvm/IR/Instructions.h"
 #include "llvm/IR/Intrinsics.h"
 #include "llvm/IR/IntrinsicsNVPTX.h"
 #include "llvm/IR/Metadata.h"
@@ -26,10 +27,16 @@ llvm::Value* Sreg(llvm::IRBuilder<>& b, llvm::Intrinsic::ID id) {
 
 constexpr int kWarp = 32;
 
-// The block's scratch for combining partials: one 64-bit slot per warp, for values and for
-// arg positions.
+// The block's scratch for combining partials: one 64-bit slot per warp and point of the warp
+// (ReductionSplit), for values and for arg positions.
+constexpr int64_t kSlots = kColumnThreads / kWarp * kColumnPoints;
+
+llvm::Type* SlotArray(llvm::LLVMContext& ctx) {
+  return llvm::ArrayType::get(llvm::Type::getInt64Ty(ctx), kSlots);
+}
+
 llvm::Value* SharedSlots(llvm::Module& m, const char* name) {
-  llvm::Type* ty = llvm::ArrayType::get(llvm::Type::getInt64Ty(m.getContext()), kWarp);
+  llvm::Type* ty = SlotArray(m.getContext());
   if (llvm::GlobalVariable* g = m.getGlobalVariable(name, true)) return g;
   auto* g = new llvm::GlobalVariable(m, ty, false, llvm::GlobalValue::InternalLinkage,
                                      llvm::UndefValue::get(ty), name, nullptr,
@@ -79,25 +86,77 @@ void Barrier(llvm::IRBuilder<>& b) {
 
 }  // namespace
 
+namespace {
+
+// The thread's point within its block's group and its slice of the point's reduction
+// (launch.h ReductionSplit).
+std::pair<llvm::Value*, llvm::Value*> PointAndSlice(llvm::IRBuilder<>& b,
+                                                    const ReductionSplit& split) {
+  llvm::Value* tid = Sreg(b, llvm::Intrinsic::nvvm_read_ptx_sreg_tid_x);
+  if (split.points == 1) return {b.getInt64(0), tid};
+  llvm::Value* points = b.getInt64(split.points);
+  llvm::Value* slices = b.getInt64(split.slices());
+  if (split.column) return {b.CreateURem(tid, points), b.CreateUDiv(tid, points)};
+  return {b.CreateUDiv(tid, slices), b.CreateURem(tid, slices)};
+}
+
+// Marks the kernel whose body is being emitted to be launched with at most `threads`
+// threads a block (nvvm.annotations "maxntidx"), so that ptxas keeps its registers within
+// what a block of that many threads may have.
+void LimitThreads(llvm::IRBuilder<>& b, int64_t threads) {
+  llvm::Function* body = b.GetInsertBlock()->getParent();
+  llvm::Module& m = *body->getParent();
+  llvm::LLVMContext& ctx = m.getContext();
+  for (llvm::User* user : body->users()) {
+    auto* call = llvm::dyn_cast<llvm::CallInst>(user);
+    if (call == nullptr) continue;
+    llvm::Metadata* limit[] = {llvm::ValueAsMetadata::get(call->getFunction()),
+                               llvm::MDString::get(ctx, "maxntidx"),
+                               llvm::ValueAsMetadata::get(llvm::ConstantInt::get(
+                                   llvm::Type::getInt32Ty(ctx), static_cast<uint64_t>(threads)))};
+    m.getOrInsertNamedMetadata("nvvm.annotations")->addOperand(llvm::MDNode::get(ctx, limit));
+  }
+}
+
+}  // namespace
+
 bool GpuKernelAbi::SplitsReductions(const loop::Kernel& kernel) const {
-  return ReductionThreads(kernel) > 0;
+  return SplitOf(kernel).threads > 0;
 }
 
 std::pair<llvm::Value*, llvm::Value*> GpuKernelAbi::ReductionStart(ParallelSpace& space) const {
+  const ReductionSplit split = SplitOf(space.kernel());
   llvm::IRBuilder<>& b = space.builder();
-  return {Sreg(b, llvm::Intrinsic::nvvm_read_ptx_sreg_tid_x),
-          Sreg(b, llvm::Intrinsic::nvvm_read_ptx_sreg_ntid_x)};
+  return {PointAndSlice(b, split).second, b.getInt64(split.slices())};
+}
+
+int64_t GpuKernelAbi::SplitTrips(const loop::Kernel& kernel) const {
+  const ReductionSplit split = SplitOf(kernel);
+  if (split.threads == 0) return 0;
+  int64_t total = 1;
+  for (const loop::IndexExpr& e : kernel.reduction) {
+    if (!e.is_const()) return 0;
+    total *= e.const_value();
+  }
+  if (total % split.slices() != 0 || total / split.slices() > kMaxUnrolledTrips) return 0;
+  return total / split.slices();
 }
 
 absl::Status GpuKernelAbi::CombinePartials(ParallelSpace& space, loop::ReduceKind kind,
                                            loop::ScalarType type, llvm::Value** value,
                                            llvm::Value** index) const {
+  const ReductionSplit split = SplitOf(space.kernel());
   llvm::IRBuilder<>& b = space.builder();
   llvm::Module& m = *b.GetInsertBlock()->getModule();
   llvm::Type* ty = (*value)->getType();
-  // Every lane of the warp ends with the warp's result.
+  // The lanes of a warp that hold slices of one point sit `lane_step` apart: neighbours in a
+  // row split, kColumnPoints apart in a column split. Butterfly shuffles over the masks from
+  // lane_step up combine them, so each of them ends with the warp's share of its point.
+  const int lane_step = split.column ? static_cast<int>(split.points) : 1;
+  const int lanes_per_point =
+      split.column ? kWarp / lane_step : static_cast<int>(std::min<int64_t>(split.slices(), kWarp));
   auto warp_reduce = [&](llvm::Value* v, llvm::Value* i) -> std::pair<llvm::Value*, llvm::Value*> {
-    for (int mask = kWarp / 2; mask > 0; mask /= 2) {
+    for (int mask = lane_step * lanes_per_point / 2; mask >= lane_step; mask /= 2) {
       llvm::Value* other = FromBits(b, ShuffleXor(b, ToBits(b, v), mask), ty);
       llvm::Value* other_i = i != nullptr ? ShuffleXor(b, i, mask) : nullptr;
       std::tie(v, i) = space.Accumulate(kind, type, v, i, other, other_i);
@@ -105,22 +164,62 @@ absl::Status GpuKernelAbi::CombinePartials(ParallelSpace& space, loop::ReduceKin
     return {v, i};
   };
   auto [v, i] = warp_reduce(*value, index != nullptr ? *index : nullptr);
+  if (!split.column && split.slices() <= kWarp) {
+    // A warp per point: the shuffles were the whole combination.
+    *value = v;
+    if (index != nullptr) *index = i;
+    return absl::OkStatus();
+  }
 
   llvm::Value* tid = Sreg(b, llvm::Intrinsic::nvvm_read_ptx_sreg_tid_x);
-  llvm::Value* ntid = Sreg(b, llvm::Intrinsic::nvvm_read_ptx_sreg_ntid_x);
   llvm::Value* lane = b.CreateAnd(tid, b.getInt64(kWarp - 1));
   llvm::Value* warp = b.CreateLShr(tid, 5);
-  llvm::Value* warps = b.CreateLShr(b.CreateAdd(ntid, b.getInt64(kWarp - 1)), 5);
   llvm::Value* slots = SharedSlots(m, "kiln_reduce_values");
   llvm::Value* index_slots = index != nullptr ? SharedSlots(m, "kiln_reduce_positions") : nullptr;
-  llvm::Type* slot_array = llvm::ArrayType::get(b.getInt64Ty(), kWarp);
+  llvm::Type* slot_array = SlotArray(b.getContext());
   auto slot = [&](llvm::Value* base, llvm::Value* at) {
     return b.CreateInBoundsGEP(slot_array, base, {b.getInt64(0), at});
   };
-
-  // Lane 0 of each warp leaves the warp's result in its slot.
   llvm::Function* f = b.GetInsertBlock()->getParent();
   llvm::LLVMContext& ctx = b.getContext();
+  const int64_t warps = split.threads / kWarp;
+
+  if (split.column) {
+    // The first kColumnPoints lanes of each warp leave the warp's share of their points in
+    // slot warp * points + point; then every thread combines its point's slots, warp 0 first.
+    llvm::Value* point = b.CreateURem(tid, b.getInt64(split.points));
+    llvm::BasicBlock* write = llvm::BasicBlock::Create(ctx, "combine.write", f);
+    llvm::BasicBlock* written = llvm::BasicBlock::Create(ctx, "combine.written", f);
+    b.CreateCondBr(b.CreateICmpULT(lane, b.getInt64(split.points)), write, written);
+    b.SetInsertPoint(write);
+    llvm::Value* mine = b.CreateAdd(b.CreateMul(warp, b.getInt64(split.points)), point);
+    b.CreateStore(ToBits(b, v), slot(slots, mine));
+    if (index_slots != nullptr) b.CreateStore(i, slot(index_slots, mine));
+    b.CreateBr(written);
+    b.SetInsertPoint(written);
+    Barrier(b);
+    llvm::Value* acc = nullptr;
+    llvm::Value* acc_i = nullptr;
+    for (int64_t w = 0; w < warps; ++w) {
+      llvm::Value* at = b.CreateAdd(point, b.getInt64(w * split.points));
+      llvm::Value* x = FromBits(b, b.CreateLoad(b.getInt64Ty(), slot(slots, at)), ty);
+      llvm::Value* x_i =
+          index_slots != nullptr ? b.CreateLoad(b.getInt64Ty(), slot(index_slots, at)) : nullptr;
+      if (acc == nullptr) {
+        acc = x;
+        acc_i = x_i;
+      } else {
+        std::tie(acc, acc_i) = space.Accumulate(kind, type, acc, acc_i, x, x_i);
+      }
+    }
+    // The slots are free again only when every thread has read them.
+    Barrier(b);
+    *value = acc;
+    if (index != nullptr) *index = acc_i;
+    return absl::OkStatus();
+  }
+
+  // A block per point. Lane 0 of each warp leaves the warp's result in its slot.
   llvm::BasicBlock* write = llvm::BasicBlock::Create(ctx, "combine.write", f);
   llvm::BasicBlock* written = llvm::BasicBlock::Create(ctx, "combine.written", f);
   b.CreateCondBr(b.CreateICmpEQ(lane, b.getInt64(0)), write, written);
@@ -132,7 +231,7 @@ absl::Status GpuKernelAbi::CombinePartials(ParallelSpace& space, loop::ReduceKin
   Barrier(b);
 
   // Every warp combines the warps' results (lanes past the last warp bring the identity).
-  llvm::Value* has = b.CreateICmpULT(lane, warps);
+  llvm::Value* has = b.CreateICmpULT(lane, b.getInt64(warps));
   llvm::Value* safe_lane = b.CreateSelect(has, lane, b.getInt64(0));
   llvm::Value* w = FromBits(b, b.CreateLoad(b.getInt64Ty(), slot(slots, safe_lane)), ty);
   w = b.CreateSelect(has, w, space.Identity(kind, type));
@@ -182,16 +281,33 @@ absl::Status GpuKernelAbi::EmitParallel(ParallelSpace& space) const {
   const loop::Kernel& k = space.kernel();
   llvm::IRBuilder<>& b = space.builder();
   const size_t np = k.parallel.size();
-  if (SplitsReductions(k)) {
-    // A block per point: every thread of the block walks the same points.
+  if (const ReductionSplit split = SplitOf(k); split.threads > 0) {
+    if (split.threads > kBlockThreads) LimitThreads(b, split.threads);
+    // A group of split.points points per block: every thread of the block walks the same
+    // groups, so that all of them reach every barrier. A thread whose point lies past the
+    // last computes the last point again (its stores write what the point's own threads
+    // write), rather than skip the barriers.
     llvm::Value* points = b.getInt64(1);
     for (size_t d = 0; d < np; ++d) points = b.CreateMul(points, space.Extent(d), "", true, true);
+    llvm::Value* per_block = b.getInt64(split.points);
+    llvm::Value* groups =
+        split.points == 1
+            ? points
+            : b.CreateUDiv(b.CreateAdd(points, b.getInt64(split.points - 1), "", true, true),
+                           per_block);
+    llvm::Value* mine = PointAndSlice(b, split).first;
     llvm::Value* block = Sreg(b, llvm::Intrinsic::nvvm_read_ptx_sreg_ctaid_x);
     llvm::Value* blocks = Sreg(b, llvm::Intrinsic::nvvm_read_ptx_sreg_nctaid_x);
     return space.Loop(
-        block, points, blocks,
-        [&](llvm::Value* i) -> absl::Status {
-          space.BindRowMajor(i, np);
+        block, groups, blocks,
+        [&](llvm::Value* g) -> absl::Status {
+          llvm::Value* point = g;
+          if (split.points > 1) {
+            point = b.CreateAdd(b.CreateMul(g, per_block, "", true, true), mine, "", true, true);
+            llvm::Value* last = b.CreateSub(points, b.getInt64(1));
+            point = b.CreateSelect(b.CreateICmpULT(point, points), point, last);
+          }
+          space.BindRowMajor(point, np);
           return space.EmitPoint();
         },
         /*innermost=*/false);

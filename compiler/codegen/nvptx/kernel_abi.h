@@ -5,8 +5,8 @@
 // order, each by value: a buffer's device address as a pointer, a symbol and the RNG seed and
 // offset as int64. cuLaunchKernel's kernelParams[i] then points at the i-th value, as
 // params[i] does on x86-64. The body walks the kernel's flattened parallel range with a
-// grid-stride loop (launch.h), its index math in int64; kernels with long reductions give
-// each point a block.
+// grid-stride loop (launch.h), its index math in int64; kernels with long reductions share
+// each point among a warp's or a block's threads.
 //
 // A pointwise kernel with runs (launch.h VectorLanes) computes a whole run with vector loads
 // and stores where it can. Whether its buffers allow that is decided at run time: the plan
@@ -41,12 +41,17 @@ class GpuKernelAbi final : public KernelAbi {
                  llvm::Function* body) const override;
   absl::Status EmitParallel(ParallelSpace& space) const override;
 
-  // Long reductions (launch.h ReductionThreads): a block per point, thread t taking elements
-  // t, t + blockDim.x, ... of each reduction; partials combine by butterfly shuffles within
-  // each warp, then through shared memory across warps, so every thread holds the result.
-  // The order is fixed by the block size, so results do not vary between runs.
+  // Split reductions (launch.h SplitOf): each thread takes the elements slice, slice +
+  // slices, ... of its point's reduction. Partials combine by butterfly shuffles among the
+  // lanes of a warp that share a point; for a block per point, then through shared memory
+  // across the warps (one slot per warp, combined by a second round of shuffles); for
+  // column splits, through one shared slot per warp and point, which every thread combines in
+  // warp order. Every thread of a point ends with its result. The order is fixed by the
+  // split, so results do not vary between runs.
   bool SplitsReductions(const loop::Kernel& kernel) const override;
   std::pair<llvm::Value*, llvm::Value*> ReductionStart(ParallelSpace& space) const override;
+  // Up to kMaxUnrolledTrips elements a thread (launch.h).
+  int64_t SplitTrips(const loop::Kernel& kernel) const override;
   absl::Status CombinePartials(ParallelSpace& space, loop::ReduceKind kind, loop::ScalarType type,
                                llvm::Value** value, llvm::Value** index) const override;
 };

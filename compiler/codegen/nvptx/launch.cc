@@ -45,29 +45,63 @@ IndexExpr PointsOf(const loop::Kernel& kernel, int32_t lanes) {
   return points;
 }
 
-int64_t ReductionThreads(const loop::Kernel& kernel) {
-  if (kernel.reduction.empty() || !kernel.fusible) return 0;
-  bool loops = false;
-  for (const loop::Stage& s : kernel.stages) loops = loops || s.loops;
-  if (!loops) return 0;
+namespace {
+
+// Whether some load of a looping stage of `kernel` steps through consecutive elements of its
+// buffer as loop variable `var` steps.
+bool LoopLoadsWalk(const loop::Kernel& kernel, int32_t var) {
+  for (const loop::Stage& s : kernel.stages) {
+    if (!s.loops) continue;
+    for (int32_t i = s.begin; i < s.end; ++i) {
+      const loop::Inst& in = kernel.insts[static_cast<size_t>(i)];
+      if (in.op == loop::Opcode::kLoad && WalksContiguously(in, var)) return true;
+    }
+  }
+  return false;
+}
+
+}  // namespace
+
+ReductionSplit SplitOf(const loop::Kernel& kernel) {
+  if (kernel.reduction.empty() || !kernel.fusible || !loop::HasLoopStage(kernel)) return {};
   IndexExpr total = IndexExpr::Const(1);
   for (const IndexExpr& e : kernel.reduction) total = total * e;
-  if (!total.is_const()) return kBlockThreads;
+  if (total.is_const() && total.const_value() < kMinBlockReduction) return {};
+  const int32_t np = static_cast<int32_t>(kernel.parallel.size());
+  const int32_t innermost_reduction = kernel.num_vars() - 1;
+  if (np > 0 && LoopLoadsWalk(kernel, np - 1) && !LoopLoadsWalk(kernel, innermost_reduction)) {
+    const IndexExpr& columns = kernel.parallel.back();
+    if (!columns.is_const() || columns.const_value() >= kColumnPoints) {
+      const bool long_columns = !total.is_const() || total.const_value() >= kMinColumnBlockRows;
+      return {.threads = long_columns ? kColumnThreads : kBlockThreads,
+              .points = kColumnPoints,
+              .column = true};
+    }
+  }
+  if (!total.is_const()) return {.threads = kBlockThreads};
   const int64_t n = total.const_value();
-  if (n < kMinBlockReduction) return 0;
+  if (n <= kMaxWarpReduction) return {.threads = kBlockThreads, .points = kBlockThreads / 32};
   int64_t threads = kMinBlockReduction;
   while (threads < n && threads < kBlockThreads) threads *= 2;
-  return threads;
+  return {.threads = threads};
 }
 
 KernelSchedule ScheduleKernel(const loop::Program& program, const loop::Kernel& kernel) {
-  if (const int64_t threads = ReductionThreads(kernel); threads > 0) {
+  if (const ReductionSplit split = SplitOf(kernel); split.threads > 0) {
     const IndexExpr points = PointsOf(kernel, 1);
     KernelSchedule s;
-    s.grid = {points.is_const() ? IndexExpr::Const(std::min(kMaxBlocks, points.const_value()))
-                                : IndexExpr::Min({points, IndexExpr::Const(kMaxBlocks)}, nullptr),
-              IndexExpr::Const(1), IndexExpr::Const(1)};
-    s.block = {IndexExpr::Const(threads), IndexExpr::Const(1), IndexExpr::Const(1)};
+    if (points.is_const()) {
+      const int64_t groups = (points.const_value() + split.points - 1) / split.points;
+      s.grid = {IndexExpr::Const(std::min(kMaxBlocks, groups)), IndexExpr::Const(1),
+                IndexExpr::Const(1)};
+    } else {
+      const IndexExpr groups =
+          split.points == 1 ? points
+                            : IndexExpr::CeilDiv(points, IndexExpr::Const(split.points), nullptr);
+      s.grid = {IndexExpr::Min({groups, IndexExpr::Const(kMaxBlocks)}, nullptr),
+                IndexExpr::Const(1), IndexExpr::Const(1)};
+    }
+    s.block = {IndexExpr::Const(split.threads), IndexExpr::Const(1), IndexExpr::Const(1)};
     return s;
   }
   const IndexExpr points = PointsOf(kernel, VectorLanes(program, kernel));

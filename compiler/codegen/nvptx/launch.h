@@ -5,8 +5,9 @@
 // thread takes point blockIdx.x * blockDim.x + threadIdx.x and then every
 // gridDim.x * blockDim.x-th point after it (a grid-stride loop), so any grid computes every
 // point exactly once. A point of a reduction is one row, which its thread reduces on its own,
-// or, for long reductions, a whole block's (ReductionThreads): then block blockIdx.x takes
-// point blockIdx.x and every gridDim.x-th after it. A point of a pointwise kernel is a run of
+// or, for reductions long enough, the threads of a block or of a warp split it (SplitOf): then
+// block blockIdx.x takes the block's group of points blockIdx.x and every gridDim.x-th group
+// after it. A point of a pointwise kernel is a run of
 // VectorLanes consecutive elements along its innermost dimension (the innermost extent counts
 // runs, the last of a row possibly short), or one element for a kernel without runs.
 //
@@ -16,9 +17,10 @@
 // which it strides): a streaming kernel keeps the most loads in flight when every thread issues
 // its one run's loads and exits, while a grid-stride loop over a few waves of blocks has each
 // thread wait on a load before issuing the next (bf16 to float32 on an H200: 0.62 of a copy's
-// bandwidth striding, 0.89 a thread per run). A reduction's grid, a block per point, covers
-// every point once up to kMaxBlocks blocks (a few waves over the H100's 132 SMs) and strides
-// past that. A range with symbolic extent gets one thread (or block) per point. A range of
+// bandwidth striding, 0.89 a thread per run). A split reduction's grid, a block per group of
+// points, covers every group once up to kMaxBlocks blocks (a few waves over the H100's 132
+// SMs) and strides past that. A range with symbolic extent gets one thread (or group) per
+// point. A range of
 // zero points gives a grid of 0, which the runtime does not launch. Pure functions.
 
 #include <cstdint>
@@ -60,18 +62,58 @@ loop::IndexExpr PointsOf(const loop::Kernel& kernel, int32_t lanes);
 
 // Reductions shorter than this stay in one thread per point.
 inline constexpr int64_t kMinBlockReduction = 64;
+// Rows up to this long are reduced by one warp each (shuffles only, no barrier); longer ones
+// by a whole block.
+inline constexpr int64_t kMaxWarpReduction = 1024;
+// Points a block takes together when its lanes walk neighbouring points (a column
+// reduction): 8 f32 are one 32-byte sector of memory, so each warp-wide load reads whole
+// sectors while a block of kBlockThreads still gives each point 32 threads.
+inline constexpr int64_t kColumnPoints = 8;
+// The threads of a block that splits columns of kMinColumnBlockRows or more rows: a sum down
+// 1,024 columns then keeps 32 warps of loads in flight on each of its 128 blocks' SMs, where
+// kBlockThreads left three quarters of the memory system idle. Such kernels are compiled to
+// use at most 64 registers a thread (maxntid), which that many threads need.
+inline constexpr int64_t kColumnThreads = 1024;
+inline constexpr int64_t kMinColumnBlockRows = 1024;
+// The most elements of a split reduction one thread takes in an unrolled loop
+// (KernelAbi::SplitTrips): a row of 1,024 for a warp, of 8,192 for a block.
+inline constexpr int64_t kMaxUnrolledTrips = 32;
 
-// The threads that share each point of `kernel` and split its reductions (a block per
-// point: warp shuffles, then shared memory across the block's warps), or 0 when each point
-// is one thread's. A kernel shares its points when it reduces over kMinBlockReduction or
-// more elements (or a symbolic count) and its loops store nowhere data decides (a scatter
-// adds into rows in order, so its threads must own whole columns). 64 to kBlockThreads
-// threads, a power of two, the fewest that cover a constant reduction.
-int64_t ReductionThreads(const loop::Kernel& kernel);
+// How the threads of a block share the points of a kernel whose reductions they split: the
+// block computes `points` points at once, `slices()` threads each, each thread taking every
+// slices()-th element of the point's flattened reduction space from its slice on.
+//  - rows (column false): thread t is slice t % slices() of point t / slices(), so a point's
+//    threads are neighbouring lanes: for reductions along contiguous memory, whose lanes then
+//    read neighbouring elements. A block per point (points 1) for long rows, a warp per point
+//    (slices 32) for rows up to kMaxWarpReduction.
+//  - columns: thread t is slice t / points of point t % points, so neighbouring lanes take
+//    neighbouring points: for reductions across rows whose points are contiguous in memory
+//    (a sum over the batch), which read each row's points with one warp-wide access instead
+//    of one access per thread.
+// Partials combine in an order fixed by the layout (kernel_abi.h), so results do not vary
+// between runs.
+struct ReductionSplit {
+  int64_t threads = 0;  // the block's threads; 0 when each point is one thread's
+  int64_t points = 1;   // points per block
+  bool column = false;
+  int64_t slices() const { return threads / points; }
+};
+
+// How `kernel`'s threads share its points. A kernel splits its reductions when it reduces over
+// kMinBlockReduction or more elements (or a symbolic count) and its loops store nowhere data
+// decides (a scatter adds into rows in order, so its threads must own whole columns). Its
+// reductions are columns when some load of a looping stage walks memory contiguously along the
+// innermost parallel dimension (of kColumnPoints or more points) and none along the innermost
+// reduction dimension. Rows of kMaxWarpReduction or fewer get a warp each; longer rows 64 to
+// kBlockThreads threads, a power of two, the fewest that cover a constant reduction.
+ReductionSplit SplitOf(const loop::Kernel& kernel);
+
+// The threads of a block of `kernel` when they split its reductions (SplitOf), else 0.
+inline int64_t ReductionThreads(const loop::Kernel& kernel) { return SplitOf(kernel).threads; }
 
 // One thread per point: grid {blocks, 1, 1}, block {kBlockThreads, 1, 1}, with points of
-// VectorLanes elements. A block per point (ReductionThreads > 0): grid {points, at most
-// kMaxBlocks}, block {threads, 1, 1}.
+// VectorLanes elements. Split reductions (SplitOf): grid {points / split.points rounded up, at
+// most kMaxBlocks}, block {split.threads, 1, 1}.
 KernelSchedule ScheduleKernel(const loop::Program& program, const loop::Kernel& kernel);
 
 }  // namespace kiln::codegen::nvptx

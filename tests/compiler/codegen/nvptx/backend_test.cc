@@ -113,9 +113,13 @@ TEST(NvptxLaunchTest, SymbolicRangesGetOneThreadPerPoint) {
       continue;
     }
     ++symbolic;
-    if (ReductionThreads(program->kernels[i]) > 0) {
-      // A block per point, up to the cap.
-      EXPECT_EQ(grid, loop::IndexExpr::Min({points, loop::IndexExpr::Const(kMaxBlocks)}, nullptr))
+    if (const ReductionSplit split = SplitOf(program->kernels[i]); split.threads > 0) {
+      // A block per group of points, up to the cap.
+      const loop::IndexExpr groups =
+          split.points == 1
+              ? points
+              : loop::IndexExpr::CeilDiv(points, loop::IndexExpr::Const(split.points), nullptr);
+      EXPECT_EQ(grid, loop::IndexExpr::Min({groups, loop::IndexExpr::Const(kMaxBlocks)}, nullptr))
           << "kernel " << i;
       continue;
     }
@@ -136,14 +140,22 @@ loop::Kernel ReductionKernel(loop::IndexExpr points, loop::IndexExpr length, boo
   return k;
 }
 
-TEST(NvptxLaunchTest, LongReductionsGetABlockPerPoint) {
+TEST(NvptxLaunchTest, RowsUpToAThousandGetAWarpLongerOnesABlock) {
   using loop::IndexExpr;
-  EXPECT_EQ(ReductionThreads(ReductionKernel(IndexExpr::Const(512), IndexExpr::Const(1024))),
-            kBlockThreads);
-  EXPECT_EQ(ReductionThreads(ReductionKernel(IndexExpr::Const(512), IndexExpr::Const(100))), 128);
-  EXPECT_EQ(ReductionThreads(ReductionKernel(IndexExpr::Const(512), IndexExpr::Const(64))), 64);
+  auto split = [](int64_t length) {
+    return SplitOf(ReductionKernel(IndexExpr::Const(512), IndexExpr::Const(length)));
+  };
+  for (int64_t length : {64, 100, 1024}) {
+    EXPECT_EQ(split(length).threads, kBlockThreads) << length;
+    EXPECT_EQ(split(length).points, kBlockThreads / 32) << length;
+    EXPECT_EQ(split(length).slices(), 32) << length;
+    EXPECT_FALSE(split(length).column) << length;
+  }
+  EXPECT_EQ(split(1025).threads, kBlockThreads);
+  EXPECT_EQ(split(1025).points, 1);
+  EXPECT_EQ(split(4096).points, 1);
   // Short rows stay one thread's; a scatter's threads own whole columns.
-  EXPECT_EQ(ReductionThreads(ReductionKernel(IndexExpr::Const(512), IndexExpr::Const(63))), 0);
+  EXPECT_EQ(split(63).threads, 0);
   EXPECT_EQ(ReductionThreads(ReductionKernel(IndexExpr::Const(512), IndexExpr::Const(4096),
                                              /*fusible=*/false)),
             0);
@@ -152,15 +164,21 @@ TEST(NvptxLaunchTest, LongReductionsGetABlockPerPoint) {
   pointwise.stages.push_back({false, 0, 0});
   EXPECT_EQ(ReductionThreads(pointwise), 0);
 
+  // A warp per row: eight rows a block.
   const KernelSchedule rows = ScheduleKernel(
       loop::Program(), ReductionKernel(IndexExpr::Const(512), IndexExpr::Const(100)));
-  EXPECT_EQ(rows.grid[0], IndexExpr::Const(512));
-  EXPECT_EQ(rows.block[0], IndexExpr::Const(128));
+  EXPECT_EQ(rows.grid[0], IndexExpr::Const(64));
+  EXPECT_EQ(rows.block[0], IndexExpr::Const(kBlockThreads));
+  EXPECT_EQ(
+      ScheduleKernel(loop::Program(), ReductionKernel(IndexExpr::Const(513), IndexExpr::Const(100)))
+          .grid[0],
+      IndexExpr::Const(65))
+      << "a last group of one row";
   EXPECT_EQ(ScheduleKernel(loop::Program(),
                            ReductionKernel(IndexExpr::Const(1 << 20), IndexExpr::Const(4096)))
                 .grid[0],
             IndexExpr::Const(kMaxBlocks));
-  // A symbolic row length gets a full block.
+  // A symbolic row length gets a block per row.
   const IndexExpr s0 = IndexExpr::Sym(0);
   const KernelSchedule symbolic =
       ScheduleKernel(loop::Program(), ReductionKernel(IndexExpr::Const(8), s0));
@@ -168,26 +186,91 @@ TEST(NvptxLaunchTest, LongReductionsGetABlockPerPoint) {
   EXPECT_EQ(symbolic.block[0], IndexExpr::Const(kBlockThreads));
 }
 
-// nanoGPT's layer norms, softmax and loss reduce rows across a block: warp shuffles, then the
-// warps' partials through shared memory between two barriers.
-TEST(NvptxCodegenTest, LongRowsReduceAcrossTheBlock) {
-  absl::StatusOr<loop::Program> program = testing::FuseSharedGraph("nanogpt_fp32.fw.json");
-  ASSERT_TRUE(program.ok()) << program.status();
-  absl::StatusOr<CodegenResult> result = GenerateCubins(*program, CodegenOptions());
-  ASSERT_TRUE(result.ok()) << result.status();
-  int cooperative = 0;
-  for (size_t i = 0; i < program->kernels.size(); ++i) {
-    const std::string& ptx = result->kernels[i].ptx;
-    if (ReductionThreads(program->kernels[i]) == 0) {
-      EXPECT_THAT(ptx, Not(HasSubstr("shfl.sync"))) << "kernel " << i;
-      continue;
+// `columns` points reducing `rows` elements of a row-major [rows, columns] buffer: down the
+// columns (x[r, c], stride `columns` along the reduction) or along the rows when transposed.
+loop::Kernel SumKernel(loop::IndexExpr columns, loop::IndexExpr rows, bool down_columns) {
+  loop::Kernel k = ReductionKernel(columns, rows);
+  const loop::IndexExpr p0 = loop::IndexExpr::Var(0), r = loop::IndexExpr::Var(1);
+  loop::Inst load;
+  load.op = loop::Opcode::kLoad;
+  load.buffer = 0;
+  load.index = down_columns ? r * columns + p0 : p0 * rows + r;
+  loop::Inst sum;
+  sum.op = loop::Opcode::kReduce;
+  sum.a = 0;
+  k.insts = {load, sum};
+  k.stages = {{true, 0, 2}};
+  return k;
+}
+
+TEST(NvptxLaunchTest, ReductionsDownColumnsGiveNeighbouringLanesNeighbouringPoints) {
+  using loop::IndexExpr;
+  const ReductionSplit down =
+      SplitOf(SumKernel(IndexExpr::Const(768), IndexExpr::Const(8192), true));
+  EXPECT_TRUE(down.column);
+  EXPECT_EQ(down.threads, kColumnThreads);
+  EXPECT_EQ(down.points, kColumnPoints);
+  const ReductionSplit short_columns =
+      SplitOf(SumKernel(IndexExpr::Const(768), IndexExpr::Const(512), true));
+  EXPECT_TRUE(short_columns.column);
+  EXPECT_EQ(short_columns.threads, kBlockThreads);
+  EXPECT_EQ(ScheduleKernel(loop::Program(),
+                           SumKernel(IndexExpr::Const(768), IndexExpr::Const(8192), true))
+                .grid[0],
+            IndexExpr::Const(768 / kColumnPoints));
+  const ReductionSplit along =
+      SplitOf(SumKernel(IndexExpr::Const(768), IndexExpr::Const(8192), false));
+  EXPECT_FALSE(along.column);
+  EXPECT_EQ(along.points, 1);
+  // Fewer points than a group: the rows' split, not a mostly idle column group.
+  EXPECT_FALSE(SplitOf(SumKernel(IndexExpr::Const(4), IndexExpr::Const(8192), true)).column);
+  // A symbolic number of columns.
+  const KernelSchedule symbolic =
+      ScheduleKernel(loop::Program(), SumKernel(IndexExpr::Sym(0), IndexExpr::Const(8192), true));
+  EXPECT_EQ(symbolic.grid[0],
+            IndexExpr::Min(
+                {IndexExpr::CeilDiv(IndexExpr::Sym(0), IndexExpr::Const(kColumnPoints), nullptr),
+                 IndexExpr::Const(kMaxBlocks)},
+                nullptr));
+}
+
+// nanoGPT's layer norms, softmax and loss reduce rows of 64 to 1,024 elements across a warp
+// (shuffles alone), longer ones across a block (shuffles, then the warps' partials through
+// shared memory between two barriers); its bias gradients reduce columns through shared
+// memory.
+TEST(NvptxCodegenTest, SplitReductionsCombineByShufflesAndSharedMemory) {
+  for (const char* graph : {"nanogpt_fp32.fw.json", "nanogpt_fp32.bw.json"}) {
+    absl::StatusOr<loop::Program> program = testing::FuseSharedGraph(graph);
+    ASSERT_TRUE(program.ok()) << program.status();
+    absl::StatusOr<CodegenResult> result = GenerateCubins(*program, CodegenOptions());
+    ASSERT_TRUE(result.ok()) << result.status();
+    int split = 0, columns = 0;
+    for (size_t i = 0; i < program->kernels.size(); ++i) {
+      const std::string& ptx = result->kernels[i].ptx;
+      const ReductionSplit s = SplitOf(program->kernels[i]);
+      columns += s.column ? 1 : 0;
+      if (s.threads == 0) {
+        EXPECT_THAT(ptx, Not(HasSubstr("shfl.sync"))) << graph << " kernel " << i;
+        continue;
+      }
+      ++split;
+      EXPECT_THAT(ptx, HasSubstr("shfl.sync.bfly.b32")) << graph << " kernel " << i;
+      if (!s.column && s.points > 1) {
+        EXPECT_THAT(ptx, Not(HasSubstr("bar.sync"))) << graph << " kernel " << i;
+        continue;
+      }
+      EXPECT_THAT(ptx, HasSubstr("bar.sync")) << graph << " kernel " << i;
+      EXPECT_THAT(ptx, HasSubstr(".shared .align 8 .b8 kiln_reduce_values[2048]"))
+          << graph << " kernel " << i;
+      if (s.threads > kBlockThreads) {
+        EXPECT_THAT(ptx, HasSubstr(".maxntid 1024, 1, 1")) << graph << " kernel " << i;
+      }
     }
-    ++cooperative;
-    EXPECT_THAT(ptx, HasSubstr("shfl.sync.bfly.b32")) << "kernel " << i;
-    EXPECT_THAT(ptx, HasSubstr("bar.sync")) << "kernel " << i;
-    EXPECT_THAT(ptx, HasSubstr(".shared .align 8 .b8 kiln_reduce_values[256]")) << "kernel " << i;
+    EXPECT_GT(split, 0) << graph;
+    if (std::string(graph).find(".bw.") != std::string::npos) {
+      EXPECT_GT(columns, 0) << graph << ": bias gradients sum down columns";
+    }
   }
-  EXPECT_GT(cooperative, 0);
 }
 
 TEST(NvptxLaunchTest, ThePlanCarriesLaunchesAsExpressionsOverTheSymbols) {

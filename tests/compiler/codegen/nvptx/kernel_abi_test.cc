@@ -105,6 +105,24 @@ TEST(NvptxRunsPtxTest, KernelsWithoutRunsKeepScalarAccesses) {
   EXPECT_THAT(ptx, HasSubstr("st.global.f32"));
 }
 
+// A softmax over rows of 1,024 fp32 reads each row in three passes (max, sum of exponentials,
+// the quotients). A warp takes each row, 32 elements a lane in an unrolled loop, and the
+// later passes reuse the first pass's loads: 32 loads a lane, none repeated, and no barrier.
+TEST(NvptxSplitReductionPtxTest, ARowReadInEveryPassIsLoadedOnce) {
+  testing::GraphBuilder g;
+  const std::string x = g.Input(testing::TensorDesc({512, 1024}));
+  v1::Argument dim, half;
+  dim.set_int_value(-1);
+  half.set_bool_value(false);
+  const std::string y = g.Node("aten._softmax.default", {testing::Ref(x), dim, half},
+                               testing::TensorDesc({512, 1024}));
+  const std::string ptx = PtxOf(g.Finish({y}));
+  EXPECT_EQ(Count(ptx, "ld.global.nc.f32"), 32) << ptx;
+  EXPECT_EQ(Count(ptx, "st.global.f32"), 32);
+  EXPECT_THAT(ptx, HasSubstr("shfl.sync.bfly.b32"));
+  EXPECT_THAT(ptx, Not(HasSubstr("bar.sync")));
+}
+
 // Llama's rotary embedding kernels have rows of 16 bf16: two runs of 8. Deciding a point's
 // run from the low bit of the grid-stride index once led LLVM to a 1-bit induction variable
 // stepped by a product, which NVPTX cannot select; each such kernel assembles.
