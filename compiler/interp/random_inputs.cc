@@ -277,16 +277,24 @@ class RangeInference {
 
   // Marks the input a positive value comes from, following ops that keep their first
   // argument's sign (an optimizer's `exp_avg_sq * beta2 + (1 - beta2) * g * g` under a square
-  // root needs exp_avg_sq positive).
-  void MarkPositive(const v1::Argument& value) {
+  // root needs exp_avg_sq positive), and both terms of a sum of tensors (an RMS norm's
+  // `rsqrt(mean(x * x) + eps)` with eps an input needs eps positive).
+  void MarkPositive(const v1::Argument& value, int depth = 0) {
     const v1::Argument* a = &value;
-    for (int depth = 0; depth < 64 && a->has_ref(); ++depth) {
+    for (; depth < 64 && a->has_ref(); ++depth) {
       if (auto it = origin_.find(a->ref().node()); it != origin_.end()) {
         positive_.insert(it->second);
         return;
       }
       auto n = nodes_.find(a->ref().node());
-      if (n == nodes_.end() || !KeepsSign(*n->second)) return;
+      if (n == nodes_.end()) return;
+      if (n->second->target() == "aten.add.Tensor" && n->second->args_size() >= 2 &&
+          n->second->args(1).has_ref()) {
+        MarkPositive(n->second->args(1), depth + 1);
+        a = &n->second->args(0);
+        continue;
+      }
+      if (!KeepsSign(*n->second)) return;
       const v1::Argument& self = n->second->args(0);
       if (!self.has_list()) {
         a = &self;
@@ -315,6 +323,7 @@ class RangeInference {
     const std::string& t = node.target();
     if (node.args_size() == 0) return false;
     if (by_scalar->contains(t)) return positive(1);
+    if (t == "prims.convert_element_type.default" || t == "aten._to_copy.default") return true;
     if (t == "aten.addcmul.default" || t == "aten._foreach_addcmul.Scalar") {
       if (node.args_size() < 3) return false;
       const bool square = node.args(1).SerializeAsString() == node.args(2).SerializeAsString();

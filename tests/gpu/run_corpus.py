@@ -490,7 +490,8 @@ def main() -> int:
     results.write_text("")
     report: list = []
     with KilnServer(args.bundle, args.out) as server:
-        env = dict(server.env, PYTHONUNBUFFERED="1")
+        # A worker killed by a signal leaves the Python stack it died in on stderr.
+        env = dict(server.env, PYTHONUNBUFFERED="1", PYTHONFAULTHANDLER="1")
         remaining = paths
         while remaining:
             worker_args = [sys.executable, __file__, "--worker", "--ranges", str(args.ranges),

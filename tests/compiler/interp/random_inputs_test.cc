@@ -107,6 +107,9 @@ constexpr char kModelPieces[] = R"json({
     {"name": "step", "op": "placeholder", "target": "step", "args": [], "kwargs": {},
      "meta": {"shape": [], "stride": [], "dtype": "torch.float32",
               "device": "cpu", "storage_offset": 0}},
+    {"name": "eps", "op": "placeholder", "target": "eps", "args": [], "kwargs": {},
+     "meta": {"shape": [], "stride": [], "dtype": "torch.float64",
+              "device": "cpu", "storage_offset": 0}},
     {"name": "wb", "op": "call_function", "target": "aten._to_copy.default",
      "args": [{"node": "w"}], "kwargs": {"dtype": "torch.bfloat16"},
      "meta": {"shape": [32, 64], "stride": [64, 1], "dtype": "torch.bfloat16",
@@ -143,8 +146,29 @@ constexpr char kModelPieces[] = R"json({
      "args": [0.999, {"node": "step"}], "kwargs": {},
      "meta": {"shape": [], "stride": [], "dtype": "torch.float32",
               "device": "cpu", "storage_offset": 0}},
+    {"name": "squares", "op": "call_function", "target": "aten.mul.Tensor",
+     "args": [{"node": "x"}, {"node": "x"}], "kwargs": {},
+     "meta": {"shape": [4, 64], "stride": [64, 1], "dtype": "torch.float32",
+              "device": "cpu", "storage_offset": 0}},
+    {"name": "mean_square", "op": "call_function", "target": "aten.mean.dim",
+     "args": [{"node": "squares"}, [-1], true], "kwargs": {},
+     "meta": {"shape": [4, 1], "stride": [1, 1], "dtype": "torch.float32",
+              "device": "cpu", "storage_offset": 0}},
+    {"name": "eps32", "op": "call_function", "target": "aten._to_copy.default",
+     "args": [{"node": "eps"}], "kwargs": {"dtype": "torch.float32"},
+     "meta": {"shape": [], "stride": [], "dtype": "torch.float32",
+              "device": "cpu", "storage_offset": 0}},
+    {"name": "shifted", "op": "call_function", "target": "aten.add.Tensor",
+     "args": [{"node": "mean_square"}, {"node": "eps32"}], "kwargs": {},
+     "meta": {"shape": [4, 1], "stride": [1, 1], "dtype": "torch.float32",
+              "device": "cpu", "storage_offset": 0}},
+    {"name": "rms", "op": "call_function", "target": "aten.rsqrt.default",
+     "args": [{"node": "shifted"}], "kwargs": {},
+     "meta": {"shape": [4, 1], "stride": [1, 1], "dtype": "torch.float32",
+              "device": "cpu", "storage_offset": 0}},
     {"name": "output", "op": "output", "target": "output",
-     "args": [[{"node": "y"}, {"node": "root"}, {"node": "denom"}, {"node": "bias_correction"}]],
+     "args": [[{"node": "y"}, {"node": "root"}, {"node": "denom"}, {"node": "bias_correction"},
+               {"node": "rms"}]],
      "kwargs": {}, "meta": null}
   ]
 })json";
@@ -164,6 +188,7 @@ TEST(RandomInputsTest, FloatInputsTakeTheirDomainsFromTheirUses) {
   EXPECT_EQ(ranges->at("sq"), Range(0.5, 1.5)) << "decayed, plus a square, under sqrt";
   EXPECT_EQ(ranges->at("g"), Range(-1, 1)) << "squared: either sign";
   EXPECT_EQ(ranges->at("step"), Range(0.5, 1.5));
+  EXPECT_EQ(ranges->at("eps"), Range(0.5, 1.5)) << "converted, added to a mean, into rsqrt";
 
   RandomInputOptions options;
   options.float_ranges["w"] = {2, 3};
