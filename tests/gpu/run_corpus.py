@@ -34,6 +34,7 @@ from __future__ import annotations
 import argparse
 import gzip
 import json
+import os
 import pathlib
 import subprocess
 import sys
@@ -458,6 +459,12 @@ def worker(args: argparse.Namespace) -> int:
                 entry = {"graph": path.name, "file": path.name, "ok": False,
                          "error": f"{type(e).__name__}: {e}"[:2000],
                          "trace": traceback.format_exc()[-3000:]}
+                if type(e).__name__ == "AcceleratorError":
+                    # A fault on the device poisons this process's CUDA context: the
+                    # parent starts a fresh worker at the next graph.
+                    results.write(json.dumps(entry) + "\n")
+                    results.flush()
+                    os._exit(3)
             results.write(json.dumps(entry) + "\n")
             results.flush()
     dist.destroy_process_group()
@@ -505,7 +512,8 @@ def main() -> int:
             done = {e["file"] if "file" in e else e["start"] for e in lines}
             finished = {e.get("file") for e in lines if "file" in e}
             crashed = [e["start"] for e in lines if "start" in e and e["start"] not in finished]
-            if p.returncode != 0 or crashed:
+            # Exit status 3: the worker left after a device fault it reported itself.
+            if crashed or p.returncode not in (0, 3):
                 name = crashed[-1] if crashed else "(worker)"
                 with open(results, "a") as f:
                     f.write(json.dumps({"graph": name, "file": name, "ok": False,
