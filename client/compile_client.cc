@@ -66,7 +66,7 @@ absl::StatusOr<v1::CompileResponse> CompileClient::Compile(const v1::CompileRequ
   const absl::Time deadline = absl::Now() + timeout;
   std::vector<std::string> queue = Order(request);
   std::vector<std::string> unreachable;
-  bool redirected = false;
+  std::vector<std::string> followed;  // owners named by redirects
   absl::Status last = absl::UnavailableError("no server address given");
   while (!queue.empty()) {
     const std::string address = queue.front();
@@ -90,12 +90,16 @@ absl::StatusOr<v1::CompileResponse> CompileClient::Compile(const v1::CompileRequ
       const auto& trailing = context.GetServerTrailingMetadata();
       if (auto it = trailing.find(kOwnerKey); it != trailing.end()) {
         const std::string owner(it->second.data(), it->second.size());
-        if (redirected) {
-          return absl::FailedPreconditionError(absl::StrCat(
-              "kilnd instances disagree about who owns job ", request.job().job_id(), ": ", address,
-              " names ", owner, " after a redirect (do their --fleet lists match?)"));
+        // An instance reached through a redirect that redirects again disagrees with the one
+        // that sent the client there.
+        if (std::find(followed.begin(), followed.end(), address) != followed.end() ||
+            std::find(followed.begin(), followed.end(), owner) != followed.end()) {
+          return absl::FailedPreconditionError(
+              absl::StrCat("kilnd instances disagree about who owns job ", request.job().job_id(),
+                           ": ", address, " names ", owner, " after a redirect to ",
+                           followed.back(), " (do their --fleet lists match?)"));
         }
-        redirected = true;
+        followed.push_back(owner);
         // The owner, then the instance that named it (told the owner is unreachable, it
         // serves or names the next), then the rest.
         std::vector<std::string> next;

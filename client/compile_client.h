@@ -11,9 +11,11 @@
 // UNAVAILABLE (unreachable, draining) is skipped for the next, and the instances skipped go
 // with the request (metadata kiln-unreachable) so that kilnd skips them too. A kilnd that
 // does not own the job answers FAILED_PRECONDITION naming the owner (trailing metadata
-// kiln-owner); the client follows that once (then, if the owner cannot be reached, returns to
-// the instance that redirected it), so a client whose list is stale or holds one address
-// still reaches the owner. The same rules as the Python client (kiln/fleet.py).
+// kiln-owner); the client follows that (then, if the owner cannot be reached, returns to the
+// instance that redirected it, which names the next owner), so a client whose list is stale
+// or holds one address still reaches the owner. An instance reached through a redirect that
+// redirects again is an error (FAILED_PRECONDITION: the instances' fleets disagree). The same
+// rules as the Python client (kiln/fleet.py).
 
 #include <map>
 #include <memory>
