@@ -9,6 +9,7 @@
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
+#include "proto/base/fleet.h"
 
 namespace kiln::client {
 namespace {
@@ -25,6 +26,8 @@ absl::StatusOr<std::string> ReadFile(const std::string& path, const char* what) 
 
 absl::StatusOr<std::shared_ptr<grpc::Channel>> CreateChannel(const ChannelOptions& options) {
   if (options.address.empty()) return absl::InvalidArgumentError("no server address given");
+  absl::StatusOr<std::vector<std::string>> fleet = ParseFleet(options.address, false);
+  if (!fleet.ok()) return fleet.status();
   std::shared_ptr<grpc::ChannelCredentials> creds;
   if (options.ca_cert_file.empty()) {
     creds = grpc::InsecureChannelCredentials();
@@ -46,7 +49,7 @@ absl::StatusOr<std::shared_ptr<grpc::Channel>> CreateChannel(const ChannelOption
   grpc::ChannelArguments args;
   args.SetMaxReceiveMessageSize(options.max_message_bytes);
   args.SetMaxSendMessageSize(options.max_message_bytes);
-  return grpc::CreateCustomChannel(options.address, creds, args);
+  return grpc::CreateCustomChannel(fleet->front(), creds, args);
 }
 
 void PrepareContext(const ChannelOptions& options, grpc::ClientContext* context) {

@@ -13,7 +13,9 @@
 namespace kiln::client {
 
 struct ChannelOptions {
-  std::string address;           // "host:port"
+  // "host:port"; a comma-separated fleet for CompileClient (client/compile_client.h), of which
+  // every other client uses the first address.
+  std::string address;
   std::string ca_cert_file;      // PEM roots; set to use TLS
   std::string client_cert_file;  // PEM, for mutual TLS
   std::string client_key_file;   // PEM, for mutual TLS

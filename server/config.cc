@@ -1,11 +1,15 @@
 #include "server/config.h"
 
+#include <algorithm>
+
 #include "absl/strings/string_view.h"
 
 #include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "cache/shared/redis_cluster.h"
+#include "proto/base/fleet.h"
 #include "proto/base/host_port.h"
 
 namespace kiln::server {
@@ -18,6 +22,27 @@ absl::Status ValidateHostPort(absl::string_view flag, const std::string& address
       !absl::SimpleAtoi(port, &port_number) || port_number < 0 || port_number > 65535) {
     return absl::InvalidArgumentError(absl::StrCat(
         "--", flag, ": expected HOST:PORT (e.g. 127.0.0.1:50051), got \"", address, "\""));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status ValidateFleet(const std::string& fleet_flag, const std::string& advertise) {
+  if (fleet_flag.empty()) {
+    return absl::InvalidArgumentError(
+        "--advertise needs --fleet (the addresses of every instance, this one's among them)");
+  }
+  absl::StatusOr<std::vector<std::string>> fleet = ParseFleet(fleet_flag, true);
+  if (!fleet.ok())
+    return absl::InvalidArgumentError(absl::StrCat("--fleet: ", fleet.status().message()));
+  if (advertise.empty()) {
+    return absl::InvalidArgumentError(
+        "--fleet needs --advertise: this instance's own address as --fleet lists it");
+  }
+  if (std::find(fleet->begin(), fleet->end(), advertise) == fleet->end()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--advertise ", advertise, " is not in --fleet (", absl::StrJoin(*fleet, ", "),
+        "): every instance must list itself under the address clients use for it, or they "
+        "would disagree about which instance owns a job"));
   }
   return absl::OkStatus();
 }
@@ -116,6 +141,9 @@ absl::Status ValidateConfig(const ServerConfig& config) {
           absl::StrCat("--shared-cache: expected redis://HOST:PORT[,HOST:PORT...], got \"",
                        config.shared_cache, "\": ", seeds.status().message()));
     }
+  }
+  if (!config.fleet.empty() || !config.advertise.empty()) {
+    if (absl::Status s = ValidateFleet(config.fleet, config.advertise); !s.ok()) return s;
   }
   if (config.data_dir.empty()) return absl::InvalidArgumentError("--data-dir must not be empty");
   if (!(config.drain_seconds >= 0)) {

@@ -19,6 +19,12 @@ struct ServerConfig {
   std::string data_dir = "kiln-data";  // store and lock file
   // Shared cache tier: "redis://host:port[,host:port...]" (Redis Cluster seeds); empty: none.
   std::string shared_cache;
+  // The fleet this kilnd belongs to ("host:port,host:port,...", the addresses clients list in
+  // KILN_SERVER) and its own address in that list. The ranks of a job meet on the instance
+  // that owns the job id (proto/base/fleet.h); a job this one does not own is answered with
+  // FAILED_PRECONDITION naming the owner. Empty: no fleet, every job is served here.
+  std::string fleet;
+  std::string advertise;
   bool insecure = false;      // allow a non-loopback listen address without TLS
   double drain_seconds = 10;  // grace period on SIGTERM before in-flight work is cancelled
   int64_t max_message_bytes = 64 << 20;  // largest gRPC message accepted

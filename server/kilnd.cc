@@ -18,6 +18,7 @@
 #include "absl/time/clock.h"
 #include "compiler/canon/toolchain.h"
 #include "kiln/version.h"
+#include "proto/base/fleet.h"
 #include "server/compile/compiler.h"
 #include "server/compile/worker_compiler.h"
 #include "server/data_dir.h"
@@ -227,6 +228,11 @@ absl::StatusOr<std::unique_ptr<KilnServer>> KilnServer::Start(const ServerConfig
   compile_options.rendezvous.timeout = absl::Seconds(config.rendezvous_timeout_seconds);
   compile_options.rendezvous.proceed_without_missing = config.rendezvous_policy == "proceed";
   compile_options.failing_key_ttl = absl::Seconds(config.poisoned_key_seconds);
+  if (!config.fleet.empty()) {
+    // ValidateConfig checked it.
+    compile_options.fleet = *ParseFleet(config.fleet, true);
+    compile_options.advertise = config.advertise;
+  }
   if (config.compile_isolation == "process") {
     WorkerCompilerOptions workers;
     workers.workers = config.compile_workers <= 0 ? HardwareThreads() : config.compile_workers;
@@ -386,6 +392,8 @@ absl::StatusOr<std::unique_ptr<KilnServer>> KilnServer::Start(const ServerConfig
                       {"http_port", state->http ? state->http->port() : 0},
                       {"blob_port", state->blob_http ? state->blob_http->port() : 0},
                       {"resp_port", state->resp ? state->resp->port() : 0},
+                      {"fleet", config.fleet},
+                      {"advertise", config.advertise},
                       {"data_dir", config.data_dir},
                       {"version", kKilnVersion}});
   return std::unique_ptr<KilnServer>(new KilnServer(std::move(state)));

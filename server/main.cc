@@ -126,6 +126,11 @@ int main(int argc, char** argv) {
   AddSetting(app, "--shared-cache", config.shared_cache,
              "shared cache tier: a Redis Cluster as redis://HOST:PORT[,HOST:PORT...]; "
              "action records and blobs go through to it and are read from it on a local miss");
+  AddSetting(app, "--fleet", config.fleet,
+             "every instance of this kilnd's fleet, HOST:PORT,HOST:PORT,... as clients list "
+             "them in KILN_SERVER: a job with several ranks is served by the instance that "
+             "owns its id, the others name it");
+  AddSetting(app, "--advertise", config.advertise, "this instance's own address in --fleet");
   AddSetting(app, "--otlp-url", config.otlp_url,
              "export traces as OTLP/JSON to this collector URL (http://HOST:PORT/v1/traces)");
   AddSetting(app, "--trace-capacity", config.trace_capacity,

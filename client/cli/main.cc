@@ -342,7 +342,9 @@ int main(int argc, char** argv) {
   app.fallthrough();
   GlobalOptions global;
   global.channel.address = "127.0.0.1:50051";
-  app.add_option("--server", global.channel.address, "kilnd address HOST:PORT")
+  app.add_option("--server", global.channel.address,
+                 "kilnd address HOST:PORT, or a fleet HOST:PORT,HOST:PORT,... (compile routes "
+                 "a job to the instance that owns it; other commands use the first)")
       ->envname("KILN_SERVER")
       ->capture_default_str();
   app.add_option("--token-file", global.token_file, "file holding a bearer token")

@@ -1,10 +1,15 @@
 #include "server/rpc/compile_service.h"
 
+#include <algorithm>
+
+#include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
 #include "absl/time/clock.h"
 #include "compiler/canon/explain.h"
 #include "kiln/v1/errors.pb.h"
 #include "proto/base/digest.h"
+#include "proto/base/fleet.h"
 #include "proto/base/serialize.h"
 #include "proto/cache_outcome.h"
 #include "proto/error_detail.h"
@@ -88,7 +93,12 @@ CompileService::CompileService(const CompileServiceOptions& options, Compiler* c
       rendezvous_timeouts_(metrics
                                ->AddCounter("kiln_rendezvous_timeouts_total",
                                             "Rank requests that saw missing ranks at the timeout.")
-                               .With({})) {
+                               .With({})),
+      fleet_redirects_(metrics
+                           ->AddCounter("kiln_fleet_redirects_total",
+                                        "Job requests answered with the fleet instance that "
+                                        "owns the job (--fleet).")
+                           .With({})) {
   metrics->AddCallback("kiln_compile_queue_depth", "Compiles waiting for a worker.",
                        [this] { return static_cast<double>(pool_.queue_depth()); });
   metrics->AddCallback("kiln_compiles_in_flight", "Compiles running now.",
@@ -187,6 +197,17 @@ grpc::Status CompileService::Compile(grpc::ServerContext* context,
   if (in_job && job.job_id().empty()) {
     status = InvalidField("", "job.job_id", "a job with world_size > 1 needs a job_id");
     return finish();
+  }
+  // The ranks of a job meet on the instance that owns it; before any work, send them there.
+  if (in_job && !options_.fleet.empty()) {
+    if (std::string owner = OtherOwner(*context, job.job_id()); !owner.empty()) {
+      fleet_redirects_.Increment();
+      context->AddTrailingMetadata(kFleetOwnerKey, owner);
+      status = absl::FailedPreconditionError(absl::StrCat("job ", job.job_id(), " is served by ",
+                                                          owner, ", not by ", options_.advertise,
+                                                          " (--fleet); send its ranks there"));
+      return finish();
+    }
   }
 
   // Key the graph.
@@ -505,6 +526,26 @@ void CompileService::RunCompile(std::shared_ptr<Flights::Flight> flight,
   }
   compiles_total_.With({"ok"}).Increment();
   flight->Finish(std::shared_ptr<const Artifact>(std::move(artifact)));
+}
+
+std::string CompileService::OtherOwner(const grpc::ServerContext& context,
+                                       const std::string& job_id) const {
+  std::vector<absl::string_view> unreachable;
+  const auto& metadata = context.client_metadata();
+  for (auto [it, end] = metadata.equal_range(kFleetUnreachableKey); it != end; ++it) {
+    for (absl::string_view a : absl::StrSplit(
+             absl::string_view(it->second.data(), it->second.size()), ',', absl::SkipEmpty())) {
+      unreachable.push_back(absl::StripAsciiWhitespace(a));
+    }
+  }
+  for (const std::string& candidate : FleetOrder(job_id, options_.fleet)) {
+    if (candidate == options_.advertise) return "";
+    // A client that reached this instance can judge only the others.
+    if (std::find(unreachable.begin(), unreachable.end(), candidate) == unreachable.end()) {
+      return candidate;
+    }
+  }
+  return "";
 }
 
 void CompileService::Remember(CompileRecord record, bool divergence,

@@ -39,7 +39,19 @@ struct CompileServiceOptions {
   // How long a key whose compile crashed its worker is answered with that error at once
   // (force_compile retries it sooner); <= 0: never remembered.
   absl::Duration failing_key_ttl = absl::Minutes(10);
+  // The fleet this instance belongs to and its own address in it (proto/base/fleet.h). A
+  // request of a job of several ranks that another instance owns is answered with
+  // FAILED_PRECONDITION, trailing metadata kFleetOwnerKey naming the owner. Empty: no fleet.
+  std::vector<std::string> fleet;
+  std::string advertise;
 };
+
+// Trailing metadata of a redirect: the owner's address. Request metadata kFleetUnreachableKey
+// lists (comma-separated) instances the client could not reach, which the owner's choice
+// skips as the client's order did, so that the ranks of a job whose owner is down still meet
+// on one instance, the next in the order.
+inline constexpr char kFleetOwnerKey[] = "kiln-owner";
+inline constexpr char kFleetUnreachableKey[] = "kiln-unreachable";
 
 // What the status page shows about one compile request.
 struct CompileRecord {
@@ -119,6 +131,9 @@ class CompileService final : public v1::Compiler::Service {
                   std::shared_ptr<const v1::Graph> source, absl::Duration queued,
                   absl::Time deadline);
   void Remember(CompileRecord record, bool divergence, const std::string& divergence_text);
+  // The instance that owns `job_id` for a client that could not reach those its request
+  // lists; empty when this one does (or there is no fleet).
+  std::string OtherOwner(const grpc::ServerContext& context, const std::string& job_id) const;
 
   const CompileServiceOptions options_;
   Compiler* const compiler_;
@@ -145,6 +160,7 @@ class CompileService final : public v1::Compiler::Service {
   Counter& rendezvous_waits_;
   Counter& rendezvous_divergences_;
   Counter& rendezvous_timeouts_;
+  Counter& fleet_redirects_;
 
   mutable Mutex records_mu_;
   std::deque<CompileRecord> recent_ ABSL_GUARDED_BY(records_mu_);

@@ -98,6 +98,34 @@ TEST(ConfigTest, SharedCacheUrlIsChecked) {
   EXPECT_TRUE(ValidateConfig(c).ok());
 }
 
+TEST(ConfigTest, FleetNeedsItsOwnAddressInIt) {
+  ServerConfig c;
+  c.fleet = "127.0.0.1:7001,127.0.0.1:7002,127.0.0.1:7003";
+  c.advertise = "127.0.0.1:7002";
+  EXPECT_TRUE(ValidateConfig(c).ok());
+
+  c.advertise = "127.0.0.1:7004";
+  absl::Status s = ValidateConfig(c);
+  EXPECT_TRUE(absl::IsInvalidArgument(s));
+  EXPECT_NE(s.message().find("--advertise 127.0.0.1:7004 is not in --fleet"), std::string::npos)
+      << s;
+  c.advertise = "";
+  s = ValidateConfig(c);
+  EXPECT_TRUE(absl::IsInvalidArgument(s));
+  EXPECT_NE(s.message().find("--fleet needs --advertise"), std::string::npos) << s;
+
+  c.fleet = "";
+  c.advertise = "127.0.0.1:7001";
+  s = ValidateConfig(c);
+  EXPECT_NE(s.message().find("--advertise needs --fleet"), std::string::npos) << s;
+
+  c.fleet = "127.0.0.1:7001,kiln-2";
+  s = ValidateConfig(c);
+  EXPECT_TRUE(absl::IsInvalidArgument(s));
+  EXPECT_NE(s.message().find("--fleet"), std::string::npos) << s;
+  EXPECT_NE(s.message().find("\"kiln-2\""), std::string::npos) << s;
+}
+
 TEST(ConfigTest, CompileIsolationIsChecked) {
   ServerConfig c;
   EXPECT_EQ(c.compile_isolation, "process");

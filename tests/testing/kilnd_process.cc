@@ -8,8 +8,9 @@
 namespace kiln::testing {
 
 absl::StatusOr<KilndProcess> KilndProcess::Start(const std::string& data_dir,
-                                                 const std::vector<std::string>& extra_flags) {
-  std::vector<std::string> argv = {KilndPath(),   "--listen",   "127.0.0.1:0", "--metrics-listen",
+                                                 const std::vector<std::string>& extra_flags,
+                                                 const std::string& listen) {
+  std::vector<std::string> argv = {KilndPath(),   "--listen",   listen,  "--metrics-listen",
                                    "127.0.0.1:0", "--data-dir", data_dir};
   argv.insert(argv.end(), extra_flags.begin(), extra_flags.end());
   absl::StatusOr<Subprocess> p = Subprocess::Start(argv);

@@ -13,10 +13,12 @@ namespace kiln::testing {
 
 class KilndProcess {
  public:
-  // Starts kilnd with `--listen 127.0.0.1:0 --metrics-listen 127.0.0.1:0 --data-dir DIR`
-  // plus `extra_flags`, and waits for its "serving" log line.
+  // Starts kilnd with `--listen LISTEN --metrics-listen 127.0.0.1:0 --data-dir DIR` plus
+  // `extra_flags`, and waits for its "serving" log line. A fleet's members need their
+  // addresses before they start: `listen` names one (testing::FreeLoopbackPort()).
   static absl::StatusOr<KilndProcess> Start(const std::string& data_dir,
-                                            const std::vector<std::string>& extra_flags = {});
+                                            const std::vector<std::string>& extra_flags = {},
+                                            const std::string& listen = "127.0.0.1:0");
 
   int grpc_port() const { return grpc_port_; }
   int http_port() const { return http_port_; }

@@ -8,7 +8,9 @@ join a trace whose id the trainer knows, and the bearer token when one is config
 
 CompileClient.compile hands out a response only after the compiled graph's bytes hashed to
 the digest kilnd sent; errors arrive as the exceptions of kiln.errors, with kilnd's
-kiln.v1.ErrorDetail attached. Needs grpcio and protobuf, no PyTorch. Thread-safe.
+kiln.v1.ErrorDetail attached. With several servers (KILN_SERVER=a:1,b:2,c:3) each request
+goes to the instance kiln.fleet picks, skipping unreachable ones and following a kilnd's
+redirect to a job's owner. Needs grpcio and protobuf, no PyTorch. Thread-safe.
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ from __future__ import annotations
 import hashlib
 import secrets
 import threading
+import time
 from dataclasses import dataclass
 from typing import Optional
 
@@ -23,6 +26,7 @@ import grpc
 
 from kiln.errors import (ArtifactMismatch, CompileFailed, CompileRejected, CompileTimeout,
                          KilnError, RankDivergence, ServerUnreachable, SettingsError)
+from kiln.fleet import OWNER_KEY, UNREACHABLE_KEY, fleet_order, next_after_redirect, route_key
 from kiln.settings import Settings
 from kiln.v1 import compile_pb2, compile_pb2_grpc, errors_pb2, graph_pb2
 
@@ -218,12 +222,14 @@ def _error_detail(error: grpc.RpcError) -> Optional[errors_pb2.ErrorDetail]:
     return None
 
 
-def open_channel(settings: Settings) -> grpc.Channel:
-    """A channel to settings.server: TLS when ca_cert is set (mutual with client_cert and
-    client_key), plaintext otherwise. Responses as large as kilnd sends are accepted."""
+def open_channel(settings: Settings, address: Optional[str] = None) -> grpc.Channel:
+    """A channel to `address` (settings.server's first when not given): TLS when ca_cert is
+    set (mutual with client_cert and client_key), plaintext otherwise. Responses as large as
+    kilnd sends are accepted."""
+    address = address or settings.servers[0]
     options = [("grpc.max_receive_message_length", -1), ("grpc.max_send_message_length", -1)]
     if settings.ca_cert is None:
-        return grpc.insecure_channel(settings.server, options=options)
+        return grpc.insecure_channel(address, options=options)
     with open(settings.ca_cert, "rb") as f:
         roots = f.read()
     key = chain = None
@@ -234,36 +240,101 @@ def open_channel(settings: Settings) -> grpc.Channel:
             chain = f.read()
     credentials = grpc.ssl_channel_credentials(root_certificates=roots, private_key=key,
                                                certificate_chain=chain)
-    return grpc.secure_channel(settings.server, credentials, options=options)
+    return grpc.secure_channel(address, credentials, options=options)
+
+
+def _owner(error: grpc.RpcError) -> Optional[str]:
+    """The job's owner a kilnd of a fleet named instead of answering, if it did."""
+    if not hasattr(error, "code") or error.code() != grpc.StatusCode.FAILED_PRECONDITION:
+        return None
+    trailing = error.trailing_metadata() if hasattr(error, "trailing_metadata") else None
+    for key, value in trailing or ():
+        if key == OWNER_KEY:
+            return value.decode() if isinstance(value, bytes) else value
+    return None
 
 
 class CompileClient:
-    """Sends compile requests to the kilnd that `settings` names, over one channel."""
+    """Sends compile requests to the kilnd that `settings` names, over one channel per
+    instance; with several (a fleet), routed as kiln.fleet describes. `channel`, when given,
+    serves every request (one server)."""
 
     def __init__(self, settings: Settings, channel: Optional[grpc.Channel] = None) -> None:
         self.settings = settings
-        self._channel = channel if channel is not None else open_channel(settings)
-        self._stub = compile_pb2_grpc.CompilerStub(self._channel)
+        self.servers = [settings.server] if channel is not None else settings.servers
+        self._lock = threading.Lock()
+        self._channels: dict[str, grpc.Channel] = {}
+        self._stubs: dict[str, compile_pb2_grpc.CompilerStub] = {}
+        if channel is not None:
+            self._channels[settings.server] = channel
+            self._stubs[settings.server] = compile_pb2_grpc.CompilerStub(channel)
+
+    def _stub(self, address: str) -> compile_pb2_grpc.CompilerStub:
+        with self._lock:
+            if address not in self._stubs:
+                self._channels[address] = open_channel(self.settings, address)
+                self._stubs[address] = compile_pb2_grpc.CompilerStub(self._channels[address])
+            return self._stubs[address]
+
+    def order(self, request: compile_pb2.CompileRequest) -> list[str]:
+        """The instances tried for `request`, in order (before any redirect)."""
+        if len(self.servers) == 1:
+            return list(self.servers)
+        key = route_key(request.job.job_id, request.job.world_size,
+                        request.graph.SerializeToString(deterministic=True))
+        return fleet_order(key, self.servers)
 
     def compile(self, request: compile_pb2.CompileRequest, traceparent: Optional[str] = None,
                 timeout: Optional[float] = None) -> CompileResult:
         """Compiles (or looks up) `request` within `timeout` seconds (settings.deadline when
-        not given). Raises CompileFailed's subclasses, or RankDivergence."""
+        not given; all attempts together). Raises CompileFailed's subclasses, or
+        RankDivergence."""
         traceparent = traceparent or new_traceparent()
-        metadata = [("traceparent", traceparent)]
-        if self.settings.token:
-            metadata.append(("authorization", f"Bearer {self.settings.token}"))
-        try:
-            response = self._stub.Compile(
-                request, timeout=timeout if timeout is not None else self.settings.deadline,
-                metadata=metadata)
-        except grpc.RpcError as e:
-            raise error_from_rpc(e, self.settings.server) from None
-        verify_response(response)
-        return CompileResult(response, traceparent)
+        budget = timeout if timeout is not None else self.settings.deadline
+        deadline = time.monotonic() + budget
+        queue = self.order(request)
+        unreachable: list[str] = []
+        followed: list[str] = []
+        last: Optional[KilnError] = None
+        while queue:
+            address = queue.pop(0)
+            metadata = [("traceparent", traceparent)]
+            if self.settings.token:
+                metadata.append(("authorization", f"Bearer {self.settings.token}"))
+            if unreachable:
+                metadata.append((UNREACHABLE_KEY, ",".join(unreachable)))
+            try:
+                response = self._stub(address).Compile(
+                    request, timeout=max(deadline - time.monotonic(), 0.001), metadata=metadata)
+            except grpc.RpcError as e:
+                if hasattr(e, "code") and e.code() == grpc.StatusCode.UNAVAILABLE:
+                    unreachable.append(address)
+                    last = error_from_rpc(e, address)
+                    continue
+                owner = _owner(e)
+                if owner is None:
+                    raise error_from_rpc(e, address) from None
+                if address in followed or owner in followed:
+                    raise CompileRejected(
+                        "FAILED_PRECONDITION",
+                        f"kilnd instances disagree about who owns job {request.job.job_id}: "
+                        f"{address} names {owner} after a redirect to {followed[-1]} (do their "
+                        "--fleet lists match?)") from None
+                followed.append(owner)
+                queue = next_after_redirect(queue, owner, address, unreachable)
+                continue
+            verify_response(response)
+            return CompileResult(response, traceparent)
+        if len(unreachable) > 1:
+            raise ServerUnreachable("UNAVAILABLE", f"no kilnd could be reached "
+                                    f"({', '.join(unreachable)}); last: {last}")
+        assert last is not None
+        raise last
 
     def close(self) -> None:
-        self._channel.close()
+        with self._lock:
+            for channel in self._channels.values():
+                channel.close()
 
     def __enter__(self) -> "CompileClient":
         return self

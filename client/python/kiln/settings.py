@@ -5,7 +5,7 @@ environment, then defaults.
 
 | option | environment | default |
 | --- | --- | --- |
-| server | KILN_SERVER | 127.0.0.1:50051 (host:port, or a gRPC target such as unix:PATH) |
+| server | KILN_SERVER | 127.0.0.1:50051 (host:port, or a gRPC target such as unix:PATH; or a fleet: host:port,host:port,... routed as kiln.fleet says) |
 | token_file | KILN_TOKEN_FILE | none: no bearer token |
 | ca_cert | KILN_CA_CERT | none: plaintext; set, TLS with these PEM roots |
 | client_cert, client_key | KILN_CLIENT_CERT, KILN_CLIENT_KEY | none; both for mutual TLS |
@@ -33,6 +33,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Mapping, Optional
 
 from kiln.errors import SettingsError
+from kiln.fleet import parse_fleet
 
 FALLBACKS = ("eager", "inductor", "error")
 PRECISIONS = ("strict", "allow_tf32", "fast_math")
@@ -72,6 +73,11 @@ class Settings:
         """The settings that `options` (torch.compile's) and `environ` (os.environ when not
         given) name; raises SettingsError for an unknown option or a bad value."""
         return _Reader(dict(options or {}), os.environ if environ is None else environ).read()
+
+    @property
+    def servers(self) -> list[str]:
+        """The instances `server` lists (one, or a fleet; see kiln.fleet)."""
+        return parse_fleet(self.server)
 
     def connection(self) -> tuple:
         """What identifies a channel to kilnd: settings that share it share one channel."""
@@ -212,7 +218,19 @@ class _Reader:
         )
 
 
-def _check_server(address: str) -> Optional[str]:
+def _check_server(servers: str) -> Optional[str]:
+    try:
+        addresses = parse_fleet(servers)
+    except ValueError as e:
+        return str(e)
+    for address in addresses:
+        problem = _check_address(address)
+        if problem:
+            return problem
+    return None
+
+
+def _check_address(address: str) -> Optional[str]:
     # gRPC targets with a scheme (unix:PATH, dns:///host:port, ...) are passed through.
     if re.match(r"^(unix|unix-abstract|dns|ipv4|ipv6|vsock):.", address):
         return None

@@ -27,10 +27,11 @@ class Kilnd:
     """A kilnd child process on 127.0.0.1 with its own data folder; its JSON log lines are
     kept in `logs`."""
 
-    def __init__(self, data_dir: pathlib.Path, *flags: str) -> None:
+    def __init__(self, data_dir: pathlib.Path, *flags: str, listen: str = "127.0.0.1:0",
+                 metrics_listen: str = "") -> None:
         self.proc = subprocess.Popen(
-            [str(BINARY_DIR / "server" / "kilnd"), "--listen", "127.0.0.1:0", "--metrics-listen",
-             "", "--data-dir", str(data_dir), *flags],
+            [str(BINARY_DIR / "server" / "kilnd"), "--listen", listen, "--metrics-listen",
+             metrics_listen, "--data-dir", str(data_dir), *flags],
             stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
             text=True)
         self.logs: list[dict] = []
@@ -40,6 +41,7 @@ class Kilnd:
             self._keep(line)
             if '"event":"serving"' in line:
                 self.port = json.loads(line)["grpc_port"]
+                self.http_port = json.loads(line)["http_port"]
                 break
         if not self.port:
             self.proc.wait()

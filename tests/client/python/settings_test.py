@@ -135,3 +135,13 @@ def test_settings_are_frozen() -> None:
     s = Settings.from_options({}, {})
     with pytest.raises(AttributeError):
         s.server = "elsewhere:1"  # type: ignore[misc]
+
+
+def test_server_may_list_a_fleet():
+    s = Settings.from_options({}, {"KILN_SERVER": "kiln-0.kiln:50051, kiln-1.kiln:50051"})
+    assert s.servers == ["kiln-0.kiln:50051", "kiln-1.kiln:50051"]
+    assert Settings.from_options({}, {}).servers == [DEFAULT_SERVER]
+    with pytest.raises(SettingsError, match="KILN_SERVER.*'kiln-2' is not host:port"):
+        Settings.from_options({}, {"KILN_SERVER": "kiln-0:50051,kiln-2"})
+    with pytest.raises(SettingsError, match="empty entry"):
+        Settings.from_options({"server": "kiln-0:50051,,kiln-1:50051"}, {})
