@@ -18,9 +18,12 @@ namespace kiln::compiler {
 namespace {
 
 // Runs one phase: checks cancellation first, reports its span, and names the phase in
-// internal errors.
+// internal errors. A phase reads what the one before made, so its INVALID_ARGUMENT is a bug of
+// the compiler (INTERNAL) -- except in a phase that reads the request's graph itself
+// (`reads_graph`: decompose), whose INVALID_ARGUMENT says what is wrong with that graph.
 template <typename Fn>
-auto RunPhase(const CompileContext& context, absl::string_view name, Fn fn) -> decltype(fn()) {
+auto RunPhase(const CompileContext& context, absl::string_view name, Fn fn,
+              bool reads_graph = false) -> decltype(fn()) {
   if (context.cancel != nullptr && context.cancel->load(std::memory_order_relaxed)) {
     return absl::CancelledError(absl::StrCat("compile cancelled before ", name));
   }
@@ -30,6 +33,9 @@ auto RunPhase(const CompileContext& context, absl::string_view name, Fn fn) -> d
   if (context.on_phase) context.on_phase(name, start, end);
   if (!result.ok()) {
     const absl::Status& s = result.status();
+    if (reads_graph && s.code() == absl::StatusCode::kInvalidArgument) {
+      return absl::InvalidArgumentError(absl::StrCat(name, ": ", s.message()));
+    }
     if (s.code() == absl::StatusCode::kInternal || s.code() == absl::StatusCode::kUnimplemented ||
         s.code() == absl::StatusCode::kInvalidArgument ||
         s.code() == absl::StatusCode::kOutOfRange) {
@@ -50,10 +56,13 @@ absl::StatusOr<v1::CompiledGraph> Compile(const graph::Graph& graph,
   absl::StatusOr<const codegen::Backend*> backend = backends.For(options.target());
   if (!backend.ok()) return backend.status();
 
-  auto prims = RunPhase(context, "decompose", [&]() -> absl::StatusOr<decompose::PrimGraph> {
-    const canon::CanonicalGraph canonical(graph);
-    return decompose::Decompose(graph, canonical);
-  });
+  auto prims = RunPhase(
+      context, "decompose",
+      [&]() -> absl::StatusOr<decompose::PrimGraph> {
+        const canon::CanonicalGraph canonical(graph);
+        return decompose::Decompose(graph, canonical);
+      },
+      /*reads_graph=*/true);
   if (!prims.ok()) return prims.status();
   auto lowered = RunPhase(context, "lower", [&] { return lower::Lower(*prims); });
   if (!lowered.ok()) return lowered.status();

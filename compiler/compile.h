@@ -34,9 +34,9 @@ struct CompileContext {
 // Compiles `graph` for `options.target()` (a name of codegen/target.h) with that target's
 // backend. `compile_key` is recorded in the result. An op without a lowering becomes a
 // fallback step, so every valid graph compiles; errors are INVALID_ARGUMENT (bad options, an
-// unknown target), UNIMPLEMENTED (no backend registered for the target), FAILED_PRECONDITION
-// (require_cudagraph and the plan is not capturable, with the reasons), CANCELLED, or
-// INTERNAL naming the phase.
+// unknown target, a node whose metadata disagrees with what its op computes), UNIMPLEMENTED (no
+// backend registered for the target), FAILED_PRECONDITION (require_cudagraph and the plan is not
+// capturable, with the reasons), CANCELLED, or INTERNAL naming the phase.
 absl::StatusOr<v1::CompiledGraph> Compile(const graph::Graph& graph,
                                           const v1::CompileOptions& options,
                                           const std::string& compile_key,

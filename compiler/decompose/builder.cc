@@ -231,9 +231,60 @@ absl::StatusOr<int32_t> Builder::Operand(Body& b, const Arg& a, ScalarType scala
   return ScalarValue(b, a, scalar_type);
 }
 
+namespace {
+
+// Whether a size an op computes and the size the graph's metadata records provably differ.
+// IndexExprs are kept in a normal form, so equal keys are provably equal sizes. Two sizes whose
+// difference is a non-zero constant (s0 and s0 + 1, 4 and 5), or of which one is provably below
+// the other for every value of the symbols (s0 and 2*s0 + 1), provably differ. Anything else
+// cannot be decided from the expressions alone: s0 against s1 may be equal under the graph's
+// guards or ranges, and opaque or divided sizes do not compare; those sizes are taken as they
+// were before this check, the tensor keeping the metadata's size.
+bool ProvablyDiffer(const IndexExpr& computed, const IndexExpr& recorded) {
+  if (computed == recorded) return false;
+  const IndexExpr difference = computed - recorded;
+  if (difference.is_zero()) return false;
+  if (difference.is_const()) return true;
+  return computed.ProvablyBelow(recorded, nullptr) || recorded.ProvablyBelow(computed, nullptr);
+}
+
+}  // namespace
+
+absl::Status Builder::CheckMetadata(uint32_t node, const graph::Value& value,
+                                    const std::vector<IndexExpr>& computed) const {
+  auto recorded = Syms(g_.sizes(value));
+  if (!recorded.ok()) return recorded.status();
+  const graph::Node& n = N(node);
+  // Names the node as the graph does (its name and op) and as kiln explain does (%N).
+  const std::string where = absl::StrCat("node `", g_.str(n.name), "` (", g_.target(n), ", ",
+                                         NodeName(node), "): output ", value.output);
+  if (recorded->size() != computed.size()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(where, " has rank ", recorded->size(), " in the graph's metadata, but ",
+                     g_.target(n), " computes rank ", computed.size(), " from its inputs"));
+  }
+  for (size_t i = 0; i < computed.size(); ++i) {
+    if (!ProvablyDiffer(computed[i], (*recorded)[i])) continue;
+    // Sizes print with the graph's own symbol names, not the canonical ones.
+    std::vector<std::string> names = out_.symbols;
+    for (const auto& [original, canonical] : c_.symbol_names()) {
+      if (auto id = sym_ids_.find(canonical); id != sym_ids_.end()) names[id->second] = original;
+    }
+    return absl::InvalidArgumentError(
+        absl::StrCat(where, " has size ", (*recorded)[i].ToString(names), " at dim ", i,
+                     " in the graph's metadata, but ", g_.target(n), " computes ",
+                     computed[i].ToString(names), " from its inputs"));
+  }
+  return absl::OkStatus();
+}
+
 absl::StatusOr<int32_t> Builder::Finish(uint32_t node, Body& b, int32_t result, DType dtype,
                                         const graph::Value* value, std::vector<int32_t> out_dims,
                                         std::vector<IndexExpr> out_sizes) {
+  // Before anything else, so a graph at fault is told so rather than falling back.
+  if (value != nullptr) {
+    if (absl::Status s = CheckMetadata(node, *value, out_sizes); !s.ok()) return s;
+  }
   if (absl::Status s = ComputableBody(b); !s.ok()) return s;
   int32_t t;
   if (value != nullptr) {
@@ -245,11 +296,6 @@ absl::StatusOr<int32_t> Builder::Finish(uint32_t node, Body& b, int32_t result, 
       return s;
     }
     Bind(*value, t);
-    if (Tn(t).sizes.size() != out_sizes.size()) {
-      return absl::InternalError(absl::StrCat("decompose: ", g_.target(N(node)), " at ",
-                                              NodeName(node), " made rank ", out_sizes.size(),
-                                              " but the metadata says ", Tn(t).sizes.size()));
-    }
   } else {
     t = TempTensor(node, dtype, std::move(out_sizes));
   }

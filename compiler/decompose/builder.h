@@ -5,8 +5,10 @@
 // graph and adds to it, for the graph node a rule decomposes, the tensors and nodes that
 // stand for it: Computes (pointwise or reducing), Views, Externs and fallbacks.
 //
-// Builder methods return INTERNAL for inconsistent metadata and UNIMPLEMENTED for what the
-// loop IR cannot compute: the node then falls back. A symbolic size outside the IR's forms
+// Builder methods return INVALID_ARGUMENT, naming the node, when a node's metadata disagrees
+// with what its op computes from its inputs (the graph is at fault), INTERNAL for other
+// inconsistencies, and UNIMPLEMENTED for what the loop IR cannot compute: the node then falls
+// back. A symbolic size outside the IR's forms
 // becomes an opaque IndexExpr, which tensors, views, externs and fallbacks carry as it is;
 // a Compute that would need one in its kernel is UNIMPLEMENTED.
 
@@ -276,7 +278,13 @@ class Builder {
   absl::StatusOr<int32_t> Operand(Body& b, const graph::Arg& a, loop::ScalarType scalar_type) const;
 
   // --- Computes.
-  // Adds a Compute producing a tensor; `value` (may be null) gives its layout and name.
+  // OK unless `value`'s metadata, an output of `node`, provably disagrees with the sizes
+  // `computed` from the node's inputs: INVALID_ARGUMENT naming the node, its op and what
+  // disagrees (a rank; a size, where the symbolic expressions decide it).
+  absl::Status CheckMetadata(uint32_t node, const graph::Value& value,
+                             const std::vector<loop::IndexExpr>& computed) const;
+  // Adds a Compute producing a tensor; `value` (may be null) gives its layout and name, and
+  // must agree with `out_sizes` (CheckMetadata).
   absl::StatusOr<int32_t> Finish(uint32_t node, Body& b, int32_t result, graph::DType dtype,
                                  const graph::Value* value, std::vector<int32_t> out_dims,
                                  std::vector<loop::IndexExpr> out_sizes);

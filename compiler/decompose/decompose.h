@@ -113,8 +113,10 @@ struct PrimGraph {
 };
 
 // Decomposes `graph` (nodes in canonical order, names from `canonical`). Ops with no
-// decomposition become fallback externs with the reason; INTERNAL only for inconsistent
-// metadata.
+// decomposition become fallback externs with the reason. INVALID_ARGUMENT, naming the node
+// (its name and op) and what disagrees, when a node's recorded output metadata provably
+// disagrees with the rank or sizes its op computes from its inputs: the graph is at fault.
+// INTERNAL only for other inconsistent metadata.
 absl::StatusOr<PrimGraph> Decompose(const graph::Graph& graph,
                                     const canon::CanonicalGraph& canonical);
 

@@ -2,8 +2,9 @@
 
 // kilnd's HTTP/1.1 blob endpoint: the content-addressed store for any HTTP client (curl, a
 // trainer's loader, caches that speak the `/cas/` convention), at a fraction of a gRPC
-// call's cost per blob. What the requests mean is CasHandler's (cas_handler.h); a few
-// HttpEventLoops (event_loop.h) own the connections and a ThreadPool does the disk work.
+// call's cost per blob. What the requests mean is CasHandler's (cas_handler.h); a few event
+// loops (server/net/event_loop.h) speaking HttpProtocol (http_protocol.h) own the connections
+// and a ThreadPool does the disk work.
 // Errors carry a one-line text body naming what is wrong. Connections are kept alive, a
 // connection's requests are answered in order, and one idle past `idle_timeout` is closed.
 // Plaintext only: kilnd refuses a non-loopback address for it unless --insecure.
@@ -16,9 +17,9 @@
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
 #include "cache/store.h"
-#include "proto/base/thread_pool.h"
 #include "server/http/cas_handler.h"
-#include "server/http/event_loop.h"
+#include "server/http/http_protocol.h"
+#include "server/net/event_loop_server.h"
 #include "server/observe/metrics.h"
 #include "server/rpc/auth.h"
 
@@ -48,19 +49,16 @@ class BlobHttpServer {
   BlobHttpServer(const BlobHttpServer&) = delete;
   BlobHttpServer& operator=(const BlobHttpServer&) = delete;
 
-  int port() const { return port_; }
+  int port() const { return server_->port(); }
   // Stops accepting, closes every connection and waits for disk work in flight. Idempotent.
   void Stop();
 
  private:
   BlobHttpServer() = default;
 
-  int port_ = 0;
-  int listen_fd_ = -1;
   std::unique_ptr<HttpMetrics> metrics_;
   std::unique_ptr<CasHandler> handler_;
-  std::unique_ptr<ThreadPool> workers_;  // disk work
-  std::vector<std::unique_ptr<HttpEventLoop>> loops_;
+  std::unique_ptr<EventLoopServer> server_;  // last: stops before what it serves goes
 };
 
 }  // namespace kiln::server

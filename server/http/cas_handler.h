@@ -16,8 +16,8 @@
 #include <string>
 
 #include "cache/store.h"
-#include "server/http/event_loop.h"
 #include "server/http/http_parser.h"
+#include "server/http/http_protocol.h"
 #include "server/rpc/auth.h"
 
 namespace kiln::server {

@@ -15,9 +15,6 @@ namespace {
 
 constexpr absl::string_view kLineEnd = "\r\n";
 constexpr absl::string_view kHeadEnd = "\r\n\r\n";
-// Consumed bytes are dropped from the front of the buffer once they are this many and at
-// least half of it, so a long pipelined stream costs linear time.
-constexpr size_t kCompactBytes = 4096;
 
 }  // namespace
 
@@ -25,23 +22,18 @@ HttpRequestParser::HttpRequestParser(size_t max_head_bytes) : max_head_bytes_(ma
 
 void HttpRequestParser::Append(absl::string_view bytes) {
   if (failed_) return;
-  if (start_ > 0 &&
-      (start_ == buffer_.size() || (start_ >= kCompactBytes && start_ >= buffer_.size() / 2))) {
-    buffer_.erase(0, start_);
-    start_ = 0;
-  }
-  buffer_.append(bytes.data(), bytes.size());
+  buffer_.Append(bytes);
 }
 
 HttpRequestParser::Progress HttpRequestParser::Next() {
   if (failed_) return Progress::kError;
   if (body_remaining_ > 0) return Progress::kNeedMore;
   // Empty lines before a request line are ignored (RFC 9112, 2.2).
-  while (absl::StartsWith(absl::string_view(buffer_).substr(start_), kLineEnd)) {
-    start_ += kLineEnd.size();
+  while (absl::StartsWith(buffer_.pending(), kLineEnd)) {
+    buffer_.Consume(kLineEnd.size());
     scanned_ = 0;
   }
-  const absl::string_view pending(buffer_.data() + start_, buffered());
+  const absl::string_view pending = buffer_.pending();
   const size_t end = pending.find(kHeadEnd, scanned_);
   // A head longer than the limit is refused as soon as that is certain: its end is past the
   // limit, or cannot come before it any more. So splitting the bytes differently never
@@ -58,28 +50,26 @@ HttpRequestParser::Progress HttpRequestParser::Next() {
   }
   head_ = HttpRequestHead();
   if (!ParseHead(pending.substr(0, end))) return Progress::kError;
-  start_ += end + kHeadEnd.size();
+  buffer_.Consume(end + kHeadEnd.size());
   scanned_ = 0;
   body_remaining_ = std::max<int64_t>(0, head_.content_length);
   return Progress::kHead;
 }
 
 absl::string_view HttpRequestParser::buffered_body() const {
-  return absl::string_view(buffer_.data() + start_,
-                           std::min<size_t>(buffered(), static_cast<size_t>(body_remaining_)));
+  return buffer_.pending().substr(0, static_cast<size_t>(body_remaining_));
 }
 
 void HttpRequestParser::ConsumeBody(int64_t n) {
   n = std::clamp<int64_t>(n, 0, body_remaining_);
-  start_ += std::min<size_t>(buffered(), static_cast<size_t>(n));
+  buffer_.Consume(std::min<size_t>(buffered(), static_cast<size_t>(n)));
   body_remaining_ -= n;
 }
 
 HttpRequestParser::Progress HttpRequestParser::Fail(int status, std::string message) {
   failed_ = true;
   error_ = HttpParseError{status, std::move(message)};
-  buffer_.clear();
-  start_ = 0;
+  buffer_.Clear();
   return Progress::kError;
 }
 

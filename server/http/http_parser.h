@@ -22,6 +22,7 @@
 #include <string>
 
 #include "absl/strings/string_view.h"
+#include "server/net/input_buffer.h"
 
 namespace kiln::server {
 
@@ -75,7 +76,7 @@ class HttpRequestParser {
   void ConsumeBody(int64_t n);
 
   // Bytes appended and not yet consumed.
-  size_t buffered() const { return buffer_.size() - start_; }
+  size_t buffered() const { return buffer_.size(); }
 
  private:
   Progress Fail(int status, std::string message);
@@ -83,9 +84,8 @@ class HttpRequestParser {
   bool ParseHead(absl::string_view head);
 
   const size_t max_head_bytes_;
-  std::string buffer_;
-  size_t start_ = 0;    // buffer_[start_, end) is not consumed yet
-  size_t scanned_ = 0;  // from start_: where the search for the head's end resumes
+  InputBuffer buffer_;
+  size_t scanned_ = 0;  // in buffer_.pending(): where the search for the head's end resumes
   int64_t body_remaining_ = 0;
   bool failed_ = false;
   HttpRequestHead head_;

@@ -11,9 +11,6 @@
 namespace kiln::server {
 namespace {
 
-// Consumed bytes are dropped from the front of the buffer once they are this many and at
-// least half of it, so a long pipelined stream costs linear time.
-constexpr size_t kCompactBytes = 4096;
 // A `*N` or `$N` line: the sign and digits of a 64-bit number fit with room to spare.
 constexpr size_t kMaxHeaderLine = 32;
 // What a bulk string reserves before its bytes arrive: a header alone must not make the
@@ -45,25 +42,19 @@ RespParser::RespParser(const RespLimits& limits) : limits_(limits) {}
 
 void RespParser::Append(absl::string_view bytes) {
   if (failed_) return;
-  if (start_ > 0 &&
-      (start_ == buffer_.size() || (start_ >= kCompactBytes && start_ >= buffer_.size() / 2))) {
-    buffer_.erase(0, start_);
-    start_ = 0;
-  }
-  buffer_.append(bytes.data(), bytes.size());
+  buffer_.Append(bytes);
 }
 
 RespParser::Progress RespParser::Fail(std::string message) {
   failed_ = true;
   error_ = absl::StrCat("Protocol error: ", message);
   command_.clear();
-  buffer_.clear();
-  start_ = 0;
+  buffer_.Clear();
   return Progress::kError;
 }
 
 bool RespParser::HeaderLine(absl::string_view* line, bool* failed) {
-  const absl::string_view pending(buffer_.data() + start_, buffered());
+  const absl::string_view pending = buffer_.pending();
   const absl::string_view window = pending.substr(0, kMaxHeaderLine + 2);
   const size_t end = window.find("\r\n");
   if (end == absl::string_view::npos) {
@@ -76,12 +67,12 @@ bool RespParser::HeaderLine(absl::string_view* line, bool* failed) {
     return false;
   }
   *line = pending.substr(0, end);
-  start_ += end + 2;
+  buffer_.Consume(end + 2);
   return true;
 }
 
 RespParser::Progress RespParser::ParseInline() {
-  const absl::string_view pending(buffer_.data() + start_, buffered());
+  const absl::string_view pending = buffer_.pending();
   const size_t end = pending.find('\n');
   const size_t length = end == absl::string_view::npos ? pending.size() : end;
   if (length > limits_.max_inline_bytes) {
@@ -91,7 +82,7 @@ RespParser::Progress RespParser::ParseInline() {
   if (end == absl::string_view::npos) return Progress::kNeedMore;
   absl::string_view line = pending.substr(0, end);
   if (!line.empty() && line.back() == '\r') line.remove_suffix(1);
-  start_ += end + 1;
+  buffer_.Consume(end + 1);
   command_.clear();
   size_t i = 0;
   while (i < line.size()) {
@@ -116,7 +107,7 @@ RespParser::Progress RespParser::Next() {
     switch (state_) {
       case State::kStart: {
         if (buffered() == 0) return Progress::kNeedMore;
-        if (buffer_[start_] != '*') {
+        if (buffer_.front() != '*') {
           const Progress p = ParseInline();
           if (p == Progress::kCommand && command_.empty()) continue;  // an empty line
           return p;
@@ -146,8 +137,8 @@ RespParser::Progress RespParser::Next() {
           return Progress::kCommand;
         }
         if (buffered() == 0) return Progress::kNeedMore;
-        if (buffer_[start_] != '$') {
-          return Fail(absl::StrCat("expected '$', got ", Shown(buffer_[start_])));
+        if (buffer_.front() != '$') {
+          return Fail(absl::StrCat("expected '$', got ", Shown(buffer_.front())));
         }
         absl::string_view line;
         bool failed = false;
@@ -168,20 +159,20 @@ RespParser::Progress RespParser::Next() {
       }
       case State::kBulkData: {
         const size_t take = static_cast<size_t>(std::min<int64_t>(bulk_left_, buffered()));
-        command_.back().append(buffer_.data() + start_, take);
-        start_ += take;
+        command_.back().append(buffer_.pending().data(), take);
+        buffer_.Consume(take);
         bulk_left_ -= static_cast<int64_t>(take);
         if (bulk_left_ > 0) return Progress::kNeedMore;
         state_ = State::kBulkEnd;
         continue;
       }
       case State::kBulkEnd: {
-        const absl::string_view pending(buffer_.data() + start_, std::min<size_t>(2, buffered()));
+        const absl::string_view pending = buffer_.pending().substr(0, 2);
         if (pending != absl::string_view("\r\n").substr(0, pending.size())) {
           return Fail("a bulk string is longer than its length (no CRLF after its bytes)");
         }
         if (pending.size() < 2) return Progress::kNeedMore;
-        start_ += 2;
+        buffer_.Consume(2);
         --arguments_left_;
         state_ = State::kBulkHeader;
         continue;

@@ -21,6 +21,7 @@
 #include <vector>
 
 #include "absl/strings/string_view.h"
+#include "server/net/input_buffer.h"
 
 namespace kiln::server {
 
@@ -49,19 +50,18 @@ class RespParser {
   const std::string& error() const { return error_; }
 
   // Bytes appended and not yet parsed.
-  size_t buffered() const { return buffer_.size() - start_; }
+  size_t buffered() const { return buffer_.size(); }
 
  private:
   enum class State { kStart, kBulkHeader, kBulkData, kBulkEnd };
   Progress Fail(std::string message);
-  // Consumes the `*N` or `$N` line at start_ into `line` (without its CRLF). False when it has
+  // Consumes the `*N` or `$N` line at the front into `line` (without its CRLF). False when it has
   // not all arrived, or (with `failed` set, after Fail) when it is longer than a header line.
   bool HeaderLine(absl::string_view* line, bool* failed);
   Progress ParseInline();
 
   const RespLimits limits_;
-  std::string buffer_;
-  size_t start_ = 0;  // buffer_[start_, end) is not parsed yet
+  InputBuffer buffer_;
   State state_ = State::kStart;
   int64_t arguments_left_ = 0;  // bulk strings still to come in the current command
   int64_t bulk_left_ = 0;       // bytes of the current bulk string still to come

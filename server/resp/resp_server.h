@@ -2,7 +2,7 @@
 
 // kilnd's RESP front (--resp-listen): the cache as a Redis server to PyTorch Inductor's Redis
 // remote caches and any RESP2 client. What commands mean is RespCommands' (resp_commands.h);
-// a few event loops (epoll, one thread each) own the connections and parse their commands
+// a few event loops (server/net/event_loop.h) own the connections and parse their commands
 // with a RespParser, and a ThreadPool does the disk work. A connection's commands are
 // answered one at a time and in order, pipelined or not. A protocol error is answered with
 // "-ERR Protocol error: ..." and closes the connection; every other error is a RESP error
@@ -17,7 +17,7 @@
 
 #include "absl/status/statusor.h"
 #include "cache/cache.h"
-#include "proto/base/thread_pool.h"
+#include "server/net/event_loop_server.h"
 #include "server/observe/metrics.h"
 #include "server/resp/resp_commands.h"
 #include "server/resp/resp_parser.h"
@@ -46,20 +46,15 @@ class RespServer {
   RespServer(const RespServer&) = delete;
   RespServer& operator=(const RespServer&) = delete;
 
-  int port() const { return port_; }
+  int port() const { return server_->port(); }
   // Stops accepting, closes every connection and waits for disk work in flight. Idempotent.
   void Stop();
 
  private:
-  class Loop;
   RespServer() = default;
 
-  int port_ = 0;
-  int listen_fd_ = -1;
-  Gauge* connections_ = nullptr;
   std::unique_ptr<RespCommands> commands_;
-  std::unique_ptr<ThreadPool> workers_;
-  std::vector<std::unique_ptr<Loop>> loops_;
+  std::unique_ptr<EventLoopServer> server_;  // last: stops before what it serves goes
 };
 
 }  // namespace kiln::server

@@ -31,6 +31,7 @@ using ::kiln::testing::LoadSharedGraph;
 
 using ::kiln::testing::KilndProcess;
 using ::kiln::testing::TempDir;
+using ::testing::AllOf;
 using ::testing::HasSubstr;
 
 v1::CompileRequest Request(const v1::Graph& g) {
@@ -171,6 +172,51 @@ TEST_F(KilndCompileTest, MalformedRequestsAreInvalidAndServingGoesOn) {
   }
   EXPECT_EQ(invalid, 2000);
   EXPECT_EQ(Metric("kiln_compiles_total{result=\"ok\"}"), 1);
+}
+
+// A node whose recorded metadata disagrees with what its op computes from its inputs (a
+// fuzzer found such graphs) is the request's fault, through the compile workers as in process:
+// INVALID_ARGUMENT naming the node and what disagrees, and serving goes on.
+TEST_F(KilndCompileTest, MetadataThatDisagreesWithTheOpIsInvalid) {
+  Start();
+  const v1::Graph good = LoadSharedGraph("mlp_fp32.fw.json");
+  // The metadata of output 0 of the node `name` (native_layer_norm's first output, and the
+  // getitem that takes it out of the tuple), 8 x 128 x 512.
+  const auto meta = [](v1::Graph& g, const std::string& name) -> v1::TensorMeta* {
+    for (v1::Node& n : *g.mutable_nodes()) {
+      if (n.name() == name) return n.mutable_outputs(0)->mutable_tensor();
+    }
+    return nullptr;
+  };
+  // The same rank, another size.
+  v1::Graph wider = good;
+  ASSERT_NE(meta(wider, "native_layer_norm"), nullptr);
+  meta(wider, "native_layer_norm")->mutable_sizes(2)->set_value(513);
+  absl::StatusOr<v1::CompileResponse> answer = Compile(Request(wider));
+  EXPECT_EQ(answer.status().code(), absl::StatusCode::kInvalidArgument) << answer.status();
+  EXPECT_THAT(std::string(answer.status().message()),
+              AllOf(HasSubstr("node `native_layer_norm`"), HasSubstr("aten.native_layer_norm"),
+                    HasSubstr("has size 513 at dim 2"), HasSubstr("computes 512")));
+  // Another rank, 1 x 8 x 128 x 512, where the getitem agrees (else import refuses it first).
+  v1::Graph deeper = good;
+  for (const char* name : {"native_layer_norm", "getitem"}) {
+    v1::TensorMeta* m = meta(deeper, name);
+    ASSERT_NE(m, nullptr) << name;
+    m->mutable_sizes()->Add()->set_value(1);
+    m->mutable_strides()->Add()->set_value(8 * 128 * 512);
+    for (int i = m->sizes_size() - 1; i > 0; --i) {
+      m->mutable_sizes()->SwapElements(i, i - 1);
+      m->mutable_strides()->SwapElements(i, i - 1);
+    }
+  }
+  answer = Compile(Request(deeper));
+  EXPECT_EQ(answer.status().code(), absl::StatusCode::kInvalidArgument) << answer.status();
+  EXPECT_THAT(std::string(answer.status().message()),
+              AllOf(HasSubstr("decompose"), HasSubstr("node `native_layer_norm`"),
+                    HasSubstr("has rank 4"), HasSubstr("computes rank 3")));
+  absl::StatusOr<v1::CompileResponse> still = Compile(Request(good));
+  ASSERT_TRUE(still.ok()) << still.status();
+  EXPECT_EQ(still->outcome(), v1::CACHE_OUTCOME_MISS);
 }
 
 TEST_F(KilndCompileTest, CliCompilesAndReportsTheOutcome) {

@@ -216,8 +216,10 @@ absl::StatusOr<std::string> LocalRedisCluster::Cli(int node, const std::vector<s
   absl::StatusOr<RunResult> r = Run(argv, absl::Seconds(30));
   if (!r.ok()) return r.status();
   // redis-cli exits 0 on error replies when not on a terminal but prints "ERR ..." or
-  // "(error) ..."; connection failures exit 1.
+  // "(error) ...", and a node that does not own the key prints its redirection ("MOVED slot
+  // host:port", "ASK ..."), which is an error reply too; connection failures exit 1.
   if (r->exit_code != 0 || absl::StartsWith(r->out, "ERR") || absl::StartsWith(r->out, "(error)") ||
+      absl::StartsWith(r->out, "MOVED ") || absl::StartsWith(r->out, "ASK ") ||
       absl::StrContains(r->err, "Could not connect")) {
     return absl::InternalError(absl::StrCat("redis-cli -p ", ports_[node], " ",
                                             absl::StrJoin(args, " "), ": ", r->out, r->err));

@@ -1,4 +1,4 @@
-#include "server/http/tcp_listener.h"
+#include "server/net/tcp_listener.h"
 
 #include <arpa/inet.h>
 #include <netdb.h>

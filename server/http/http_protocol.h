@@ -1,29 +1,28 @@
 #pragma once
 
-// The event loops of kilnd's HTTP/1.1 servers. A loop is one thread that owns its connections
-// (non-blocking sockets, epoll): it reads requests off them with an HttpRequestParser, asks an
-// HttpHandler what to do with each, and writes the answers. A connection's requests are
-// answered one at a time and in order, pipelined or not; keep-alive is HTTP/1.1's default.
-// Several loops may watch one listening socket: each new connection goes to one of them.
+// HTTP/1.1 on the connections of kilnd's event loops (server/net/event_loop.h): an
+// HttpProtocol reads requests off a connection with an HttpRequestParser, asks an HttpHandler
+// what to do with each, and writes the answers. A connection's requests are answered one at a
+// time and in order, pipelined or not; keep-alive is HTTP/1.1's default.
 //
 // A handler answers on the loop's thread when it can do so at once; what would block (disk)
-// runs on a ThreadPool, and the loop sends its answer when it is done. A connection that
-// neither sends nor takes a byte for `idle_timeout` while nothing is being worked on for it is
-// closed; one beyond the loop's `max_connections` is closed as soon as it is accepted.
+// runs on the loop's ThreadPool, and the loop sends its answer when it is done.
 
 #include <cstddef>
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
+#include "absl/container/flat_hash_map.h"
 #include "absl/functional/any_invocable.h"
 #include "absl/status/status.h"
 #include "absl/strings/string_view.h"
 #include "absl/time/time.h"
-#include "proto/base/thread_pool.h"
 #include "server/http/http_parser.h"
 #include "server/http/http_reply.h"
+#include "server/net/event_loop.h"
 #include "server/observe/metrics.h"
 
 namespace kiln::server {
@@ -80,32 +79,25 @@ class HttpMetrics {
   Gauge& connections_;
 };
 
-struct HttpEventLoopOptions {
-  size_t max_connections = 4096;  // this loop's
-  absl::Duration idle_timeout = absl::Seconds(60);
-  size_t max_head_bytes = HttpRequestParser::kDefaultMaxHeadBytes;
-};
-
-class HttpEventLoop {
+// HTTP/1.1 as one event loop serves it (one per loop: the counters it looks up are its own).
+class HttpProtocol final : public Protocol {
  public:
-  // `handler`, `pool` and `metrics` (null: none) must outlive the loop; `listen_fd` is a
-  // non-blocking listening socket that stays open until the loop has stopped. Work the loop
-  // hands to `pool` answers through the loop: shut the pool down before destroying it.
-  HttpEventLoop(int listen_fd, HttpHandler* handler, ThreadPool* pool, HttpMetrics* metrics,
-                const HttpEventLoopOptions& options);
-  ~HttpEventLoop();  // Stop()
-  HttpEventLoop(const HttpEventLoop&) = delete;
-  HttpEventLoop& operator=(const HttpEventLoop&) = delete;
+  // `handler` and `metrics` (null: none) must outlive the loop. `max_head_bytes` bounds a
+  // request's head (HttpRequestParser's).
+  HttpProtocol(HttpHandler* handler, HttpMetrics* metrics,
+               size_t max_head_bytes = HttpRequestParser::kDefaultMaxHeadBytes);
 
-  // Starts the loop's thread. INTERNAL when epoll or its wake-up descriptor cannot be set up.
-  absl::Status Start();
-  // Closes every connection and joins the thread. Work still on the pool may finish later;
-  // its answers are dropped. Idempotent.
-  void Stop();
+  std::unique_ptr<Connection> NewConnection() override;
 
  private:
-  class Impl;
-  std::unique_ptr<Impl> impl_;
+  class Conn;
+  // Counts a request answered with `status`, and its time since `started`.
+  void Answered(absl::string_view method, int status, absl::Time started);
+
+  HttpHandler* const handler_;
+  HttpMetrics* const metrics_;
+  const size_t max_head_bytes_;
+  absl::flat_hash_map<std::pair<size_t, int>, Counter*> counters_;  // (method, status)
 };
 
 }  // namespace kiln::server
