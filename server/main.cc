@@ -126,6 +126,10 @@ int main(int argc, char** argv) {
   AddSetting(app, "--shared-cache", config.shared_cache,
              "shared cache tier: a Redis Cluster as redis://HOST:PORT[,HOST:PORT...]; "
              "action records and blobs go through to it and are read from it on a local miss");
+  AddSetting(app, "--shared-cache-lease-ms", config.shared_cache_lease_ms,
+             "milliseconds a compile lease in the shared cache's cluster lives unless its "
+             "holder renews it (every third of it); servers waiting on a dead holder's compile "
+             "take over after it");
   AddSetting(app, "--otlp-url", config.otlp_url,
              "export traces as OTLP/JSON to this collector URL (http://HOST:PORT/v1/traces)");
   AddSetting(app, "--trace-capacity", config.trace_capacity,
