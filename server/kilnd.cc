@@ -425,6 +425,8 @@ void KilnServer::Drain(absl::Duration grace) {
     // Blob requests in flight finish; connections close.
     if (state_->blob_http) state_->blob_http->Stop();
     if (state_->resp) state_->resp->Stop();
+    // Compiles that outlived their callers end before the store closes.
+    state_->compile_service->Stop();
     // Queued write-through finishes (briefly) while the store is still open.
     if (state_->shared) state_->shared->Stop();
     // Shutdown has returned: no call runs any more, so the store can be closed.

@@ -108,9 +108,7 @@ CompileService::CompileService(const CompileServiceOptions& options, Compiler* c
 }
 
 CompileService::~CompileService() {
-  stopping_.store(true);
-  if (lease_pool_ != nullptr) lease_pool_->Shutdown();
-  pool_.Shutdown();
+  Stop();
   // The server is shut down before the service goes, so no handler runs now; taking the
   // lock once orders the last handler's record updates before the records are destroyed,
   // where a race detector cannot see gRPC's own synchronization.
@@ -118,6 +116,12 @@ CompileService::~CompileService() {
 }
 
 void CompileService::BeginDrain() { draining_.store(true); }
+
+void CompileService::Stop() {
+  stopping_.store(true);
+  if (lease_pool_ != nullptr) lease_pool_->Shutdown();
+  pool_.Shutdown();
+}
 
 grpc::Status CompileService::Compile(grpc::ServerContext* context,
                                      const v1::CompileRequest* request,
@@ -564,21 +568,27 @@ void CompileService::RunCompile(std::shared_ptr<Flights::Flight> flight,
     // The answer is still good; only later requests lose the cache entry.
     LogWarning("store_failed", {{"key", keyed->key}, {"error", stored.ToString()}});
   }
+  if (stored.ok() && shared_ != nullptr) {
+    if (lease.held()) {
+      // Servers waiting on this lease look for the result once the lease is gone: publish it
+      // first. Before Finish, too: once every waiter is answered the server may close the
+      // store.
+      const absl::Time t2 = absl::Now();
+      absl::Status published = shared_->Publish(keyed->key);
+      add_phase("publish", absl::Now() - t2);
+      if (!published.ok()) {
+        LogWarning("compile_lease_result_not_published",
+                   {{"key", keyed->key},
+                    {"error", published.ToString()},
+                    {"consequence", "servers waiting on this compile compile it themselves"}});
+      }
+    } else {
+      shared_->WriteAction(keyed->key);
+    }
+  }
   compiles_total_.With({"ok"}).Increment();
   flight->Finish(std::shared_ptr<const Artifact>(std::move(artifact)));
-  if (!stored.ok() || shared_ == nullptr) return;
-  if (lease.held()) {
-    // Servers waiting on this lease look for the result once it is gone: publish first.
-    if (absl::Status published = shared_->Publish(keyed->key); !published.ok()) {
-      LogWarning("compile_lease_result_not_published",
-                 {{"key", keyed->key},
-                  {"error", published.ToString()},
-                  {"consequence", "servers waiting on this compile compile it themselves"}});
-    }
-    lease.Release();
-  } else {
-    shared_->WriteAction(keyed->key);
-  }
+  lease.Release();
 }
 
 void CompileService::Remember(CompileRecord record, bool divergence,

@@ -71,6 +71,10 @@ class CompileService final : public v1::Compiler::Service {
 
   // New requests get UNAVAILABLE; those in flight continue.
   void BeginDrain();
+  // Once no call runs any more: waits on other servers' leases give up, queued compiles whose
+  // waiters all left end at once, running ones finish; nothing touches the cache afterwards.
+  // Idempotent.
+  void Stop();
 
   struct Snapshot {
     int64_t compiles = 0;

@@ -1,5 +1,7 @@
 #include "server/config.h"
 
+#include "absl/strings/str_cat.h"
+
 #include <gtest/gtest.h>
 
 namespace kiln::server {
@@ -95,6 +97,20 @@ TEST(ConfigTest, SharedCacheUrlIsChecked) {
     EXPECT_NE(s.message().find(bad), std::string::npos) << s;
   }
   c.shared_cache = "redis://127.0.0.1:7000,127.0.0.1:7001";
+  EXPECT_TRUE(ValidateConfig(c).ok());
+}
+
+TEST(ConfigTest, SharedCacheLeaseIsChecked) {
+  ServerConfig c;
+  EXPECT_EQ(c.shared_cache_lease_ms, 10000);
+  for (int64_t bad : {int64_t{-1}, int64_t{0}, int64_t{29}, int64_t{3600} * 1000 + 1}) {
+    c.shared_cache_lease_ms = bad;
+    const absl::Status s = ValidateConfig(c);
+    EXPECT_TRUE(absl::IsInvalidArgument(s)) << bad;
+    EXPECT_NE(s.message().find("--shared-cache-lease-ms"), std::string::npos) << s;
+    EXPECT_NE(s.message().find(absl::StrCat(bad)), std::string::npos) << s;
+  }
+  c.shared_cache_lease_ms = 30;
   EXPECT_TRUE(ValidateConfig(c).ok());
 }
 
