@@ -452,7 +452,10 @@ void CompileService::AwaitLease(std::shared_ptr<Flights::Flight> flight,
   };
   auto cancelled = [&] { return flight->cancelled().load() || stopping_.load(); };
   absl::StatusOr<CompileLeases::Outcome> outcome = leases_->AcquireOrWait(
-      absl::StrCat(keyed->key, "/", keyed->guards_identity), published, deadline, cancelled);
+      absl::StrCat(
+          keyed->key, "/",
+          keyed->guards_identity.empty() ? "unguarded" : Sha256Hex(keyed->guards_identity)),
+      published, deadline, cancelled);
   if (!outcome.ok()) {
     flight->Finish(outcome.status());
     return;

@@ -37,10 +37,13 @@ using ::kiln::testing::LocalRedisCluster;
 using ::kiln::testing::TempDir;
 
 constexpr char kGraph[] = "mlp_fp32.fw.json";
+// Symbolic sizes and guards: the lease is per key and guard set, and the result a waiter
+// serves must pass its guards.
+constexpr char kGuardedGraph[] = "mlp_automatic_dynamic2.fw.json";
 
-v1::CompileRequest Request() {
+v1::CompileRequest Request(const std::string& graph = kGraph) {
   v1::CompileRequest r;
-  *r.mutable_graph() = LoadSharedGraph(kGraph);
+  *r.mutable_graph() = LoadSharedGraph(graph);
   r.mutable_options()->set_target("x86_64");
   return r;
 }
@@ -104,8 +107,9 @@ class KilndFleetTest : public ::testing::Test {
 
   // `n` clients, client i asking servers[i % size] at once; their answers, in client order.
   static std::vector<absl::StatusOr<v1::CompileResponse>> AskAtOnce(
-      const std::vector<Server*>& servers, int n, absl::Duration timeout = absl::Seconds(120)) {
-    const v1::CompileRequest request = Request();
+      const std::vector<Server*>& servers, int n, absl::Duration timeout = absl::Seconds(120),
+      const std::string& graph = kGraph) {
+    const v1::CompileRequest request = Request(graph);
     std::vector<absl::StatusOr<v1::CompileResponse>> answers(n, absl::UnknownError("not run"));
     std::atomic<int> ready{0};
     std::atomic<bool> go{false};
@@ -134,7 +138,8 @@ TEST_F(KilndFleetTest, SixtyFourClientsOnThreeServersCompileOnceFleetWide) {
   ASSERT_TRUE(a.process && b.process && c.process);
   const std::vector<Server*> servers = {&a, &b, &c};
 
-  const std::vector<absl::StatusOr<v1::CompileResponse>> answers = AskAtOnce(servers, 64);
+  const std::vector<absl::StatusOr<v1::CompileResponse>> answers =
+      AskAtOnce(servers, 64, absl::Seconds(120), kGuardedGraph);
   ASSERT_TRUE(answers[0].ok()) << answers[0].status();
   int misses = 0;
   for (const absl::StatusOr<v1::CompileResponse>& r : answers) {
@@ -162,7 +167,8 @@ TEST_F(KilndFleetTest, SixtyFourClientsOnThreeServersCompileOnceFleetWide) {
 
   // Every server now answers from its own store.
   for (Server* s : servers) {
-    absl::StatusOr<v1::CompileResponse> again = s->compiler->Compile(Request(), absl::Seconds(60));
+    absl::StatusOr<v1::CompileResponse> again =
+        s->compiler->Compile(Request(kGuardedGraph), absl::Seconds(60));
     ASSERT_TRUE(again.ok()) << again.status();
     EXPECT_EQ(again->outcome(), v1::CACHE_OUTCOME_HIT);
     EXPECT_EQ(again->compiled_graph(), answers[0]->compiled_graph());
