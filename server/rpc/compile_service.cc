@@ -373,7 +373,8 @@ absl::StatusOr<CompileService::Answer> CompileService::Resolve(
   } else if (std::optional<absl::Status> failed = failing_keys_.Find(keyed->key)) {
     return *failed;
   }
-  // Miss: one compile per key and guard set in the whole server.
+  // Miss: one compile per key and guard set in the whole server and, with compile leases, in
+  // the whole fleet. A lease pool with no room left compiles without a lease.
   auto [flight, leader] = flights_.Join(
       absl::StrCat(keyed->key, "/", keyed->guards_identity, keyed->force ? "/force" : ""));
   if (leader) {
@@ -382,10 +383,9 @@ absl::StatusOr<CompileService::Answer> CompileService::Resolve(
     absl::Status waiting = absl::FailedPreconditionError("no compile leases");
     if (lease_pool_ != nullptr && !keyed->force) {
       // A forced compile checks determinism here; it needs no lease, and waits on none.
-      waiting =
-          lease_pool_->Submit([this, flight = flight, keyed, shared_source, deadline, enqueued] {
-            AwaitLease(flight, keyed, shared_source, deadline, enqueued);
-          });
+      waiting = lease_pool_->Submit([this, flight = flight, keyed, shared_source, deadline] {
+        AwaitLease(flight, keyed, shared_source, deadline);
+      });
     }
     if (!waiting.ok()) {
       StartCompile(flight, keyed, std::move(shared_source), deadline, enqueued,
@@ -441,8 +441,7 @@ std::shared_ptr<const CompileService::Artifact> CompileService::LookupLocal(
 
 void CompileService::AwaitLease(std::shared_ptr<Flights::Flight> flight,
                                 std::shared_ptr<const Keyed> keyed,
-                                std::shared_ptr<const v1::Graph> source, absl::Time deadline,
-                                absl::Time enqueued) {
+                                std::shared_ptr<const v1::Graph> source, absl::Time deadline) {
   std::shared_ptr<const Artifact> found;
   auto published = [&] {
     shared_->FetchAction(keyed->key);
@@ -466,7 +465,8 @@ void CompileService::AwaitLease(std::shared_ptr<Flights::Flight> flight,
     flight->Finish(std::shared_ptr<const Artifact>(std::move(artifact)));
     return;
   }
-  StartCompile(std::move(flight), std::move(keyed), std::move(source), deadline, enqueued,
+  // The "queue" phase is the compile pool's; the time spent here is in the request's trace.
+  StartCompile(std::move(flight), std::move(keyed), std::move(source), deadline, absl::Now(),
                std::move(outcome->lease));
 }
 

@@ -132,8 +132,7 @@ class CompileService final : public v1::Compiler::Service {
   // On the lease pool: takes the fleet-wide lease of the flight's key (or waits for the
   // server holding it and finishes the flight with its result), then starts the compile.
   void AwaitLease(std::shared_ptr<Flights::Flight> flight, std::shared_ptr<const Keyed> keyed,
-                  std::shared_ptr<const v1::Graph> source, absl::Time deadline,
-                  absl::Time enqueued);
+                  std::shared_ptr<const v1::Graph> source, absl::Time deadline);
   // Queues the flight's compile on the compile pool, or finishes the flight with the reason
   // it could not be queued.
   void StartCompile(std::shared_ptr<Flights::Flight> flight, std::shared_ptr<const Keyed> keyed,
