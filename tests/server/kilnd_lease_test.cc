@@ -74,7 +74,7 @@ struct Server {
   }
 };
 
-class KilndFleetTest : public ::testing::Test {
+class KilndLeaseTest : public ::testing::Test {
  protected:
   void SetUp() override {
     absl::StatusOr<std::unique_ptr<LocalRedisCluster>> cluster = LocalRedisCluster::Start();
@@ -131,7 +131,7 @@ class KilndFleetTest : public ::testing::Test {
   std::unique_ptr<LocalRedisCluster> cluster_;
 };
 
-TEST_F(KilndFleetTest, SixtyFourClientsOnThreeServersCompileOnceFleetWide) {
+TEST_F(KilndLeaseTest, SixtyFourClientsOnThreeServersCompileOnceFleetWide) {
   Server a = StartServer("a");
   Server b = StartServer("b");
   Server c = StartServer("c");
@@ -178,7 +178,7 @@ TEST_F(KilndFleetTest, SixtyFourClientsOnThreeServersCompileOnceFleetWide) {
   EXPECT_NE(page->find("compile leases</th><td>instance <code>"), std::string::npos) << *page;
 }
 
-TEST_F(KilndFleetTest, HolderKilledMidCompileIsTakenOverAfterItsLeaseExpires) {
+TEST_F(KilndLeaseTest, HolderKilledMidCompileIsTakenOverAfterItsLeaseExpires) {
   constexpr int kLeaseMs = 1500;
   // A's compile worker hangs as the compile starts: A holds the lease, compiling forever.
   Server a = StartServer("a", "hang@start", kLeaseMs);
@@ -227,7 +227,7 @@ TEST_F(KilndFleetTest, HolderKilledMidCompileIsTakenOverAfterItsLeaseExpires) {
   EXPECT_EQ(retried->compiled_graph(), answers[0]->compiled_graph());
 }
 
-TEST_F(KilndFleetTest, HolderWhoseCompileFailsReleasesItsWaiters) {
+TEST_F(KilndLeaseTest, HolderWhoseCompileFailsReleasesItsWaiters) {
   // A's compile hangs until its request's deadline, then fails and lets go of the lease; the
   // ttl is long, so a take-over before it proves the lease was released, not left to expire.
   Server a = StartServer("a", "hang@start");
@@ -256,7 +256,7 @@ TEST_F(KilndFleetTest, HolderWhoseCompileFailsReleasesItsWaiters) {
   EXPECT_EQ(a.Metric("kiln_shared_cache_leases_held"), 0);
 }
 
-TEST_F(KilndFleetTest, EveryServersCompileFailingAnswersEveryWaiterWithTheError) {
+TEST_F(KilndLeaseTest, EveryServersCompileFailingAnswersEveryWaiterWithTheError) {
   // Every server's compile of the graph crashes its worker: each waiter in turn takes the
   // lease, fails and lets go; nobody hangs.
   Server a = StartServer("a", "crash@start");
@@ -277,7 +277,7 @@ TEST_F(KilndFleetTest, EveryServersCompileFailingAnswersEveryWaiterWithTheError)
   }
 }
 
-TEST_F(KilndFleetTest, ClusterDownServersCompileLocallyAndCountLeaseErrors) {
+TEST_F(KilndLeaseTest, ClusterDownServersCompileLocallyAndCountLeaseErrors) {
   Server a = StartServer("a");
   Server b = StartServer("b");
   ASSERT_TRUE(a.process && b.process);
