@@ -145,6 +145,11 @@ absl::Status ValidateConfig(const ServerConfig& config) {
   if (!config.fleet.empty() || !config.advertise.empty()) {
     if (absl::Status s = ValidateFleet(config.fleet, config.advertise); !s.ok()) return s;
   }
+  if (config.shared_cache_lease_ms < 30 || config.shared_cache_lease_ms > 3600 * 1000) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--shared-cache-lease-ms must be between 30 and 3600000 (one hour), got ",
+                     config.shared_cache_lease_ms));
+  }
   if (config.data_dir.empty()) return absl::InvalidArgumentError("--data-dir must not be empty");
   if (!(config.drain_seconds >= 0)) {
     return absl::InvalidArgumentError("--drain-seconds must be a non-negative number");

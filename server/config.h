@@ -25,6 +25,9 @@ struct ServerConfig {
   // FAILED_PRECONDITION naming the owner. Empty: no fleet, every job is served here.
   std::string fleet;
   std::string advertise;
+  // Fleet-wide single flight: how long a compile lease in the shared cache's cluster lives
+  // unless renewed (every third of it) by its holder; a dead holder's lease expires after it.
+  int64_t shared_cache_lease_ms = 10000;
   bool insecure = false;      // allow a non-loopback listen address without TLS
   double drain_seconds = 10;  // grace period on SIGTERM before in-flight work is cancelled
   int64_t max_message_bytes = 64 << 20;  // largest gRPC message accepted

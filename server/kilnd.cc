@@ -36,6 +36,7 @@
 #include "server/rpc/health_service.h"
 #include "server/rpc/rpc_metrics.h"
 #include "server/shared_cache.h"
+#include "server/shared_lease.h"
 
 namespace kiln::server {
 
@@ -47,6 +48,9 @@ struct KilnServer::State {
   // The shared tier behind the cache (--shared-cache), null when none; stopped before the
   // cache closes.
   std::unique_ptr<SharedCache> shared;
+  // Fleet-wide single flight through the shared tier's cluster; null without --shared-cache.
+  // Outlives the compile service, goes before the shared tier whose cluster client it uses.
+  std::unique_ptr<CompileLeases> leases;
   std::unique_ptr<CacheService> cache_service;
   std::unique_ptr<AdminService> admin;
   // The compiler outlives the compile service, which calls it until it is destroyed.
@@ -214,7 +218,15 @@ absl::StatusOr<std::unique_ptr<KilnServer>> KilnServer::Start(const ServerConfig
     state->shared =
         std::make_unique<SharedCache>(std::make_unique<cache::SharedTier>(*std::move(cluster)),
                                       state->cache.get(), &state->metrics, SharedCache::Options{});
-    LogInfo("shared_cache", {{"seeds", absl::StrJoin(*seeds, ",")}});
+    CompileLeases::Options lease_options;
+    lease_options.ttl = absl::Milliseconds(config.shared_cache_lease_ms);
+    absl::StatusOr<std::unique_ptr<CompileLeases>> leases = CompileLeases::Create(
+        &state->shared->tier().redis(), &state->metrics, std::move(lease_options));
+    if (!leases.ok()) return leases.status();
+    state->leases = *std::move(leases);
+    LogInfo("shared_cache", {{"seeds", absl::StrJoin(*seeds, ",")},
+                             {"instance", state->leases->instance_id()},
+                             {"lease_ms", config.shared_cache_lease_ms}});
   }
   state->cache_service = std::make_unique<CacheService>(
       state->cache.get(), state->authorizer.get(), config.max_blob_bytes,
@@ -267,7 +279,7 @@ absl::StatusOr<std::unique_ptr<KilnServer>> KilnServer::Start(const ServerConfig
                              [isolated] { return isolated ? 1.0 : 0.0; });
   state->compile_service = std::make_unique<CompileService>(
       compile_options, state->compiler.get(), state->cache.get(), &state->metrics,
-      state->traces.get(), state->authorizer.get(), state->shared.get());
+      state->traces.get(), state->authorizer.get(), state->shared.get(), state->leases.get());
   state->admin = std::make_unique<AdminService>(
       state->cache.get(), state->authorizer.get(), [s = state.get()](v1::ServerStats* stats) {
         stats->set_version(kKilnVersion);
@@ -341,6 +353,7 @@ absl::StatusOr<std::unique_ptr<KilnServer>> KilnServer::Start(const ServerConfig
       input.compiles = page_state->compile_service->TakeSnapshot();
       input.isolation = page_state->isolation;
       if (page_state->shared) input.shared = page_state->shared->TakeSnapshot();
+      if (page_state->leases) input.leases = page_state->leases->TakeSnapshot();
       if (const auto* workers = dynamic_cast<const WorkerCompiler*>(page_state->compiler.get())) {
         input.workers = workers->TakeSnapshot();
       }
@@ -420,6 +433,8 @@ void KilnServer::Drain(absl::Duration grace) {
     // Blob requests in flight finish; connections close.
     if (state_->blob_http) state_->blob_http->Stop();
     if (state_->resp) state_->resp->Stop();
+    // Compiles that outlived their callers end before the store closes.
+    state_->compile_service->Stop();
     // Queued write-through finishes (briefly) while the store is still open.
     if (state_->shared) state_->shared->Stop();
     // Shutdown has returned: no call runs any more, so the store can be closed.

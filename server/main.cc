@@ -131,6 +131,10 @@ int main(int argc, char** argv) {
              "them in KILN_SERVER: a job with several ranks is served by the instance that "
              "owns its id, the others name it");
   AddSetting(app, "--advertise", config.advertise, "this instance's own address in --fleet");
+  AddSetting(app, "--shared-cache-lease-ms", config.shared_cache_lease_ms,
+             "milliseconds a compile lease in the shared cache's cluster lives unless its "
+             "holder renews it (every third of it); servers waiting on a dead holder's compile "
+             "take over after it");
   AddSetting(app, "--otlp-url", config.otlp_url,
              "export traces as OTLP/JSON to this collector URL (http://HOST:PORT/v1/traces)");
   AddSetting(app, "--trace-capacity", config.trace_capacity,

@@ -147,6 +147,17 @@ void SharedCache::WriteBlob(const v1::Digest& digest) {
   Enqueue(std::move(job));
 }
 
+absl::Status SharedCache::Publish(absl::string_view compile_key) {
+  absl::Status s = PushAction(std::string(compile_key));
+  MutexLock lock(&mu_);
+  if (s.ok()) {
+    ++written_;
+  } else {
+    ++write_errors_;
+  }
+  return s;
+}
+
 void SharedCache::Enqueue(Job job) {
   {
     MutexLock lock(&mu_);

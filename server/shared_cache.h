@@ -63,6 +63,10 @@ class SharedCache {
   // blobs, or one blob.
   void WriteAction(absl::string_view compile_key);
   void WriteBlob(const v1::Digest& digest);
+  // Write-through on the caller's thread: the local record of `compile_key` and its blobs are
+  // in the shared tier when this returns OK (a compile lease's holder publishes this way
+  // before it lets go of the lease, so that waiters elsewhere find the result).
+  absl::Status Publish(absl::string_view compile_key);
 
   // Finishes the queued writes still possible within `grace`, drops the rest and stops the
   // thread. Idempotent; the cache must still be open.

@@ -133,6 +133,14 @@ static void SharedCacheRow(const SharedCache::Snapshot& s, std::string* out) {
       s.dropped, " dropped</td></tr>\n");
 }
 
+// Fleet-wide single flight: who this server is to the others, and its compile leases.
+static void LeaseRow(const CompileLeases::Snapshot& s, std::string* out) {
+  absl::StrAppend(out, "<tr><th>compile leases</th><td>instance <code>", HtmlEscape(s.instance_id),
+                  "</code>, ttl ", absl::FormatDuration(s.ttl), "; ", s.held, " held, ", s.waiting,
+                  " waiting now; ", s.acquired, " acquired, ", s.waited, " waited, ", s.taken_over,
+                  " taken over, ", s.errors, " errors, ", s.lost, " lost</td></tr>\n");
+}
+
 std::string RenderStatusPage(const StatusPageInput& in) {
   const cache::CacheStatistics& c = in.cache;
   const int64_t lookups = c.hits + c.misses + c.guard_misses;
@@ -166,6 +174,7 @@ std::string RenderStatusPage(const StatusPageInput& in) {
       c.integrity_failures, " blobs dropped, ", c.evictions, " evictions (", Bytes(c.evicted_bytes),
       ")</td></tr>\n");
   if (in.shared.has_value()) SharedCacheRow(*in.shared, &out);
+  if (in.leases.has_value()) LeaseRow(*in.leases, &out);
   absl::StrAppend(&out, "</table>\n<h2>In flight</h2>\n");
   CompileTable(in.compiles.running, /*running=*/true, &out);
   absl::StrAppend(&out, "<h2>Recent compiles</h2>\n");

@@ -13,6 +13,7 @@
 #include "server/compile/worker_compiler.h"
 #include "server/rpc/compile_service.h"
 #include "server/shared_cache.h"
+#include "server/shared_lease.h"
 
 namespace kiln::server {
 
@@ -21,9 +22,10 @@ struct StatusPageInput {
   absl::Duration uptime;
   cache::CacheStatistics cache;
   CompileService::Snapshot compiles;
-  std::string isolation;                        // where compiles run, in words
-  std::optional<WorkerPoolSnapshot> workers;    // when they run in worker processes
-  std::optional<SharedCache::Snapshot> shared;  // when --shared-cache is configured
+  std::string isolation;                          // where compiles run, in words
+  std::optional<WorkerPoolSnapshot> workers;      // when they run in worker processes
+  std::optional<SharedCache::Snapshot> shared;    // when --shared-cache is configured
+  std::optional<CompileLeases::Snapshot> leases;  // likewise
   absl::Time now;
 };
 

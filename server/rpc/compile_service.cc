@@ -20,6 +20,9 @@ namespace kiln::server {
 namespace {
 
 constexpr size_t kRecentRecords = 64;
+// Threads that take compile leases and wait on other servers' leases: mostly asleep between
+// polls; a wait beyond them queues, and beyond the queue compiles without a lease.
+constexpr int kLeaseWaiters = 16;
 
 absl::Time DeadlineOf(const grpc::ServerContext& context) {
   const auto deadline = context.deadline();
@@ -56,14 +59,19 @@ std::string Renamed(const std::string& text,
 
 CompileService::CompileService(const CompileServiceOptions& options, Compiler* compiler,
                                cache::Cache* cache, MetricsRegistry* metrics, TraceStore* traces,
-                               const Authorizer* authorizer, SharedCache* shared)
+                               const Authorizer* authorizer, SharedCache* shared,
+                               CompileLeases* leases)
     : options_(options),
       compiler_(compiler),
       cache_(cache),
       shared_(shared),
+      leases_(shared != nullptr ? leases : nullptr),
       traces_(traces),
       authorizer_(authorizer),
       pool_(PoolOptions(options)),
+      lease_pool_(leases_ == nullptr ? nullptr
+                                     : std::make_unique<ThreadPool>(ThreadPoolOptions{
+                                           kLeaseWaiters, options.queue_capacity})),
       limiter_(options.max_in_flight_per_client),
       failing_keys_(options.failing_key_ttl),
       rendezvous_(
@@ -110,7 +118,7 @@ CompileService::CompileService(const CompileServiceOptions& options, Compiler* c
 }
 
 CompileService::~CompileService() {
-  pool_.Shutdown();
+  Stop();
   // The server is shut down before the service goes, so no handler runs now; taking the
   // lock once orders the last handler's record updates before the records are destroyed,
   // where a race detector cannot see gRPC's own synchronization.
@@ -118,6 +126,12 @@ CompileService::~CompileService() {
 }
 
 void CompileService::BeginDrain() { draining_.store(true); }
+
+void CompileService::Stop() {
+  stopping_.store(true);
+  if (lease_pool_ != nullptr) lease_pool_->Shutdown();
+  pool_.Shutdown();
+}
 
 grpc::Status CompileService::Compile(grpc::ServerContext* context,
                                      const v1::CompileRequest* request,
@@ -353,35 +367,17 @@ absl::StatusOr<CompileService::Answer> CompileService::Resolve(
     ScopedSpan span(trace, "lookup");
     const absl::Time t0 = absl::Now();
     std::string first_failure;
-    auto lookup = [&] {
-      first_failure.clear();
-      return cache_->actions().Lookup(keyed->key, [&](const v1::ActionVariant& v) {
-        absl::StatusOr<sym::CompiledGuards> guards = sym::CompiledGuards::Compile(v.guards());
-        if (!guards.ok()) return false;
-        sym::GuardCheck check = guards->Check(keyed->bindings);
-        if (!check.holds && first_failure.empty()) first_failure = check.message;
-        return check.holds;
-      });
-    };
-    absl::StatusOr<v1::ActionVariant> variant = lookup();
+    std::shared_ptr<const Artifact> hit = LookupLocal(*keyed, &first_failure);
     // A local miss asks the shared tier, which may hold variants other servers compiled.
-    if (!variant.ok() && shared_ != nullptr && shared_->FetchAction(keyed->key)) {
-      variant = lookup();
+    if (hit == nullptr && shared_ != nullptr && shared_->FetchAction(keyed->key)) {
+      hit = LookupLocal(*keyed, &first_failure);
     }
     phase_seconds_.With({"lookup"}).Observe(absl::ToDoubleSeconds(absl::Now() - t0));
     answer.lookup = absl::Now() - t0;
-    if (variant.ok() && variant->artifacts_size() > 0) {
-      absl::StatusOr<std::string> bytes = cache_->store().Get(variant->artifacts(0));
-      if (bytes.ok()) {
-        auto artifact = std::make_shared<Artifact>();
-        artifact->digest = variant->artifacts(0);
-        artifact->bytes = *std::move(bytes);
-        artifact->decision_digest = variant->decision_digest();
-        answer.outcome = v1::CACHE_OUTCOME_HIT;
-        answer.artifact = std::move(artifact);
-        return answer;
-      }
-      // The blob went away between the lookup and the read (eviction): compile again.
+    if (hit != nullptr) {
+      answer.outcome = v1::CACHE_OUTCOME_HIT;
+      answer.artifact = std::move(hit);
+      return answer;
     }
     answer.outcome = first_failure.empty() ? v1::CACHE_OUTCOME_MISS : v1::CACHE_OUTCOME_GUARD_MISS;
     answer.failed_guard = first_failure;
@@ -398,27 +394,24 @@ absl::StatusOr<CompileService::Answer> CompileService::Resolve(
   } else if (std::optional<absl::Status> failed = failing_keys_.Find(keyed->key)) {
     return *failed;
   }
-  // Miss: one compile per key and guard set in the whole server.
+  // Miss: one compile per key and guard set in the whole server and, with compile leases, in
+  // the whole fleet. A lease pool with no room left compiles without a lease.
   auto [flight, leader] = flights_.Join(
       absl::StrCat(keyed->key, "/", keyed->guards_identity, keyed->force ? "/force" : ""));
   if (leader) {
-    absl::Status queued =
-        pool_.Submit([this, flight = flight, keyed, source = std::make_shared<v1::Graph>(source),
-                      deadline, enqueued = absl::Now()] {
-          RunCompile(flight, keyed, source, absl::Now() - enqueued, deadline);
-        });
-    if (absl::IsResourceExhausted(queued)) {
-      v1::ErrorDetail detail;
-      // A queued compile takes seconds; suggest coming back after roughly one of them.
-      detail.set_retry_after_ms(1000);
-      queued = WithErrorDetail(absl::ResourceExhaustedError(absl::StrCat(
-                                   "the compile queue is full (", options_.queue_capacity,
-                                   " waiting); retry in about 1 s")),
-                               detail);
-    } else if (absl::IsUnavailable(queued)) {
-      queued = absl::UnavailableError("the server is shutting down");
+    auto shared_source = std::make_shared<v1::Graph>(source);
+    const absl::Time enqueued = absl::Now();
+    absl::Status waiting = absl::FailedPreconditionError("no compile leases");
+    if (lease_pool_ != nullptr && !keyed->force) {
+      // A forced compile checks determinism here; it needs no lease, and waits on none.
+      waiting = lease_pool_->Submit([this, flight = flight, keyed, shared_source, deadline] {
+        AwaitLease(flight, keyed, shared_source, deadline);
+      });
     }
-    if (!queued.ok()) flight->Finish(queued);
+    if (!waiting.ok()) {
+      StartCompile(flight, keyed, std::move(shared_source), deadline, enqueued,
+                   CompileLeases::Lease());
+    }
   } else {
     ++deduplicated_;
     deduplicated_waiters_.Increment();
@@ -429,6 +422,7 @@ absl::StatusOr<CompileService::Answer> CompileService::Resolve(
     absl::StatusOr<std::shared_ptr<const Artifact>> artifact = flight->Wait(deadline, abandoned);
     if (!artifact.ok()) return artifact.status();
     answer.artifact = *std::move(artifact);
+    if (answer.artifact->by_another_server) answer.deduplicated = true;
   }
   if (trace != nullptr) {
     // Phases measured on the compile thread, placed under this request's trace.
@@ -444,10 +438,86 @@ absl::StatusOr<CompileService::Answer> CompileService::Resolve(
   return answer;
 }
 
+std::shared_ptr<const CompileService::Artifact> CompileService::LookupLocal(
+    const Keyed& keyed, std::string* first_failure) {
+  first_failure->clear();
+  absl::StatusOr<v1::ActionVariant> variant =
+      cache_->actions().Lookup(keyed.key, [&](const v1::ActionVariant& v) {
+        absl::StatusOr<sym::CompiledGuards> guards = sym::CompiledGuards::Compile(v.guards());
+        if (!guards.ok()) return false;
+        sym::GuardCheck check = guards->Check(keyed.bindings);
+        if (!check.holds && first_failure->empty()) *first_failure = check.message;
+        return check.holds;
+      });
+  if (!variant.ok() || variant->artifacts_size() == 0) return nullptr;
+  absl::StatusOr<std::string> bytes = cache_->store().Get(variant->artifacts(0));
+  // The blob went away between the lookup and the read (eviction): a miss.
+  if (!bytes.ok()) return nullptr;
+  auto artifact = std::make_shared<Artifact>();
+  artifact->digest = variant->artifacts(0);
+  artifact->bytes = *std::move(bytes);
+  artifact->decision_digest = variant->decision_digest();
+  return artifact;
+}
+
+void CompileService::AwaitLease(std::shared_ptr<Flights::Flight> flight,
+                                std::shared_ptr<const Keyed> keyed,
+                                std::shared_ptr<const v1::Graph> source, absl::Time deadline) {
+  std::shared_ptr<const Artifact> found;
+  auto published = [&] {
+    shared_->FetchAction(keyed->key);
+    std::string ignored;
+    found = LookupLocal(*keyed, &ignored);
+    return found != nullptr;
+  };
+  auto cancelled = [&] { return flight->cancelled().load() || stopping_.load(); };
+  absl::StatusOr<CompileLeases::Outcome> outcome = leases_->AcquireOrWait(
+      absl::StrCat(
+          keyed->key, "/",
+          keyed->guards_identity.empty() ? "unguarded" : Sha256Hex(keyed->guards_identity)),
+      published, deadline, cancelled);
+  if (!outcome.ok()) {
+    flight->Finish(outcome.status());
+    return;
+  }
+  if (outcome->turn == CompileLeases::Turn::kPublished) {
+    auto artifact = std::make_shared<Artifact>(*found);
+    artifact->by_another_server = true;
+    flight->Finish(std::shared_ptr<const Artifact>(std::move(artifact)));
+    return;
+  }
+  // The "queue" phase is the compile pool's; the time spent here is in the request's trace.
+  StartCompile(std::move(flight), std::move(keyed), std::move(source), deadline, absl::Now(),
+               std::move(outcome->lease));
+}
+
+void CompileService::StartCompile(std::shared_ptr<Flights::Flight> flight,
+                                  std::shared_ptr<const Keyed> keyed,
+                                  std::shared_ptr<const v1::Graph> source, absl::Time deadline,
+                                  absl::Time enqueued, CompileLeases::Lease lease) {
+  absl::Status queued =
+      pool_.Submit([this, flight = flight, keyed = std::move(keyed), source = std::move(source),
+                    deadline, enqueued, lease = std::move(lease)]() mutable {
+        RunCompile(flight, keyed, source, absl::Now() - enqueued, deadline, std::move(lease));
+      });
+  if (absl::IsResourceExhausted(queued)) {
+    v1::ErrorDetail detail;
+    // A queued compile takes seconds; suggest coming back after roughly one of them.
+    detail.set_retry_after_ms(1000);
+    queued = WithErrorDetail(absl::ResourceExhaustedError(absl::StrCat(
+                                 "the compile queue is full (", options_.queue_capacity,
+                                 " waiting); retry in about 1 s")),
+                             detail);
+  } else if (absl::IsUnavailable(queued)) {
+    queued = absl::UnavailableError("the server is shutting down");
+  }
+  if (!queued.ok()) flight->Finish(queued);
+}
+
 void CompileService::RunCompile(std::shared_ptr<Flights::Flight> flight,
                                 std::shared_ptr<const Keyed> keyed,
                                 std::shared_ptr<const v1::Graph> source, absl::Duration queued,
-                                absl::Time deadline) {
+                                absl::Time deadline, CompileLeases::Lease lease) {
   if (flight->cancelled().load()) {
     compiles_total_.With({"cancelled"}).Increment();
     flight->Finish(absl::CancelledError("every waiter left before the compile started"));
@@ -521,11 +591,28 @@ void CompileService::RunCompile(std::shared_ptr<Flights::Flight> flight,
   if (!stored.ok()) {
     // The answer is still good; only later requests lose the cache entry.
     LogWarning("store_failed", {{"key", keyed->key}, {"error", stored.ToString()}});
-  } else if (shared_ != nullptr) {
-    shared_->WriteAction(keyed->key);
+  }
+  if (stored.ok() && shared_ != nullptr) {
+    if (lease.held()) {
+      // Servers waiting on this lease look for the result once the lease is gone: publish it
+      // first. Before Finish, too: once every waiter is answered the server may close the
+      // store.
+      const absl::Time t2 = absl::Now();
+      absl::Status published = shared_->Publish(keyed->key);
+      add_phase("publish", absl::Now() - t2);
+      if (!published.ok()) {
+        LogWarning("compile_lease_result_not_published",
+                   {{"key", keyed->key},
+                    {"error", published.ToString()},
+                    {"consequence", "servers waiting on this compile compile it themselves"}});
+      }
+    } else {
+      shared_->WriteAction(keyed->key);
+    }
   }
   compiles_total_.With({"ok"}).Increment();
   flight->Finish(std::shared_ptr<const Artifact>(std::move(artifact)));
+  lease.Release();
 }
 
 std::string CompileService::OtherOwner(const grpc::ServerContext& context,

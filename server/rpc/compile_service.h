@@ -2,9 +2,12 @@
 
 // kiln.v1.Compiler: validate → compile key → action cache → guard check against the
 // request's symbol hints → hit: the stored artifact; miss: compile once (single-flight per
-// key and guard set, on the compile pool, never on gRPC's threads), store, answer. Jobs with
-// several ranks meet in a rendezvous first so that every rank gets one decision. Each
-// request gets a trace, a JSON log line and metrics. Thread-safe.
+// key and guard set, on the compile pool, never on gRPC's threads), store, answer. With
+// compile leases (a fleet sharing a Redis Cluster), the single flight spans the fleet: a miss
+// takes the key's lease before compiling, or waits for the instance holding it and serves its
+// result from the shared tier. Jobs with several ranks meet in a rendezvous first so that
+// every rank gets one decision. Each request gets a trace, a JSON log line and metrics.
+// Thread-safe.
 
 #include <atomic>
 #include <deque>
@@ -28,6 +31,7 @@
 #include "server/rpc/auth.h"
 #include "server/rpc/client_limiter.h"
 #include "server/shared_cache.h"
+#include "server/shared_lease.h"
 
 namespace kiln::server {
 
@@ -65,11 +69,13 @@ struct CompileRecord {
 
 class CompileService final : public v1::Compiler::Service {
  public:
-  // `compiler`, `cache`, `metrics`, `traces`, `authorizer` and `shared` (the shared cache
-  // tier, null when none is configured) must outlive the service.
+  // `compiler`, `cache`, `metrics`, `traces`, `authorizer`, `shared` (the shared cache
+  // tier, null when none is configured) and `leases` (compile leases in the shared tier's
+  // cluster, null for single flight within this server only; needs `shared`) must outlive
+  // the service.
   CompileService(const CompileServiceOptions& options, Compiler* compiler, cache::Cache* cache,
                  MetricsRegistry* metrics, TraceStore* traces, const Authorizer* authorizer,
-                 SharedCache* shared = nullptr);
+                 SharedCache* shared = nullptr, CompileLeases* leases = nullptr);
   ~CompileService() override;
 
   grpc::Status Compile(grpc::ServerContext* context, const v1::CompileRequest* request,
@@ -77,6 +83,10 @@ class CompileService final : public v1::Compiler::Service {
 
   // New requests get UNAVAILABLE; those in flight continue.
   void BeginDrain();
+  // Once no call runs any more: waits on other servers' leases give up, queued compiles whose
+  // waiters all left end at once, running ones finish; nothing touches the cache afterwards.
+  // Idempotent.
+  void Stop();
 
   struct Snapshot {
     int64_t compiles = 0;
@@ -110,6 +120,7 @@ class CompileService final : public v1::Compiler::Service {
     v1::Digest digest;
     std::string decision_digest;
     std::vector<v1::PhaseTiming> phases;  // of the compile that made it (empty for a hit)
+    bool by_another_server = false;       // compiled elsewhere in the fleet, read from the tier
   };
   // The decision for one request (or one rendezvous).
   struct Answer {
@@ -127,9 +138,21 @@ class CompileService final : public v1::Compiler::Service {
   absl::StatusOr<Answer> Resolve(const std::shared_ptr<const Keyed>& keyed, const v1::Graph& source,
                                  absl::Time deadline, const std::function<bool()>& abandoned,
                                  Trace* trace);
+  // The stored artifact of the first local variant of `keyed` whose guards hold at its hints;
+  // null when there is none (`first_failure` then names the first guard that failed, if any).
+  std::shared_ptr<const Artifact> LookupLocal(const Keyed& keyed, std::string* first_failure);
+  // On the lease pool: takes the fleet-wide lease of the flight's key (or waits for the
+  // server holding it and finishes the flight with its result), then starts the compile.
+  void AwaitLease(std::shared_ptr<Flights::Flight> flight, std::shared_ptr<const Keyed> keyed,
+                  std::shared_ptr<const v1::Graph> source, absl::Time deadline);
+  // Queues the flight's compile on the compile pool, or finishes the flight with the reason
+  // it could not be queued.
+  void StartCompile(std::shared_ptr<Flights::Flight> flight, std::shared_ptr<const Keyed> keyed,
+                    std::shared_ptr<const v1::Graph> source, absl::Time deadline,
+                    absl::Time enqueued, CompileLeases::Lease lease);
   void RunCompile(std::shared_ptr<Flights::Flight> flight, std::shared_ptr<const Keyed> keyed,
                   std::shared_ptr<const v1::Graph> source, absl::Duration queued,
-                  absl::Time deadline);
+                  absl::Time deadline, CompileLeases::Lease lease);
   void Remember(CompileRecord record, bool divergence, const std::string& divergence_text);
   // The instance that owns `job_id` for a client that could not reach those its request
   // lists; empty when this one does (or there is no fleet).
@@ -139,9 +162,14 @@ class CompileService final : public v1::Compiler::Service {
   Compiler* const compiler_;
   cache::Cache* const cache_;
   SharedCache* const shared_;
+  CompileLeases* const leases_;
   TraceStore* const traces_;
   const Authorizer* const authorizer_;
   ThreadPool pool_;  // runs the compiles
+  // Takes leases and waits on other servers' (with leases only), so waits hold no compile
+  // thread.
+  std::unique_ptr<ThreadPool> lease_pool_;
+  std::atomic<bool> stopping_{false};  // lease waits give up
   Flights flights_;
   ClientLimiter limiter_;
   FailingKeys failing_keys_;

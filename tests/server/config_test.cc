@@ -1,5 +1,7 @@
 #include "server/config.h"
 
+#include "absl/strings/str_cat.h"
+
 #include <gtest/gtest.h>
 
 namespace kiln::server {
@@ -124,6 +126,20 @@ TEST(ConfigTest, FleetNeedsItsOwnAddressInIt) {
   EXPECT_TRUE(absl::IsInvalidArgument(s));
   EXPECT_NE(s.message().find("--fleet"), std::string::npos) << s;
   EXPECT_NE(s.message().find("\"kiln-2\""), std::string::npos) << s;
+}
+
+TEST(ConfigTest, SharedCacheLeaseIsChecked) {
+  ServerConfig c;
+  EXPECT_EQ(c.shared_cache_lease_ms, 10000);
+  for (int64_t bad : {int64_t{-1}, int64_t{0}, int64_t{29}, int64_t{3600} * 1000 + 1}) {
+    c.shared_cache_lease_ms = bad;
+    const absl::Status s = ValidateConfig(c);
+    EXPECT_TRUE(absl::IsInvalidArgument(s)) << bad;
+    EXPECT_NE(s.message().find("--shared-cache-lease-ms"), std::string::npos) << s;
+    EXPECT_NE(s.message().find(absl::StrCat(bad)), std::string::npos) << s;
+  }
+  c.shared_cache_lease_ms = 30;
+  EXPECT_TRUE(ValidateConfig(c).ok());
 }
 
 TEST(ConfigTest, CompileIsolationIsChecked) {
