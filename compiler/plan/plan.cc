@@ -12,6 +12,31 @@
 namespace kiln::plan {
 namespace {
 
+// Whether `call` is memory-efficient attention's backward with dropout reading the Philox
+// seed and offset (arguments 7 and 8) from the graph's inputs: its forward's saved state,
+// which PyTorch returns on the CPU outside CUDA-graph capture and reads through host
+// pointers then, but reads through device pointers inside a capture. A captured replay of
+// such a plan would hand device code a host address.
+bool ReadsSavedPhiloxState(const loop::Program& p, const loop::ExternCall& call) {
+  if (call.op != "aten._scaled_dot_product_efficient_attention_backward.default") return false;
+  if (call.args.size() < 10) return false;
+  const loop::CallArg& dropout = call.args[9];
+  if (dropout.kind != loop::CallArg::Kind::kValue) return false;
+  const double p_drop = dropout.value.has_float_value() ? dropout.value.float_value()
+                        : dropout.value.has_int_value()
+                            ? static_cast<double>(dropout.value.int_value())
+                            : 0.0;
+  if (p_drop <= 0) return false;
+  for (size_t i : {size_t{7}, size_t{8}}) {
+    const loop::CallArg& a = call.args[i];
+    if (a.kind != loop::CallArg::Kind::kTensor || a.tensor.buffer < 0) continue;
+    if (p.buffers[static_cast<size_t>(a.tensor.buffer)].kind == loop::Buffer::Kind::kInput) {
+      return true;
+    }
+  }
+  return false;
+}
+
 using loop::IndexExpr;
 
 constexpr int64_t kAlign = 64;
@@ -430,6 +455,15 @@ absl::StatusOr<v1::CompiledGraph> Plan(const loop::Program& p,
         reason(v1::CAPTURE_BLOCKER_HOST_SYNC, s.call.node,
                absl::StrCat(s.call.op, " cannot be captured"), s.call.stack_trace);
       }
+      only_fallbacks = false;
+    }
+    if (s.kind == loop::Step::Kind::kExtern && ReadsSavedPhiloxState(p, s.call)) {
+      reason(v1::CAPTURE_BLOCKER_CPU_TENSOR, s.call.node,
+             absl::StrCat(s.call.op,
+                          " draws dropout from the Philox seed and offset its forward saved, which "
+                          "an uncaptured forward leaves on the CPU and a capture reads on the "
+                          "device"),
+             s.call.stack_trace);
       only_fallbacks = false;
     }
     if (s.kind == loop::Step::Kind::kWriteBack) {

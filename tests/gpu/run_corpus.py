@@ -109,6 +109,25 @@ def make_inputs(graph: Any, ranges: dict, device: Any, seed: int) -> list:
     return out
 
 
+# Operands that PyTorch's eager kernels read through host pointers whatever device the
+# capture recorded: memory-efficient attention's saved Philox seed and offset. Its forward
+# returns them on the CPU outside CUDA-graph capture (and Kiln's runtime passes on such host
+# results as they are), while the capture's fake tensors say cuda. Both sides get them on the
+# CPU, as a backward gets them in training.
+HOST_OPERANDS = {"aten._scaled_dot_product_efficient_attention_backward.default": (7, 8)}
+
+
+def on_host(graph: Any, inputs: list) -> list:
+    """`inputs` with those HOST_OPERANDS reads moved to the CPU."""
+    names = set()
+    for node in graph.nodes:
+        for pos in HOST_OPERANDS.get(node.target, ()):
+            if pos < len(node.args) and node.args[pos].HasField("ref"):
+                names.add(node.args[pos].ref.node)
+    return [x.cpu() if gi.name in names and hasattr(x, "cpu") else x
+            for gi, x in zip(graph.inputs, inputs)]
+
+
 def clone(values: list) -> list:
     import torch
 
@@ -264,7 +283,10 @@ def replay_matches(runtime: Any, inputs: list, first: list, random_graph: bool,
                    precision: str, skip: frozenset) -> tuple[bool, str]:
     import torch
 
-    static = clone(inputs)
+    # Under capture the Philox seed and offset HOST_OPERANDS names are read on the device, as
+    # a captured forward leaves them.
+    static = [x.cuda() if isinstance(x, torch.Tensor) and x.device.type == "cpu" else x
+              for x in clone(inputs)]
     stream = torch.cuda.Stream()
     stream.wait_stream(torch.cuda.current_stream())
     with torch.cuda.stream(stream):
@@ -385,7 +407,7 @@ def run_one(path: pathlib.Path, client: Any, builder: Any, ranges: dict, timing:
     entry["random"] = random_graph
     precision = lowest_precision(graph)
     device = torch.device("cuda", 0)
-    inputs = make_inputs(graph, ranges.get(path.name, {}), device, seed=1)
+    inputs = on_host(graph, make_inputs(graph, ranges.get(path.name, {}), device, seed=1))
     # The same generator state for both sides: ops that report RNG state (attention's
     # philox seed and offset) then agree.
     torch.manual_seed(0)

@@ -61,9 +61,14 @@ class KernelEmitter final : public ParallelSpace {
     llvm::BranchInst* back = b_.CreateBr(header);
     iv->addIncoming(next, b_.GetInsertBlock());
     if (innermost) {
-      llvm::MDNode* enable =
-          llvm::MDNode::get(ctx_, {llvm::MDString::get(ctx_, "llvm.loop.mustprogress")});
-      llvm::MDNode* self = llvm::MDNode::getDistinct(ctx_, {nullptr, enable});
+      std::vector<llvm::Metadata*> loop_md = {
+          nullptr, llvm::MDNode::get(ctx_, {llvm::MDString::get(ctx_, "llvm.loop.mustprogress")})};
+      if (unroll_ > 0) {
+        loop_md.push_back(llvm::MDNode::get(
+            ctx_, {llvm::MDString::get(ctx_, "llvm.loop.unroll.count"),
+                   llvm::ConstantAsMetadata::get(b_.getInt32(static_cast<uint32_t>(unroll_)))}));
+      }
+      llvm::MDNode* self = llvm::MDNode::getDistinct(ctx_, loop_md);
       self->replaceOperandWith(0, self);
       back->setMetadata(llvm::LLVMContext::MD_loop, self);
     }
@@ -200,7 +205,10 @@ class KernelEmitter final : public ParallelSpace {
   const KernelAbi& abi_;
   std::vector<llvm::Value*> buffers_;  // by buffer index (only those the kernel touches)
   std::vector<bool> stored_;           // by buffer index: whether the kernel stores to it
-  std::vector<llvm::Value*> syms_;     // by symbol id
+  // The unroll count asked of the next innermost loop (0: the optimizer's choice).
+  int unroll_ = 0;
+  static constexpr int kSplitLoopUnroll = 8;
+  std::vector<llvm::Value*> syms_;  // by symbol id
   llvm::Value* seed_ = nullptr;
   llvm::Value* offset_ = nullptr;
   std::vector<llvm::Value*> launch_;  // the ABI's launch parameters
@@ -324,8 +332,13 @@ absl::Status KernelEmitter::SplitReductionLoop(const loop::Stage& s) {
       llvm::Value* flat = b_.CreateAdd(first, b_.CreateMul(step, b_.getInt64(j)), "", true, true);
       if (absl::Status st = element(flat); !st.ok()) return st;
     }
-  } else if (absl::Status st = Loop(first, total, step, element, /*innermost=*/true); !st.ok()) {
-    return st;
+  } else {
+    // Several elements' loads in flight at once: a thread waits on one load at a time when
+    // each element's load feeds the accumulator before the next is issued.
+    unroll_ = kSplitLoopUnroll;
+    absl::Status st = Loop(first, total, step, element, /*innermost=*/true);
+    unroll_ = 0;
+    if (!st.ok()) return st;
   }
   for (int32_t i = s.begin; i < s.end; ++i) {
     const Inst& in = k_.insts[static_cast<size_t>(i)];

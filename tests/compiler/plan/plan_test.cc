@@ -354,6 +354,38 @@ TEST(PlanTest, CollectivesCpuInputsAndMutatedUserInputsBlockCapture) {
   EXPECT_EQ(g.summary().extern_steps(), 1);
 }
 
+// Memory-efficient attention's backward with dropout, its Philox seed and offset graph inputs
+// (buffer 0 stands for both): the analysis says why the plan cannot be captured; without
+// dropout it can.
+TEST(PlanTest, AttentionDropoutFromSavedPhiloxStateBlocksCapture) {
+  auto plan = [](double dropout) {
+    loop::Program p = Chain();
+    loop::Step step = Extern("aten._scaled_dot_product_efficient_attention_backward.default", 3,
+                             /*fallback=*/false);
+    loop::CallArg tensor = step.call.args[0];
+    step.call.args.clear();
+    for (int i = 0; i < 7; ++i) step.call.args.push_back(tensor);
+    loop::CallArg saved = tensor;
+    saved.tensor.buffer = 0;
+    step.call.args.push_back(saved);
+    step.call.args.push_back(saved);
+    loop::CallArg p_drop;
+    p_drop.kind = loop::CallArg::Kind::kValue;
+    p_drop.value.set_float_value(dropout);
+    step.call.args.push_back(p_drop);
+    p.steps.push_back(step);
+    return MustPlan(p);
+  };
+  const v1::CompiledGraph with = plan(0.1);
+  EXPECT_FALSE(with.cudagraph().capturable());
+  ASSERT_EQ(with.cudagraph().reasons_size(), 1);
+  EXPECT_EQ(with.cudagraph().reasons(0).blocker(), v1::CAPTURE_BLOCKER_CPU_TENSOR);
+  EXPECT_EQ(with.cudagraph().reasons(0).node(),
+            "%aten._scaled_dot_product_efficient_attention_backward.default");
+  EXPECT_THAT(with.cudagraph().reasons(0).detail(), ::testing::HasSubstr("Philox seed and offset"));
+  EXPECT_TRUE(plan(0.0).cudagraph().capturable());
+}
+
 TEST(PlanTest, AnEmptyListArgumentStaysAList) {
   // new_ones(x, []) makes a 0-d tensor: an empty size list is a value, not a missing argument.
   loop::Program p = Chain();

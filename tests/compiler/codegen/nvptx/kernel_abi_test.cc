@@ -123,6 +123,21 @@ TEST(NvptxSplitReductionPtxTest, ARowReadInEveryPassIsLoadedOnce) {
   EXPECT_THAT(ptx, Not(HasSubstr("bar.sync")));
 }
 
+// A sum down the 1,024 columns of 65,536 rows: each thread walks its column's rows with
+// several loads in flight, not one load waiting on the add before it.
+TEST(NvptxSplitReductionPtxTest, ColumnSumsUnrollTheirRows) {
+  testing::GraphBuilder g;
+  const std::string x = g.Input(testing::TensorDesc({65536, 1024}));
+  v1::Argument dims, keep;
+  dims.mutable_list()->add_items()->set_int_value(0);
+  keep.set_bool_value(false);
+  const std::string y =
+      g.Node("aten.sum.dim_IntList", {testing::Ref(x), dims, keep}, testing::TensorDesc({1024}));
+  const std::string ptx = PtxOf(g.Finish({y}));
+  EXPECT_GE(Count(ptx, "ld.global.nc.f32"), 8) << ptx;
+  EXPECT_THAT(ptx, HasSubstr(".maxntid 1024, 1, 1"));
+}
+
 // Llama's rotary embedding kernels have rows of 16 bf16: two runs of 8. Deciding a point's
 // run from the low bit of the grid-stride index once led LLVM to a 1-bit induction variable
 // stepped by a product, which NVPTX cannot select; each such kernel assembles.
