@@ -37,8 +37,8 @@ done
 find "$out" \( -name __pycache__ -o -name '*.so' \) -prune -exec rm -rf {} +
 
 # The copy must import on its own: an isolated interpreter, no site-packages.
-/usr/bin/python3 -I -S -c "import sys; sys.path.insert(0, sys.argv[1]); import redis, \
+/usr/bin/python3 -B -I -S -c "import sys; sys.path.insert(0, sys.argv[1]); import redis, \
 redis.commands.json, redis.asyncio; print(redis.__version__)" "$out" > /dev/null ||
   { echo "the copy in $out does not import" >&2; exit 1; }
-echo "$out ($(du -sb "$out" | cut -f1) bytes): redis $(/usr/bin/python3 -I -S -c \
+echo "$out ($(du -sb "$out" | cut -f1) bytes): redis $(/usr/bin/python3 -B -I -S -c \
 "import sys; sys.path.insert(0, sys.argv[1]); import redis; print(redis.__version__)" "$out")"
