@@ -181,8 +181,13 @@ def wait_for_ping(port: int, process: subprocess.Popen, what: str, log: pathlib.
 
 
 def missing_libraries(binary: pathlib.Path, env: dict) -> list[str]:
-    """The libraries `ldd` cannot find for `binary` under `env` (its LD_LIBRARY_PATH)."""
-    out = subprocess.run(["ldd", str(binary)], env=env, capture_output=True, text=True).stdout
+    """The libraries `ldd` cannot find for `binary` under `env` (its LD_LIBRARY_PATH); none
+    when the machine has no ldd (starting the server then tells)."""
+    try:
+        out = subprocess.run(["ldd", str(binary)], env=env, capture_output=True,
+                             text=True).stdout
+    except FileNotFoundError:
+        return []
     return [line.split()[0] for line in out.splitlines() if "not found" in line]
 
 
@@ -608,7 +613,7 @@ def run_mode(config: str, mode: Mode, steps: int, timeout: float, env: dict,
     events_path = out / RUNS_DIR / f"{config}.{mode.name}.jsonl"
     events_path.parent.mkdir(parents=True, exist_ok=True)
     events_path.write_text("")
-    before = counts() if counts else None
+    before = read_counts(counts)
     result = run_worker([str(pathlib.Path(__file__).resolve()), "--worker", config,
                          str(steps), str(events_path)], env, timeout)
     from train_models import read_events
@@ -616,11 +621,24 @@ def run_mode(config: str, mode: Mode, steps: int, timeout: float, env: dict,
     run = summarize(read_events(events_path), result.returncode, result.output,
                     result.timed_out_after)
     run["process_s"] = result.seconds
-    if counts and before is not None:
-        change = delta(before, counts())
+    after = read_counts(counts)
+    if before is not None and after is not None:
+        change = delta(before, after)
         run["server_counts"] = change
         run["server"] = server_summary(mode.remote, change)
+    elif counts:
+        run["server_error"] = f"{mode.remote}'s counters could not be read"
     return run
+
+
+def read_counts(counts: Optional[Callable[[], dict]]) -> Optional[dict]:
+    """A server's counters; None when there is no server or it does not answer."""
+    if counts is None:
+        return None
+    try:
+        return counts()
+    except (OSError, RespError, ValueError):
+        return None
 
 
 def failed(reason: str) -> dict:

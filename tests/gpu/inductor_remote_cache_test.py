@@ -389,3 +389,12 @@ def test_a_missing_redis_fails_only_the_redis_modes(bundle: pathlib.Path, pylib:
     assert runs["cold_redis"]["failed"].startswith("no Redis: no ")
     assert "redis_server.sh" in runs["cold_redis"]["failed"]
     assert runs["warm_local"]["failed"] == "needs cold's cache dir; run it first"
+
+
+def test_a_server_that_stopped_answering_leaves_its_counts_out() -> None:
+    def gone() -> dict:
+        return irc.redis_counts(irc.resp_command(irc.free_port(), "INFO", "all"))
+
+    assert irc.read_counts(gone) is None
+    assert irc.read_counts(None) is None
+    assert irc.read_counts(lambda: {"get.hit": 1.0}) == {"get.hit": 1.0}
