@@ -3,6 +3,7 @@
     with KilnServer(bundle, out_dir) as server:      # kilnd on free loopback ports
         server.env                                    # the bundle's environment, KILN_SERVER set
         server.metrics()                              # compile counters from /metrics
+        server.scrape()                               # every sample of /metrics
         server.kill()                                 # kilnd gone as a crash leaves it
 
 kilnd's log goes to out_dir/kilnd.log; nvJitLink is found in PyTorch's CUDA wheels when the
@@ -20,7 +21,7 @@ import subprocess
 import tempfile
 import time
 import urllib.request
-from typing import Any, Optional
+from typing import Any, Optional, Sequence
 
 
 def script_parser() -> argparse.ArgumentParser:
@@ -71,8 +72,27 @@ def find_nvjitlink() -> str:
     return ""
 
 
+def metrics_text(port: int) -> str:
+    return urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10).read().decode()
+
+
+def parse_samples(text: str) -> dict:
+    """Every sample of a Prometheus text exposition, by its name and labels as written
+    (`kiln_resp_commands_total{command="get",outcome="hit"}`); comments left out."""
+    out = {}
+    for line in text.splitlines():
+        if not line or line.startswith("#"):
+            continue
+        name, _, value = line.rpartition(" ")
+        try:
+            out[name] = float(value)
+        except ValueError:
+            continue
+    return out
+
+
 def read_metrics(port: int) -> dict:
-    text = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10).read().decode()
+    text = metrics_text(port)
     out = {}
     for line in text.splitlines():
         m = re.match(r'(kiln_compile_requests_total|kiln_compiles_total)\{(\w+)="([^"]+)"\} (\S+)',
@@ -84,7 +104,9 @@ def read_metrics(port: int) -> dict:
 
 class KilnServer:
     def __init__(self, bundle: pathlib.Path, out_dir: pathlib.Path,
-                 data_dir: Optional[pathlib.Path] = None) -> None:
+                 data_dir: Optional[pathlib.Path] = None,
+                 extra_args: Sequence[str] = ()) -> None:
+        """`extra_args`: more kilnd flags (`--resp-listen 127.0.0.1:PORT`...)."""
         self.env = bundle_env(bundle.resolve())
         self.nvjitlink = find_nvjitlink()
         if self.nvjitlink:
@@ -94,12 +116,14 @@ class KilnServer:
         self.env["KILN_SERVER"] = self.address
         self.data_dir = data_dir or pathlib.Path(tempfile.mkdtemp(prefix="kiln-data-"))
         self.log = out_dir / "kilnd.log"
+        self.extra_args = list(extra_args)
         self.process: Optional[subprocess.Popen] = None
 
     def __enter__(self) -> "KilnServer":
         self.process = subprocess.Popen(
             ["kilnd", "--listen", self.address, "--metrics-listen",
-             f"127.0.0.1:{self.http_port}", "--data-dir", str(self.data_dir)],
+             f"127.0.0.1:{self.http_port}", "--data-dir", str(self.data_dir),
+             *self.extra_args],
             env=self.env, stdout=subprocess.DEVNULL, stderr=open(self.log, "w"))
         for _ in range(300):
             try:
@@ -128,3 +152,6 @@ class KilnServer:
 
     def metrics(self) -> dict:
         return read_metrics(self.http_port)
+
+    def scrape(self) -> dict:
+        return parse_samples(metrics_text(self.http_port))
