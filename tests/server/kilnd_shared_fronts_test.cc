@@ -307,12 +307,13 @@ TEST_F(KilndSharedFrontsTest, HungClusterLeavesBothFrontsAnsweringPromptly) {
   EXPECT_EQ(resp_a->Call({"GET", "k"}).text, "value of k");
   EXPECT_LT(absl::Now() - t0, absl::Seconds(1));
 
-  // The first miss on each server finds the outage, bounded by the cluster client's timeouts
-  // (the command's, 2 s, then a slot-map refresh from the nodes not yet in backoff) ...
+  // The first miss on each server finds the outage, bounded by the cluster client's timeouts:
+  // the command's (2 s), then a slot-map refresh that asks each other hung master (2 s each;
+  // 6 to 8 s in all here, where every master hangs) ...
   t0 = absl::Now();
   got = http_b->Get(digest);
   EXPECT_TRUE(absl::IsNotFound(got.status())) << got.status();
-  EXPECT_LT(absl::Now() - t0, absl::Seconds(10));
+  EXPECT_LT(absl::Now() - t0, absl::Seconds(15));
   EXPECT_EQ(b.Metric("kiln_shared_cache_up"), 0);
   EXPECT_GE(b.Metric("kiln_shared_cache_errors_total"), 1);
   // ... and later ones, over either front, do not ask the tier while it is down.
