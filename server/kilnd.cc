@@ -371,6 +371,7 @@ absl::StatusOr<std::unique_ptr<KilnServer>> KilnServer::Start(const ServerConfig
     options.loops = config.blob_loops;
     options.max_blob_bytes = config.max_blob_bytes;
     options.metrics = &state->metrics;
+    options.shared = state->shared.get();
     absl::StatusOr<std::unique_ptr<BlobHttpServer>> blobs =
         BlobHttpServer::Start(&state->cache->store(), state->authorizer.get(), options);
     if (!blobs.ok()) {
@@ -386,6 +387,7 @@ absl::StatusOr<std::unique_ptr<KilnServer>> KilnServer::Start(const ServerConfig
     options.address = config.resp_listen;
     options.limits.max_bulk_bytes = config.max_blob_bytes;
     options.metrics = &state->metrics;
+    options.shared = state->shared.get();
     absl::StatusOr<std::unique_ptr<RespServer>> resp =
         RespServer::Start(state->cache.get(), state->authorizer.get(), options);
     if (!resp.ok()) {

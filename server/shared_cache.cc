@@ -98,8 +98,11 @@ absl::Status SharedCache::EnsureBlob(const v1::Digest& digest) {
   read_seconds_.Observe(absl::ToDoubleSeconds(absl::Now() - t0));
   Note(bytes.status());
   if (!bytes.ok()) return bytes.status();
-  // The store hashes what it stores, a second check after the tier's.
-  return cache_->store().Put(digest, *bytes).status();
+  // The store hashes what it stores, a second check after the tier's. A digest named by its
+  // hash alone (size 0, as in an HTTP /cas/ path) takes the verified bytes' length.
+  v1::Digest stored = digest;
+  if (stored.size_bytes() == 0) stored.set_size_bytes(static_cast<int64_t>(bytes->size()));
+  return cache_->store().Put(stored, *bytes).status();
 }
 
 bool SharedCache::FetchAction(absl::string_view compile_key) {
@@ -132,7 +135,13 @@ bool SharedCache::FetchAction(absl::string_view compile_key) {
   return stored;
 }
 
-bool SharedCache::FetchBlob(const v1::Digest& digest) { return EnsureBlob(digest).ok(); }
+bool SharedCache::FetchBlob(const v1::Digest& digest) {
+  const absl::Status s = EnsureBlob(digest);
+  if (!s.ok() && !absl::IsNotFound(s) && !absl::IsUnavailable(s)) {
+    LogWarning("shared_cache_fetch_failed", {{"blob", digest.hash()}, {"error", s.ToString()}});
+  }
+  return s.ok();
+}
 
 void SharedCache::WriteAction(absl::string_view compile_key) {
   Job job;

@@ -59,6 +59,12 @@ class SharedCache {
   bool FetchAction(absl::string_view compile_key);
   bool FetchBlob(const v1::Digest& digest);
 
+  // False from the first operation the cluster could not answer until one (or the idle
+  // thread's probe, every probe_interval) reaches it again. The event-loop fronts (HTTP
+  // /cas/, RESP) skip read-through while it is false, so that an outage costs their requests
+  // nothing but the one that found it.
+  bool up() ABSL_LOCKS_EXCLUDED(health_mu_) { return !Down(); }
+
   // Write-through, off the caller's thread: the local record of `compile_key` with its
   // blobs, or one blob.
   void WriteAction(absl::string_view compile_key);

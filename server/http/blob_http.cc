@@ -16,7 +16,8 @@ absl::StatusOr<std::unique_ptr<BlobHttpServer>> BlobHttpServer::Start(
         std::make_unique<HttpMetrics>(*options.metrics, "kiln_blob_http", "the HTTP blob endpoint",
                                       std::vector<std::string>{"GET", "HEAD", "PUT"});
   }
-  server->handler_ = std::make_unique<CasHandler>(store, authorizer, options.max_blob_bytes);
+  server->handler_ =
+      std::make_unique<CasHandler>(store, authorizer, options.max_blob_bytes, options.shared);
   EventLoopServerOptions loops;
   loops.loops = options.loops;
   loops.workers = options.workers;

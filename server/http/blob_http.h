@@ -22,6 +22,7 @@
 #include "server/net/event_loop_server.h"
 #include "server/observe/metrics.h"
 #include "server/rpc/auth.h"
+#include "server/shared_cache.h"
 
 namespace kiln::server {
 
@@ -37,6 +38,9 @@ struct BlobHttpOptions {
   // Where kiln_blob_http_* metrics go (requests by method and code, latency, connections);
   // null: none. Must outlive the server.
   MetricsRegistry* metrics = nullptr;
+  // The shared tier GETs read through and PUTs write through (cas_handler.h); null: none.
+  // Must outlive the server.
+  SharedCache* shared = nullptr;
 };
 
 class BlobHttpServer {

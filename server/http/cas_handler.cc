@@ -33,8 +33,9 @@ HttpReply BlobReply(absl::StatusOr<cache::BlobBytes> blob, bool head) {
 
 }  // namespace
 
-CasHandler::CasHandler(cache::Store* store, const Authorizer* authorizer, int64_t max_blob_bytes)
-    : store_(store), authorizer_(authorizer), max_blob_bytes_(max_blob_bytes) {}
+CasHandler::CasHandler(cache::Store* store, const Authorizer* authorizer, int64_t max_blob_bytes,
+                       SharedCache* shared)
+    : store_(store), authorizer_(authorizer), max_blob_bytes_(max_blob_bytes), shared_(shared) {}
 
 HttpAction CasHandler::OnHead(const HttpRequestHead& head) {
   // An answer before the body is read closes the connection when a body was announced.
@@ -81,9 +82,9 @@ HttpAction CasHandler::OnHead(const HttpRequestHead& head) {
   if (!kept.ok() || *kept != nullptr) {
     return HttpAction::Reply(BlobReply(std::move(kept), head_only));
   }
-  // Not in memory: the disk read runs on the pool.
+  // Not in memory: the disk read (and a read through from the shared tier) runs on the pool.
   return HttpAction::Offload(
-      [this, digest, head_only] { return BlobReply(store_->Read(digest), head_only); });
+      [this, digest, head_only] { return BlobReply(Read(digest), head_only); });
 }
 
 HttpAction CasHandler::OnBody(const HttpRequestHead& head, std::string body) {
@@ -95,11 +96,21 @@ HttpAction CasHandler::OnBody(const HttpRequestHead& head, std::string body) {
       return HttpError(507, std::string(present.status().message()));
     }
     if (!present.ok()) return HttpErrorFromStatus(present.status());
+    if (!*present && shared_ != nullptr) shared_->WriteBlob(digest);
     HttpReply reply;
     reply.status = *present ? 200 : 201;
     reply.text = *present ? "already present" : "stored";
     return reply;
   });
+}
+
+absl::StatusOr<cache::BlobBytes> CasHandler::Read(const v1::Digest& digest) {
+  absl::StatusOr<cache::BlobBytes> blob = store_->Read(digest);
+  if (absl::IsNotFound(blob.status()) && shared_ != nullptr && shared_->up() &&
+      shared_->FetchBlob(digest)) {
+    blob = store_->Read(digest);
+  }
+  return blob;
 }
 
 absl::Status CasHandler::Allowed(const HttpRequestHead& head, Role needed) const {

@@ -10,7 +10,11 @@
 // Other methods get 405, other paths 404, a malformed hash 400. Tokens work as for gRPC:
 // `Authorization: Bearer TOKEN`, role `read` for GET and HEAD, `compile` for PUT (401, 403).
 // A blob the store keeps in memory is answered at once; a read that misses memory and every
-// PUT go to the pool, since they touch the disk. Thread-safe.
+// PUT go to the pool, since they touch the disk.
+// With a shared tier (kilnd --shared-cache), a GET or HEAD that misses the store reads the blob
+// through from the tier on the pool (verified by digest, stored locally, then answered; a
+// corrupt copy is a 404), unless the tier is down; a PUT that stores a new blob queues its
+// write-through, as gRPC Cache.Put does. Thread-safe.
 
 #include <cstdint>
 #include <string>
@@ -19,13 +23,15 @@
 #include "server/http/http_parser.h"
 #include "server/http/http_protocol.h"
 #include "server/rpc/auth.h"
+#include "server/shared_cache.h"
 
 namespace kiln::server {
 
 class CasHandler final : public HttpHandler {
  public:
-  // `store` and `authorizer` must outlive the handler.
-  CasHandler(cache::Store* store, const Authorizer* authorizer, int64_t max_blob_bytes);
+  // `store`, `authorizer` and `shared` (null: no shared tier) must outlive the handler.
+  CasHandler(cache::Store* store, const Authorizer* authorizer, int64_t max_blob_bytes,
+             SharedCache* shared = nullptr);
 
   HttpAction OnHead(const HttpRequestHead& head) override;
   HttpAction OnBody(const HttpRequestHead& head, std::string body) override;
@@ -33,10 +39,14 @@ class CasHandler final : public HttpHandler {
  private:
   // Whether the request's token holds `needed` (always, without a token file).
   absl::Status Allowed(const HttpRequestHead& head, Role needed) const;
+  // The blob from the store, or read through from the shared tier when the store lacks it.
+  // Blocks: on the pool only.
+  absl::StatusOr<cache::BlobBytes> Read(const v1::Digest& digest);
 
   cache::Store* const store_;
   const Authorizer* const authorizer_;
   const int64_t max_blob_bytes_;
+  SharedCache* const shared_;
 };
 
 }  // namespace kiln::server

@@ -70,8 +70,8 @@ class RespCommands::Counts {
 std::string RespCompileKey(absl::string_view key) { return absl::StrCat("resp:", Sha256Hex(key)); }
 
 RespCommands::RespCommands(cache::Cache* cache, const Authorizer* authorizer,
-                           MetricsRegistry* metrics)
-    : cache_(cache), authorizer_(authorizer) {
+                           MetricsRegistry* metrics, SharedCache* shared)
+    : cache_(cache), authorizer_(authorizer), shared_(shared) {
   if (metrics != nullptr) counts_ = std::make_unique<Counts>(*metrics);
 }
 
@@ -226,18 +226,27 @@ RespAction RespCommands::Handle(RespSession& session, std::vector<std::string> a
       "CLIENT SETINFO, QUIT)")));
 }
 
+absl::StatusOr<cache::BlobBytes> RespCommands::ReadLocal(const std::string& compile_key,
+                                                         v1::ActionVariant* variant) {
+  absl::StatusOr<v1::ActionEntry> entry = cache_->actions().Get(compile_key);
+  if (!entry.ok()) return entry.status();
+  *variant = entry->variants(0);
+  // Absent when evicted since, or dropped as corrupt (counted as an integrity failure).
+  return cache_->store().Read(variant->artifacts(0));
+}
+
+bool RespCommands::ReadThrough(const std::string& compile_key) {
+  return shared_ != nullptr && shared_->up() && shared_->FetchAction(compile_key);
+}
+
 RespReply RespCommands::Get(const std::string& key) {
   cache::ActionCache& actions = cache_->actions();
   const std::string compile_key = RespCompileKey(key);
-  absl::StatusOr<v1::ActionEntry> entry = actions.Get(compile_key);
-  if (absl::IsNotFound(entry.status())) {
-    actions.RecordMiss();
-    return RespReply::Nil();
+  v1::ActionVariant variant;
+  absl::StatusOr<cache::BlobBytes> bytes = ReadLocal(compile_key, &variant);
+  if (absl::IsNotFound(bytes.status()) && ReadThrough(compile_key)) {
+    bytes = ReadLocal(compile_key, &variant);
   }
-  if (!entry.ok()) return StatusError(entry.status());
-  const v1::ActionVariant& variant = entry->variants(0);
-  // Absent when evicted since, or dropped as corrupt (counted as an integrity failure).
-  absl::StatusOr<cache::BlobBytes> bytes = cache_->store().Read(variant.artifacts(0));
   if (absl::IsNotFound(bytes.status())) {
     actions.RecordMiss();
     return RespReply::Nil();
@@ -262,13 +271,19 @@ RespReply RespCommands::Set(const std::string& key, const std::string& value) {
     if (!absl::IsFailedPrecondition(put)) break;
   }
   if (!put.ok()) return StatusError(put);
+  // The entry and its blob, as gRPC PutAction writes them through.
+  if (shared_ != nullptr) shared_->WriteAction(compile_key);
   return RespReply::Simple("OK");
 }
 
 RespReply RespCommands::Exists(const std::vector<std::string>& keys) {
   int64_t found = 0;
   for (const std::string& key : keys) {
-    absl::StatusOr<v1::ActionEntry> entry = cache_->actions().Get(RespCompileKey(key));
+    const std::string compile_key = RespCompileKey(key);
+    absl::StatusOr<v1::ActionEntry> entry = cache_->actions().Get(compile_key);
+    if (absl::IsNotFound(entry.status()) && ReadThrough(compile_key)) {
+      entry = cache_->actions().Get(compile_key);
+    }
     if (entry.ok()) {
       ++found;
     } else if (!absl::IsNotFound(entry.status())) {

@@ -14,6 +14,11 @@
 // served. Values are immutable and never expire: SET replaces the key's value, SET options
 // (EX, NX, ...) and DEL are refused.
 //
+// With a shared tier (kilnd --shared-cache), GET and EXISTS read a key the local cache lacks
+// through from it (the action entry `resp:<SHA-256>` and its blob, verified, stored locally),
+// unless the tier is down; SET queues the entry and its blob for write-through, as gRPC
+// PutAction and Put do. Both run in a command's `work`, never on an event loop.
+//
 // With a token file every command but AUTH, PING, ECHO, HELLO and QUIT needs `AUTH TOKEN`
 // (or `AUTH USER TOKEN`, the user ignored) first; GET, EXISTS and INFO need the read role,
 // SET the compile role (server/rpc/auth.h). Thread-safe: called from several event loops.
@@ -30,6 +35,7 @@
 #include "server/observe/metrics.h"
 #include "server/resp/resp_reply.h"
 #include "server/rpc/auth.h"
+#include "server/shared_cache.h"
 
 namespace kiln::server {
 
@@ -50,9 +56,10 @@ std::string RespCompileKey(absl::string_view key);
 
 class RespCommands {
  public:
-  // `cache` and `authorizer` must outlive it. kiln_resp_commands_total (by command and
-  // outcome) goes to `metrics` when not null.
-  RespCommands(cache::Cache* cache, const Authorizer* authorizer, MetricsRegistry* metrics);
+  // `cache`, `authorizer` and `shared` (null: no shared tier) must outlive it.
+  // kiln_resp_commands_total (by command and outcome) goes to `metrics` when not null.
+  RespCommands(cache::Cache* cache, const Authorizer* authorizer, MetricsRegistry* metrics,
+               SharedCache* shared = nullptr);
   ~RespCommands();
 
   // A fresh connection's session: without a token file it holds every role already.
@@ -67,12 +74,19 @@ class RespCommands {
  private:
   class Counts;
   RespReply Get(const std::string& key);
+  // The value of `compile_key` in the local cache and the variant that names it; NOT_FOUND
+  // when the entry or its blob is absent (evicted, or dropped as corrupt).
+  absl::StatusOr<cache::BlobBytes> ReadLocal(const std::string& compile_key,
+                                             v1::ActionVariant* variant);
+  // Whether the shared tier had `compile_key` and it is now in the local cache.
+  bool ReadThrough(const std::string& compile_key);
   RespReply Set(const std::string& key, const std::string& value);
   RespReply Exists(const std::vector<std::string>& keys);
   RespReply Info();
 
   cache::Cache* const cache_;
   const Authorizer* const authorizer_;
+  SharedCache* const shared_;
   std::unique_ptr<Counts> counts_;
 };
 

@@ -174,7 +174,8 @@ absl::StatusOr<std::unique_ptr<RespServer>> RespServer::Start(cache::Cache* cach
         &options.metrics->AddGauge("kiln_resp_connections", "Open connections to the RESP front.")
              .With({});
   }
-  server->commands_ = std::make_unique<RespCommands>(cache, authorizer, options.metrics);
+  server->commands_ =
+      std::make_unique<RespCommands>(cache, authorizer, options.metrics, options.shared);
   absl::Status started = server->server_->Start(loops, [&]() -> std::unique_ptr<Protocol> {
     return std::make_unique<RespProtocol>(server->commands_.get(), options.limits);
   });

@@ -22,6 +22,7 @@
 #include "server/resp/resp_commands.h"
 #include "server/resp/resp_parser.h"
 #include "server/rpc/auth.h"
+#include "server/shared_cache.h"
 
 namespace kiln::server {
 
@@ -34,6 +35,9 @@ struct RespServerOptions {
   // Where kiln_resp_* metrics go (commands by command and outcome, connections); null: none.
   // Must outlive the server.
   MetricsRegistry* metrics = nullptr;
+  // The shared tier GET and EXISTS read through and SET writes through (resp_commands.h);
+  // null: none. Must outlive the server.
+  SharedCache* shared = nullptr;
 };
 
 class RespServer {
