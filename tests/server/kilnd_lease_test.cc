@@ -23,6 +23,7 @@
 #include "client/compile_client.h"
 #include "kiln/v1/compile.pb.h"
 #include "tests/server/kilnd_client_fixture.h"
+#include "tests/server/shared_cluster_fixture.h"
 #include "tests/testing/kilnd_process.h"
 #include "tests/testing/redis_cluster.h"
 #include "tests/testing/scrape.h"
@@ -48,39 +49,16 @@ v1::CompileRequest Request(const std::string& graph = kGraph) {
   return r;
 }
 
-struct Server {
-  std::unique_ptr<KilndProcess> process;
+struct Server : testing::ClusterKilnd {
   std::unique_ptr<client::CompileClient> compiler;
 
-  double Metric(const std::string& series) const {
-    absl::StatusOr<double> v = testing::ScrapeMetric(process->http_port(), series);
-    EXPECT_TRUE(v.ok()) << v.status();
-    return v.ok() ? *v : -1;
-  }
-  double Compiles() const { return Metric("kiln_compiles_total{result=\"ok\"}"); }
   double Lease(const std::string& what) const {
     return Metric(absl::StrCat("kiln_shared_cache_lease_", what));
   }
-  // Whether `series` reaches at least `value` within `timeout`.
-  bool AwaitMetric(const std::string& series, double value,
-                   absl::Duration timeout = absl::Seconds(30)) const {
-    const absl::Time deadline = absl::Now() + timeout;
-    while (absl::Now() < deadline) {
-      absl::StatusOr<double> v = testing::ScrapeMetric(process->http_port(), series);
-      if (v.ok() && *v >= value) return true;
-      absl::SleepFor(absl::Milliseconds(20));
-    }
-    return false;
-  }
 };
 
-class KilndLeaseTest : public ::testing::Test {
+class KilndLeaseTest : public testing::SharedClusterTest {
  protected:
-  void SetUp() override {
-    absl::StatusOr<std::unique_ptr<LocalRedisCluster>> cluster = LocalRedisCluster::Start();
-    ASSERT_TRUE(cluster.ok()) << cluster.status();
-    cluster_ = *std::move(cluster);
-  }
   void TearDown() override { ::unsetenv("KILN_TEST_WORKER_FAULT"); }
 
   // A kilnd with a fresh data directory on the shared cluster; `fault` goes to its compile
@@ -92,13 +70,10 @@ class KilndLeaseTest : public ::testing::Test {
       ::setenv("KILN_TEST_WORKER_FAULT", fault.c_str(), 1);
     }
     Server s;
-    absl::StatusOr<KilndProcess> k = KilndProcess::Start(
-        dir_.path() + "/" + name, {"--shared-cache", cluster_->url(), "--compile-workers", "1",
-                                   "--shared-cache-lease-ms", absl::StrCat(lease_ms)});
+    s.process = StartKilnd(
+        name, {"--compile-workers", "1", "--shared-cache-lease-ms", absl::StrCat(lease_ms)});
     ::unsetenv("KILN_TEST_WORKER_FAULT");
-    EXPECT_TRUE(k.ok()) << k.status();
-    if (!k.ok()) return s;
-    s.process = std::make_unique<KilndProcess>(*std::move(k));
+    if (s.process == nullptr) return s;
     client::ChannelOptions o;
     o.address = s.process->address();
     s.compiler = *client::CompileClient::Connect(o);
@@ -126,9 +101,6 @@ class KilndLeaseTest : public ::testing::Test {
     for (std::thread& t : clients) t.join();
     return answers;
   }
-
-  TempDir dir_;
-  std::unique_ptr<LocalRedisCluster> cluster_;
 };
 
 TEST_F(KilndLeaseTest, SixtyFourClientsOnThreeServersCompileOnceFleetWide) {

@@ -17,6 +17,7 @@
 #include "kiln/v1/compile.pb.h"
 #include "proto/base/digest.h"
 #include "tests/server/kilnd_client_fixture.h"
+#include "tests/server/shared_cluster_fixture.h"
 #include "tests/testing/kilnd_process.h"
 #include "tests/testing/redis_cluster.h"
 #include "tests/testing/scrape.h"
@@ -38,31 +39,12 @@ v1::CompileRequest Request(const std::string& graph) {
 }
 
 // One kilnd on the shared cluster, with its own data directory, and clients of it.
-struct Server {
-  std::unique_ptr<KilndProcess> process;
+struct Server : testing::ClusterKilnd {
   std::unique_ptr<client::CompileClient> compiler;
   std::unique_ptr<client::CacheClient> cache;
 
   absl::StatusOr<v1::CompileResponse> Compile(const std::string& graph) {
     return compiler->Compile(Request(graph), absl::Seconds(120));
-  }
-  double Metric(const std::string& series) const {
-    absl::StatusOr<double> v = testing::ScrapeMetric(process->http_port(), series);
-    EXPECT_TRUE(v.ok()) << v.status();
-    return v.ok() ? *v : -1;
-  }
-  double Compiles() const { return Metric("kiln_compiles_total{result=\"ok\"}"); }
-  // Waits until the write-through queue is empty and at least `writes` jobs have been done.
-  void WaitForWrites(double writes) const {
-    const absl::Time deadline = absl::Now() + absl::Seconds(30);
-    while (absl::Now() < deadline) {
-      if (Metric("kiln_shared_cache_write_queue_depth") == 0 &&
-          Metric("kiln_shared_cache_writes_total") >= writes) {
-        return;
-      }
-      absl::SleepFor(absl::Milliseconds(50));
-    }
-    ADD_FAILURE() << "write-through did not finish " << writes << " jobs";
   }
   int CountInLog(const std::string& needle) {
     const std::string log = process->process().Stderr();
@@ -72,40 +54,19 @@ struct Server {
   }
 };
 
-class KilndSharedCacheTest : public ::testing::Test {
+class KilndSharedCacheTest : public testing::SharedClusterTest {
  protected:
-  void SetUp() override {
-    absl::StatusOr<std::unique_ptr<LocalRedisCluster>> cluster = LocalRedisCluster::Start();
-    ASSERT_TRUE(cluster.ok()) << cluster.status();
-    cluster_ = *std::move(cluster);
-  }
-
   // A kilnd with a fresh data directory on the shared cluster.
   Server StartServer(const std::string& name) {
     Server s;
-    absl::StatusOr<KilndProcess> k = KilndProcess::Start(
-        dir_.path() + "/" + name, {"--shared-cache", cluster_->url(), "--compile-workers", "1"});
-    EXPECT_TRUE(k.ok()) << k.status();
-    if (!k.ok()) return s;
-    s.process = std::make_unique<KilndProcess>(*std::move(k));
+    s.process = StartKilnd(name, {"--compile-workers", "1"});
+    if (s.process == nullptr) return s;
     client::ChannelOptions o;
     o.address = s.process->address();
     s.compiler = *client::CompileClient::Connect(o);
     s.cache = *client::CacheClient::Create(o);
     return s;
   }
-
-  // Overwrites the start of a blob's first chunk inside Redis, on whichever node owns it.
-  void CorruptBlob(const std::string& hash) {
-    const std::string key = absl::StrCat("kiln:b:{", hash, "}:0");
-    for (int node = 0; node < cluster_->size(); ++node) {
-      if (cluster_->Cli(node, {"SETRANGE", key, "0", "CORRUPTED-BYTES"}).ok()) return;
-    }
-    FAIL() << "no node accepted a write to " << key;
-  }
-
-  TempDir dir_;
-  std::unique_ptr<LocalRedisCluster> cluster_;
 };
 
 TEST_F(KilndSharedCacheTest, SecondAndThirdServersHitWithoutCompiling) {

@@ -20,6 +20,7 @@
 #include "absl/time/clock.h"
 #include "client/blob_http_client.h"
 #include "proto/base/digest.h"
+#include "tests/server/shared_cluster_fixture.h"
 #include "tests/testing/kilnd_process.h"
 #include "tests/testing/loopback.h"
 #include "tests/testing/redis_cluster.h"
@@ -97,66 +98,25 @@ class Resp {
 };
 
 // One kilnd on the shared cluster with both fronts, its own data directory.
-struct Server {
-  std::unique_ptr<KilndProcess> process;
-
-  double Metric(const std::string& series) const {
-    absl::StatusOr<double> v = testing::ScrapeMetric(process->http_port(), series);
-    EXPECT_TRUE(v.ok()) << v.status();
-    return v.ok() ? *v : -1;
-  }
+struct Server : testing::ClusterKilnd {
   std::unique_ptr<client::BlobHttpClient> Http() const {
     return std::make_unique<client::BlobHttpClient>(
         client::BlobHttpClientOptions{.address = absl::StrCat("127.0.0.1:", process->blob_port())});
   }
   std::unique_ptr<Resp> RespClient() const { return std::make_unique<Resp>(process->resp_port()); }
-  // Waits until the write-through queue is empty and at least `writes` jobs have been done.
-  void WaitForWrites(double writes) const {
-    const absl::Time deadline = absl::Now() + absl::Seconds(30);
-    while (absl::Now() < deadline) {
-      if (Metric("kiln_shared_cache_write_queue_depth") == 0 &&
-          Metric("kiln_shared_cache_writes_total") >= writes) {
-        return;
-      }
-      absl::SleepFor(absl::Milliseconds(50));
-    }
-    ADD_FAILURE() << "write-through did not finish " << writes << " jobs";
-  }
 };
 
 constexpr char kGetHit[] = "kiln_resp_commands_total{command=\"get\",outcome=\"hit\"}";
 constexpr char kGetMiss[] = "kiln_resp_commands_total{command=\"get\",outcome=\"miss\"}";
 
-class KilndSharedFrontsTest : public ::testing::Test {
+class KilndSharedFrontsTest : public testing::SharedClusterTest {
  protected:
-  void SetUp() override {
-    absl::StatusOr<std::unique_ptr<LocalRedisCluster>> cluster = LocalRedisCluster::Start();
-    ASSERT_TRUE(cluster.ok()) << cluster.status();
-    cluster_ = *std::move(cluster);
-  }
-
   Server StartServer(const std::string& name) {
     Server s;
-    absl::StatusOr<KilndProcess> k = KilndProcess::Start(
-        dir_.path() + "/" + name,
-        {"--shared-cache", cluster_->url(), "--blob-listen", "127.0.0.1:0", "--resp-listen",
-         "127.0.0.1:0", "--compile-isolation", "none", "--compile-workers", "1"});
-    EXPECT_TRUE(k.ok()) << k.status();
-    if (k.ok()) s.process = std::make_unique<KilndProcess>(*std::move(k));
+    s.process = StartKilnd(name, {"--blob-listen", "127.0.0.1:0", "--resp-listen", "127.0.0.1:0",
+                                  "--compile-isolation", "none", "--compile-workers", "1"});
     return s;
   }
-
-  // Overwrites the start of a blob's first chunk inside Redis, on whichever node owns it.
-  void CorruptBlob(const std::string& hash) {
-    const std::string key = absl::StrCat("kiln:b:{", hash, "}:0");
-    for (int node = 0; node < cluster_->size(); ++node) {
-      if (cluster_->Cli(node, {"SETRANGE", key, "0", "CORRUPTED-BYTES"}).ok()) return;
-    }
-    FAIL() << "no node accepted a write to " << key;
-  }
-
-  TempDir dir_;
-  std::unique_ptr<LocalRedisCluster> cluster_;
 };
 
 TEST_F(KilndSharedFrontsTest, HttpPutOnOneServerIsAnHttpGetOnAnother) {

@@ -66,13 +66,11 @@ TEST(MergeActionEntriesTest, UnguardedVariantsAreOneIdentity) {
   EXPECT_EQ(merged.compile_key(), "k");
 }
 
-class SharedCacheTest : public ::testing::Test {
+class SharedCacheTest : public testing::RedisClusterTest {
  protected:
   void SetUp() override {
-    absl::StatusOr<std::unique_ptr<testing::LocalRedisCluster>> cluster =
-        testing::LocalRedisCluster::Start();
-    ASSERT_TRUE(cluster.ok()) << cluster.status();
-    cluster_ = *std::move(cluster);
+    testing::RedisClusterTest::SetUp();
+    if (HasFatalFailure()) return;
     cache::CacheOptions options;
     options.path = dir_.path() + "/store";
     absl::StatusOr<std::unique_ptr<cache::Cache>> c = cache::Cache::Open(options);
@@ -102,7 +100,6 @@ class SharedCacheTest : public ::testing::Test {
   }
 
   testing::TempDir dir_;
-  std::unique_ptr<testing::LocalRedisCluster> cluster_;
   std::unique_ptr<cache::Cache> cache_;
   MetricsRegistry metrics_;
   std::unique_ptr<SharedCache> shared_;

@@ -22,15 +22,8 @@ namespace {
 
 using Turn = CompileLeases::Turn;
 
-class CompileLeasesTest : public ::testing::Test {
+class CompileLeasesTest : public testing::RedisClusterTest {
  protected:
-  void SetUp() override {
-    absl::StatusOr<std::unique_ptr<testing::LocalRedisCluster>> cluster =
-        testing::LocalRedisCluster::Start();
-    ASSERT_TRUE(cluster.ok()) << cluster.status();
-    cluster_ = *std::move(cluster);
-  }
-
   std::unique_ptr<CompileLeases> Leases(absl::Duration ttl, std::vector<std::string> seeds = {}) {
     cache::RedisClusterOptions o;
     o.seeds = seeds.empty() ? cluster_->addresses() : std::move(seeds);
@@ -64,7 +57,6 @@ class CompileLeasesTest : public ::testing::Test {
         name, [] { return false; }, absl::Now() + absl::Seconds(10), nullptr);
   }
 
-  std::unique_ptr<testing::LocalRedisCluster> cluster_;
   MetricsRegistry metrics_;
   std::vector<std::unique_ptr<cache::RedisCluster>> clients_;
 };

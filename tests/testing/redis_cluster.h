@@ -5,8 +5,11 @@
 // with no replicas. Nodes can be killed and restarted on the same port with the same cluster
 // configuration, so they rejoin owning the slots they had (and none of the data).
 
+#include <gtest/gtest.h>
+
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/status/status.h"
@@ -67,6 +70,18 @@ class LocalRedisCluster {
   TempDir dir_;
   std::vector<int> ports_;
   std::vector<std::unique_ptr<Subprocess>> servers_;
+};
+
+// A test with a fresh cluster of its own (default options) in cluster_.
+class RedisClusterTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    absl::StatusOr<std::unique_ptr<LocalRedisCluster>> cluster = LocalRedisCluster::Start();
+    ASSERT_TRUE(cluster.ok()) << cluster.status();
+    cluster_ = *std::move(cluster);
+  }
+
+  std::unique_ptr<LocalRedisCluster> cluster_;
 };
 
 }  // namespace kiln::testing

@@ -35,15 +35,7 @@ int NodeOf(SharedTier& tier, const LocalRedisCluster& cluster, const std::string
   return cluster.IndexOf(tier.redis().MasterForSlot(RedisKeySlot(key)));
 }
 
-class SharedTierTest : public ::testing::Test {
- protected:
-  void SetUp() override {
-    absl::StatusOr<std::unique_ptr<LocalRedisCluster>> c = LocalRedisCluster::Start();
-    ASSERT_TRUE(c.ok()) << c.status();
-    cluster_ = std::move(*c);
-  }
-  std::unique_ptr<LocalRedisCluster> cluster_;
-};
+class SharedTierTest : public ::kiln::testing::RedisClusterTest {};
 
 TEST_F(SharedTierTest, BlobsRoundTripBetweenServers) {
   std::unique_ptr<SharedTier> writer = Tier(*cluster_);
