@@ -58,7 +58,6 @@ import subprocess
 import sys
 import tempfile
 import time
-import traceback
 import uuid
 from dataclasses import dataclass
 from typing import Any, BinaryIO, Callable, Optional, Sequence
@@ -66,7 +65,7 @@ from typing import Any, BinaryIO, Callable, Optional, Sequence
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
 
 from kilnd_process import KilnServer, free_port, script_parser  # noqa: E402
-from worker_process import event_log, run_worker  # noqa: E402
+from worker_process import logged, run_worker  # noqa: E402
 
 STEPS = 3
 TIMEOUT_S = 300.0
@@ -420,14 +419,7 @@ def train(config: str, steps: int, write_event: Callable[..., None]) -> None:
 
 
 def worker(config: str, steps: int, events_path: pathlib.Path) -> int:
-    with event_log(events_path) as write_event:
-        try:
-            train(config, steps, write_event)
-            return 0
-        except Exception as e:  # the report says why; the runner goes on
-            write_event(event="error", error=f"{type(e).__name__}: {e}"[:2000],
-                        trace=traceback.format_exc()[-OUTPUT_TAIL:])
-            return 1
+    return logged(events_path, lambda write_event: train(config, steps, write_event), OUTPUT_TAIL)
 
 
 # --- reading runs (no PyTorch) --------------------------------------------------------------

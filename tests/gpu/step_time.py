@@ -41,14 +41,13 @@ import statistics
 import sys
 import tempfile
 import time
-import traceback
 from dataclasses import dataclass, field
 from typing import Any, Callable, Mapping, Optional
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
 
 from kilnd_process import KilnServer, script_parser  # noqa: E402
-from worker_process import event_log, run_worker  # noqa: E402
+from worker_process import logged, run_worker  # noqa: E402
 
 STEPS = 30
 STEADY_FROM = 6
@@ -217,14 +216,8 @@ def train(name: str, mode: str, steps: int, write_event: Callable[..., None],
 
 def worker(name: str, mode: str, steps: int, events_path: pathlib.Path,
            profile: str) -> int:
-    with event_log(events_path) as write_event:
-        try:
-            train(name, mode, steps, write_event, profile)
-            return 0
-        except Exception as e:  # the report says why; the runner goes on
-            write_event(event="error", error=f"{type(e).__name__}: {e}"[:2000],
-                        trace=traceback.format_exc()[-OUTPUT_TAIL:])
-            return 1
+    return logged(events_path, lambda write_event: train(name, mode, steps, write_event, profile),
+                  OUTPUT_TAIL)
 
 
 # --- reading runs (no PyTorch) --------------------------------------------------------------

@@ -65,14 +65,13 @@ import re
 import statistics
 import sys
 import time
-import traceback
 from dataclasses import dataclass, field
 from typing import Any, Callable, Mapping, Optional
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
 
 from kilnd_process import KilnServer, script_parser  # noqa: E402
-from worker_process import event_log, run_worker  # noqa: E402
+from worker_process import logged, run_worker  # noqa: E402
 
 # Relative loss difference against eager that passes, by precision (the module's docstring
 # says why these values).
@@ -147,15 +146,11 @@ def worker(name: str, mode: str, steps: int, events_path: pathlib.Path) -> int:
     """Trains configuration `name` for `steps` steps in this process, eagerly or through the
     kiln backend (`mode`), appending one JSON object a line to `events_path` as things
     happen. Returns 1 when training raised (the exception is an event too)."""
-    with event_log(events_path) as write_event:
-        try:
-            config = next(c for c in CONFIGS if c.name == name)
-            train(config, mode, steps, write_event, grads_path_of(events_path))
-            return 0
-        except Exception as e:  # the report says why; the runner goes on to the next run
-            write_event(event="error", error=f"{type(e).__name__}: {e}"[:2000],
-                        trace=traceback.format_exc()[-OUTPUT_TAIL:])
-            return 1
+    def body(write_event: Callable[..., None]) -> None:
+        config = next(c for c in CONFIGS if c.name == name)
+        train(config, mode, steps, write_event, grads_path_of(events_path))
+
+    return logged(events_path, body, OUTPUT_TAIL)
 
 
 def train(config: TrainConfig, mode: str, steps: int, write_event: Callable[..., None],

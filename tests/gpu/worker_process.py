@@ -5,6 +5,7 @@
 
     with event_log(path) as write_event:       # in the worker: one JSON object a line
         write_event(event="step", step=1, loss=2.3)
+    return logged(path, lambda write_event: train(..., write_event))  # errors become events
 
 The process gets a session of its own, and at the timeout its whole process group is killed
 (a compile server's children, a stuck NCCL), so an overrun costs the timeout and no more;
@@ -20,6 +21,7 @@ import signal
 import subprocess
 import sys
 import time
+import traceback
 from dataclasses import dataclass
 from typing import Any, Callable, Iterator, Optional, Sequence
 
@@ -63,3 +65,17 @@ def event_log(path: Any) -> Iterator[Callable[..., None]]:
             events.write(json.dumps(event) + "\n")
 
         yield write_event
+
+
+def logged(path: Any, body: Callable[[Callable[..., None]], None], tail: int = 3000) -> int:
+    """Runs `body` with an event writer for `path` (event_log): 0 when it returns, 1 when it
+    raises, the exception then written as an "error" event (its message and the last `tail`
+    characters of its traceback) so that the runner reports why and goes on."""
+    with event_log(path) as write_event:
+        try:
+            body(write_event)
+            return 0
+        except Exception as e:  # the report says why; the runner goes on
+            write_event(event="error", error=f"{type(e).__name__}: {e}"[:2000],
+                        trace=traceback.format_exc()[-tail:])
+            return 1
