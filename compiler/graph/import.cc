@@ -1,5 +1,9 @@
 #include "compiler/graph/import.h"
 
+#include <optional>
+
+#include "compiler/graph/expand_foreach.h"
+
 #include <cmath>
 #include <limits>
 #include <string>
@@ -11,6 +15,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "compiler/graph/expand_foreach.h"
 #include "compiler/graph/extent.h"
 #include "compiler/graph/schema_binding.h"
 #include "proto/dtype.h"
@@ -819,6 +824,16 @@ class GraphBuilder {
   int num_symbolic_inputs_ = 0;
 };
 
-absl::StatusOr<Graph> Import(const v1::Graph& proto) { return GraphBuilder(proto).Run(); }
+absl::StatusOr<Graph> Import(const v1::Graph& proto) {
+  absl::StatusOr<Graph> g = GraphBuilder(proto).Run();
+  if (!g.ok()) return g;
+  // Foreach calls written out per element; where an element call does not import as its op
+  // (an argument its schema refuses), the graph keeps its foreach calls, which fall back.
+  if (std::optional<v1::Graph> expanded = ExpandForeach(proto)) {
+    absl::StatusOr<Graph> e = GraphBuilder(*expanded).Run();
+    if (e.ok()) return e;
+  }
+  return g;
+}
 
 }  // namespace kiln::graph

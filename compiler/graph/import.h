@@ -6,7 +6,8 @@
 // view ops inside their base), symbolic expressions (they must parse and mention only
 // declared symbols), guards, and every call of an op Kiln knows against its schema
 // (argument count, names and types; see proto/ops/registry.h). Calls of unknown ops are accepted
-// when every output carries metadata; they become fallback steps.
+// when every output carries metadata; they become fallback steps. Foreach calls come out
+// written per element (expand_foreach.h).
 //
 // Errors are INVALID_ARGUMENT carrying a kiln.v1.FieldViolation (see proto/error_detail.h)
 // that names the node or input, the field ("args[1]", "outputs[0].sizes[2]",
