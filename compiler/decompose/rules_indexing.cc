@@ -1,5 +1,6 @@
-// Indexing: embeddings, index_select and gather, concatenation, padding, flips and triangular
-// masks. The embedding's backward is an extern call (see proto/ops/families/indexing.cc).
+// Indexing: embeddings, index_select, gather and advanced indexing, concatenation, padding, flips
+// and triangular masks. The embedding's backward is an extern call (see
+// proto/ops/families/indexing.cc).
 
 #include <vector>
 
@@ -48,6 +49,71 @@ absl::Status IndexSelect(Builder& d, uint32_t node, bool gather) {
       dyn.push_back(static_cast<int64_t>(k) == dim ? i : -1);
     }
     return b.Cast(b.Load(x, d.ST(x), coords, valid, dyn), ct);
+  });
+}
+
+// Advanced indexing (x[i, :, j]): the index tensors broadcast together to B, whose dims
+// replace the indexed dims in the result where those are adjacent and lead it otherwise, as
+// PyTorch orders them. Negative indices count from the end; an index out of range reads 0
+// (PyTorch raises; a kernel cannot). Boolean masks give sizes that depend on the data: they
+// fall back.
+absl::Status AdvancedIndex(Builder& d, uint32_t node) {
+  const int32_t x = d.In(node, 0);
+  const size_t rank = d.Rank(x);
+  std::vector<int32_t> index(rank, -1);
+  std::vector<size_t> indexed;
+  size_t k = 0;
+  for (const Arg& a : d.graph().items(d.A(node, 1))) {
+    if (k == rank) return absl::InvalidArgumentError("more indices than dimensions");
+    if (!Builder::IsNone(a)) {
+      const int32_t t = d.TensorArg(a);
+      if (t < 0) return absl::UnimplementedError("an index that is not a tensor");
+      const graph::DType dt = d.Tn(t).dtype;
+      if (dt == graph::DType::kBool || dt == graph::DType::kUInt8) {
+        return absl::UnimplementedError("indexing by a boolean mask has data-dependent sizes");
+      }
+      index[k] = t;
+      indexed.push_back(k);
+    }
+    ++k;
+  }
+  if (indexed.empty()) return d.Alias(node, 0, x);
+  const bool adjacent = indexed.back() - indexed.front() + 1 == indexed.size();
+  return d.Pointwise(node, [&](Body& b, ScalarType ct) -> absl::StatusOr<int32_t> {
+    if (b.rank() + indexed.size() < rank) {
+      return absl::InternalError("index.Tensor's result has too few dimensions");
+    }
+    // The broadcast index dims B sit at [first, first + nb) of the result.
+    const size_t nb = b.rank() + indexed.size() - rank;
+    const size_t first = adjacent ? indexed.front() : 0;
+    std::vector<IndexExpr> coords(rank);
+    std::vector<int32_t> dyn(rank, -1);
+    int32_t valid = -1;
+    size_t out = 0;
+    for (size_t m = 0; m < rank; ++m) {
+      if (out == first) out += nb;
+      if (index[m] >= 0) continue;
+      coords[m] = Body::V(out++);
+    }
+    for (size_t m : indexed) {
+      const Tensor& it = d.Tn(index[m]);
+      const size_t ir = it.sizes.size();
+      if (ir > nb) return absl::InternalError("an index has more dimensions than their broadcast");
+      std::vector<IndexExpr> ic;
+      for (size_t j = 0; j < ir; ++j) {
+        const bool broadcast = it.sizes[j].is_const() && it.sizes[j].const_value() == 1;
+        ic.push_back(broadcast ? IndexExpr::Const(0) : Body::V(first + nb - ir + j));
+      }
+      const IndexExpr& extent = d.Tn(x).sizes[m];
+      int32_t i = b.Cast(b.Load(index[m], d.ST(index[m]), ic), ScalarType::kI64);
+      i = b.Sel(b.Bin(Opcode::kLt, i, b.IConst(0)), b.Add(i, b.Idx(extent)), i);
+      const int32_t in = b.Bin(Opcode::kAnd, b.Bin(Opcode::kGe, i, b.IConst(0)),
+                               b.Bin(Opcode::kLt, i, b.Idx(extent)));
+      valid = valid < 0 ? in : b.Bin(Opcode::kAnd, valid, in);
+      dyn[m] = i;
+    }
+    const int32_t v = b.Cast(b.Load(x, d.ST(x), coords, valid, dyn), ct);
+    return b.Sel(valid, v, b.Const(0, ct));
   });
 }
 
@@ -177,6 +243,8 @@ void RegisterIndexingRules(RuleRegistry& r) {
   r.Add("aten.index_select.default",
         [](Builder& d, uint32_t n) { return IndexSelect(d, n, false); });
   r.Add("aten.gather.default", [](Builder& d, uint32_t n) { return IndexSelect(d, n, true); });
+  r.Add("aten.index.Tensor", [](Builder& d, uint32_t n) { return AdvancedIndex(d, n); });
+  r.Add("aten._unsafe_index.Tensor", [](Builder& d, uint32_t n) { return AdvancedIndex(d, n); });
   r.Add("aten.constant_pad_nd.default", [](Builder& d, uint32_t n) { return ConstantPad(d, n); });
   r.Add("aten.flip.default", [](Builder& d, uint32_t n) { return Flip(d, n); });
   r.Add("aten.tril.default", [](Builder& d, uint32_t n) { return TriangleMask(d, n, true); });

@@ -317,6 +317,20 @@ void RegisterNnRules(RuleRegistry& r) {
              int32_t soft = b.Div(b.Mul(g, z), b.AddC(z, 1.0));
              return b.Sel(b.Bin(Opcode::kGt, b.MulC(x, beta), b.Const(th, ct)), g, soft);
            });
+  // As PyTorch's kernels: hardswish's slope is 0 up to -3, x / 3 + 1/2 below 3, then 1;
+  // hardsigmoid's 1/6 strictly between -3 and 3.
+  backward("aten.hardswish_backward.default",
+           [](Builder&, uint32_t, Body& b, int32_t g, int32_t x, ScalarType ct) {
+             int32_t slope = b.Add(b.Div(x, b.Const(3, ct)), b.Const(0.5, ct));
+             int32_t inner = b.Sel(b.Bin(Opcode::kLt, x, b.Const(3, ct)), b.Mul(g, slope), g);
+             return b.Sel(b.Bin(Opcode::kLe, x, b.Const(-3, ct)), b.Const(0, ct), inner);
+           });
+  backward("aten.hardsigmoid_backward.default",
+           [](Builder&, uint32_t, Body& b, int32_t g, int32_t x, ScalarType ct) {
+             int32_t inside = b.Bin(Opcode::kAnd, b.Bin(Opcode::kGt, x, b.Const(-3, ct)),
+                                    b.Bin(Opcode::kLt, x, b.Const(3, ct)));
+             return b.Sel(inside, b.Div(g, b.Const(6, ct)), b.Const(0, ct));
+           });
   r.Add("aten.native_dropout_backward.default", [](Builder& d, uint32_t n) {
     return d.Pointwise(n, [&](Body& b, ScalarType ct) -> absl::StatusOr<int32_t> {
       int32_t g = b.Cast(d.LoadB(b, d.In(n, 0)), ct);

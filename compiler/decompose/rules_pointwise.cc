@@ -339,8 +339,9 @@ void RegisterPointwiseRules(RuleRegistry& r) {
   r.Add("aten.addcdiv.default", addc(true));
 
   // Copies and casts.
-  for (const char* t : {"aten.clone.default", "aten._to_copy.default",
-                        "aten.lift_fresh_copy.default", "aten.contiguous.default"}) {
+  for (const char* t :
+       {"aten.clone.default", "aten._to_copy.default", "aten.lift_fresh_copy.default",
+        "aten.contiguous.default", "prims.convert_element_type.default"}) {
     r.Add(t, [](Builder& d, uint32_t n) { return Copy(d, n, 0); });
   }
   r.Add("aten.copy.default", [](Builder& d, uint32_t n) { return Copy(d, n, 1); });

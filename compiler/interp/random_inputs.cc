@@ -153,9 +153,10 @@ class RangeInference {
   }
 
   void Limit(const v1::Node& node, int index_pos, std::optional<int64_t> high) {
-    if (!high.has_value() || index_pos >= node.args_size()) return;
-    const v1::Argument& a = node.args(index_pos);
-    if (!a.has_ref()) return;
+    if (index_pos < node.args_size()) Limit(node.args(index_pos), high);
+  }
+  void Limit(const v1::Argument& a, std::optional<int64_t> high) {
+    if (!high.has_value() || !a.has_ref()) return;
     auto it = origin_.find(a.ref().node());
     if (it == origin_.end()) return;
     auto [r, inserted] = ranges_.emplace(it->second, std::make_pair<int64_t, int64_t>(0, 0));
@@ -402,6 +403,12 @@ class RangeInference {
                node.args_size() > 1) {
       const auto dim = IntArg(node, 1);
       if (dim.has_value()) Limit(node, 2, SizeOf(node.args(0), *dim));
+    } else if ((t == "aten.index.Tensor" || t == "aten._unsafe_index.Tensor") &&
+               node.args_size() > 1 && node.args(1).has_list()) {
+      // Index k of the list indexes dim k.
+      for (int k = 0; k < node.args(1).list().items_size(); ++k) {
+        Limit(node.args(1).list().items(k), SizeOf(node.args(0), k));
+      }
     } else if (t == "aten.max_pool2d_with_indices_backward.default" && node.args_size() > 1) {
       const auto h = SizeOf(node.args(1), -2);
       const auto w = SizeOf(node.args(1), -1);

@@ -207,7 +207,13 @@ class KernelEmitter final : public ParallelSpace {
   std::vector<bool> stored_;           // by buffer index: whether the kernel stores to it
   // The unroll count asked of the next innermost loop (0: the optimizer's choice).
   int unroll_ = 0;
-  static constexpr int kSplitLoopUnroll = 8;
+  // Elements of a split reduction loop in flight at once: about kSplitLoopLoads loads a
+  // thread (a sum down columns needs 16 per thread to keep the memory system busy), fewer
+  // elements where each loads more, so that registers do not spill.
+  static constexpr int kSplitLoopLoads = 32;
+  static constexpr int kMaxSplitLoopUnroll = 16;
+  static constexpr int kMinSplitLoopUnroll = 4;
+  int SplitLoopUnroll(const loop::Stage& s) const;
   std::vector<llvm::Value*> syms_;  // by symbol id
   llvm::Value* seed_ = nullptr;
   llvm::Value* offset_ = nullptr;
@@ -312,6 +318,16 @@ absl::Status KernelEmitter::ReductionLoops(size_t d, const loop::Stage& s) {
       d + 1 == k_.reduction.size());
 }
 
+int KernelEmitter::SplitLoopUnroll(const loop::Stage& s) const {
+  int loads = 0;
+  for (int32_t i = s.begin; i < s.end; ++i) {
+    if (k_.insts[static_cast<size_t>(i)].op == Opcode::kLoad) ++loads;
+  }
+  int unroll = kMaxSplitLoopUnroll;
+  while (unroll > kMinSplitLoopUnroll && unroll * loads > kSplitLoopLoads) unroll /= 2;
+  return unroll;
+}
+
 absl::Status KernelEmitter::SplitReductionLoop(const loop::Stage& s) {
   const size_t np = k_.parallel.size();
   const size_t nr = k_.reduction.size();
@@ -335,7 +351,7 @@ absl::Status KernelEmitter::SplitReductionLoop(const loop::Stage& s) {
   } else {
     // Several elements' loads in flight at once: a thread waits on one load at a time when
     // each element's load feeds the accumulator before the next is issued.
-    unroll_ = kSplitLoopUnroll;
+    unroll_ = SplitLoopUnroll(s);
     absl::Status st = Loop(first, total, step, element, /*innermost=*/true);
     unroll_ = 0;
     if (!st.ok()) return st;

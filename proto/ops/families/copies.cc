@@ -14,6 +14,7 @@ constexpr const char* kCopies[] = {
     "aten.copy.default(Tensor self, Tensor src, bool non_blocking=False) -> Tensor",
     "aten.copy_.default(Tensor(a!) self, Tensor src, bool non_blocking=False) -> Tensor(a!)",
     "aten.lift_fresh_copy.default(Tensor self) -> Tensor",
+    "prims.convert_element_type.default(Tensor a, ScalarType dtype) -> Tensor",
     "aten.contiguous.default(Tensor(a) self, *, MemoryFormat memory_format=contiguous_format) "
     "-> Tensor(a)",
     "aten.cat.default(Tensor[] tensors, int dim=0) -> Tensor",

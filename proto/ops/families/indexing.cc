@@ -12,6 +12,7 @@ constexpr const char* kIndexing[] = {
     "aten.scatter.value(Tensor self, int dim, Tensor index, Scalar value) -> Tensor",
     "aten.scatter_add.default(Tensor self, int dim, Tensor index, Tensor src) -> Tensor",
     "aten.index.Tensor(Tensor self, Tensor?[] indices) -> Tensor",
+    "aten._unsafe_index.Tensor(Tensor self, Tensor?[] indices) -> Tensor",
     "aten.index_put.default(Tensor self, Tensor?[] indices, Tensor values, "
     "bool accumulate=False) -> Tensor",
     "aten.index_add.default(Tensor self, int dim, Tensor index, Tensor source, *, "

@@ -72,6 +72,8 @@ constexpr const char* kUnaryBackward[] = {
     "bool self_is_result) -> Tensor",
     "aten.softplus_backward.default(Tensor grad_output, Tensor self, Scalar beta, "
     "Scalar threshold) -> Tensor",
+    "aten.hardswish_backward.default(Tensor grad_output, Tensor self) -> Tensor",
+    "aten.hardsigmoid_backward.default(Tensor grad_output, Tensor self) -> Tensor",
 };
 
 constexpr const char* kBinaryAndTernary[] = {

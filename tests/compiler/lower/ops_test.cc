@@ -306,6 +306,13 @@ std::vector<OpCase> Cases() {
                                                                        return a;
                                                                      }()}}});
   cases.push_back({"clone_strided", "aten.clone.default", {T({4, 6}, f32, {1, 4})}});
+  cases.push_back({"convert_element_type",
+                   "prims.convert_element_type.default",
+                   {T({5, 3}), D(v1::DTYPE_BFLOAT16)}});
+  cases.push_back(
+      {"hardswish_backward", "aten.hardswish_backward.default", {T({5, 7}), T({5, 7})}});
+  cases.push_back(
+      {"hardsigmoid_backward", "aten.hardsigmoid_backward.default", {T({5, 7}), T({5, 7})}});
   // Views (index maps) feeding a computation through the graph output.
   cases.push_back({"t", "aten.t.default", {T({3, 5})}});
   cases.push_back({"permute", "aten.permute.default", {T({2, 3, 4}), Ints({2, 0, 1})}});
@@ -402,6 +409,14 @@ std::vector<OpCase> Cases() {
       {"select_backward", "aten.select_backward.default", {T({4}), Ints({3, 4}), I(0), I(1)}});
   cases.push_back({"index_select", "aten.index_select.default", {T({7, 4}), I(0), T({5}, i64)}});
   cases.push_back({"gather", "aten.gather.default", {T({4, 6}), I(1), T({4, 3}, i64)}});
+  // Advanced indexing: indices of leading dims, broadcast against each other, int32.
+  cases.push_back(
+      {"index_tensor", "aten.index.Tensor", {T({5, 6, 7}), TensorList{T({4}, i64), T({4}, i64)}}});
+  cases.push_back({"index_tensor_broadcast",
+                   "aten.index.Tensor",
+                   {T({5, 6}), TensorList{T({3, 1}, i64), T({1, 4}, i64)}}});
+  cases.push_back(
+      {"unsafe_index", "aten._unsafe_index.Tensor", {T({5, 6}), TensorList{T({2, 3}, i32)}}});
   cases.push_back({"addmm", "aten.addmm.default", {T({6}), T({4, 5}), T({5, 6})}});
   cases.push_back({"bmm", "aten.bmm.default", {T({2, 3, 4}), T({2, 4, 5})}});
   // 0-d tensors with a dim argument of 0 or -1.
@@ -603,6 +618,52 @@ TEST(OpListTest, CatMatchesInterpreter) {
   auto report = check::CheckAgainstInterpreter(g, *artifact);
   ASSERT_TRUE(report.ok()) << report.status();
   EXPECT_TRUE(report->ok) << report->message;
+}
+
+// Advanced indexing with None among the indices: indices apart put their broadcast dims first
+// (x[i, :, j] of [4, 5, 6] is [3, 5]); a None before adjacent indices keeps its place
+// (x[:, i] of [4, 5, 6] with i of [3, 2] is [4, 3, 2, 6]).
+TEST(OpListTest, AdvancedIndexingWithNoneMatchesInterpreter) {
+  struct Case {
+    std::vector<int> items;  // input number per index, -1 for None
+    std::vector<std::vector<int64_t>> index_shapes;
+    std::vector<int64_t> out;
+  };
+  for (const Case& c : {Case{{0, -1, 1}, {{3}, {3}}, {3, 5}}, Case{{-1, 0}, {{3, 2}}, {4, 3, 2, 6}},
+                        Case{{-1, 0, 1}, {{2, 1}, {3}}, {4, 2, 3}}}) {
+    v1::Graph g;
+    v1::GraphInput* x = g.add_inputs();
+    x->set_name("x");
+    SetMeta(x->mutable_meta()->mutable_tensor(), {4, 5, 6}, Contiguous({4, 5, 6}), 0,
+            v1::DTYPE_FLOAT32);
+    for (size_t k = 0; k < c.index_shapes.size(); ++k) {
+      v1::GraphInput* in = g.add_inputs();
+      in->set_name(absl::StrCat("i", k));
+      SetMeta(in->mutable_meta()->mutable_tensor(), c.index_shapes[k],
+              Contiguous(c.index_shapes[k]), 0, v1::DTYPE_INT64);
+    }
+    v1::Node node;
+    node.set_name("index");
+    node.set_target("aten.index.Tensor");
+    node.add_args()->mutable_ref()->set_node("x");
+    v1::ArgumentList* list = node.add_args()->mutable_list();
+    for (int item : c.items) {
+      if (item < 0) {
+        list->add_items()->mutable_none();
+      } else {
+        list->add_items()->mutable_ref()->set_node(absl::StrCat("i", item));
+      }
+    }
+    SetMeta(node.add_outputs()->mutable_tensor(), c.out, Contiguous(c.out), 0, v1::DTYPE_FLOAT32);
+    *g.add_nodes() = node;
+    g.mutable_output()->mutable_list()->add_items()->mutable_ref()->set_node("index");
+    auto artifact = testing::CompileForCpu(g);
+    ASSERT_TRUE(artifact.ok()) << artifact.status();
+    EXPECT_EQ(artifact->summary().fallbacks_size(), 0);
+    auto report = check::CheckAgainstInterpreter(g, *artifact);
+    ASSERT_TRUE(report.ok()) << report.status();
+    EXPECT_TRUE(report->ok) << report->message;
+  }
 }
 
 // max_pool2d's backward gathers gradients by the forward's indices, which must come from a
