@@ -66,6 +66,15 @@ void RegisterFactoryRules(RuleRegistry& r) {
   r.Add("aten.full.default", fill_arg(1));
   r.Add("aten.full_like.default", fill_arg(1));
   r.Add("aten.scalar_tensor.default", fill_arg(0));
+  // fill.Tensor's value is a 0-d tensor, read at every point.
+  r.Add("aten.fill.Scalar", fill_arg(1));
+  r.Add("aten.fill.Tensor", [](Builder& d, uint32_t n) {
+    return d.Pointwise(n, [&](Body& b, ScalarType ct) -> absl::StatusOr<int32_t> {
+      auto v = d.Operand(b, d.A(n, 1), ct);
+      if (!v.ok()) return v.status();
+      return b.Cast(*v, ct);
+    });
+  });
   r.Add("aten.zeros.default", fill_const(0));
   r.Add("aten.zeros_like.default", fill_const(0));
   r.Add("aten.empty.memory_format", fill_const(0));

@@ -3,6 +3,7 @@
 
 #include <cmath>
 #include <functional>
+#include <limits>
 #include <string>
 #include <utility>
 
@@ -21,7 +22,9 @@ using loop::ScalarType;
 constexpr double kSqrt1_2 = 0.70710678118654752440;
 constexpr double kSqrt2OverPi = 0.79788456080286535588;
 
-absl::Status Softmax(Builder& d, uint32_t node, bool log) {
+// softmax and log_softmax along dim; the safe form (_safe_softmax, attention with masks that
+// can cover a whole row) gives 0 for a row of -inf where softmax gives NaN.
+absl::Status Softmax(Builder& d, uint32_t node, bool log, bool safe = false) {
   const int32_t x = d.In(node, 0);
   const graph::Value* out = d.Out(node, 0);
   const int64_t dim = d.Int(d.A(node, 1));
@@ -38,6 +41,11 @@ absl::Status Softmax(Builder& d, uint32_t node, bool log) {
   int32_t shifted = b3.Sub(b3.Cast(d.LoadB(b3, x), acc), d.LoadB(b3, *m));
   int32_t r = log ? b3.Sub(shifted, b3.Un(Opcode::kLog, d.LoadB(b3, *s)))
                   : b3.Div(b3.Un(Opcode::kExp, shifted), d.LoadB(b3, *s));
+  if (safe) {
+    const int32_t masked = b3.Bin(Opcode::kEq, d.LoadB(b3, *m),
+                                  b3.Const(-std::numeric_limits<double>::infinity(), acc));
+    r = b3.Sel(masked, b3.Const(0, acc), r);
+  }
   return d.FinishPointwise(node, b3, r, out->dtype).status();
 }
 
@@ -340,6 +348,8 @@ void RegisterNnRules(RuleRegistry& r) {
   });
   r.Add("aten._softmax.default", [](Builder& d, uint32_t n) { return Softmax(d, n, false); });
   r.Add("aten._log_softmax.default", [](Builder& d, uint32_t n) { return Softmax(d, n, true); });
+  r.Add("aten._safe_softmax.default",
+        [](Builder& d, uint32_t n) { return Softmax(d, n, false, true); });
   r.Add("aten._softmax_backward_data.default",
         [](Builder& d, uint32_t n) { return SoftmaxBackward(d, n, false); });
   r.Add("aten._log_softmax_backward_data.default",

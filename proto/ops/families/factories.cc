@@ -25,6 +25,8 @@ constexpr const char* kFactories[] = {
     "Layout? layout=None, Device? device=None, bool? pin_memory=None) -> Tensor",
     "aten.scalar_tensor.default(Scalar s, *, ScalarType? dtype=None, Layout? layout=None, "
     "Device? device=None, bool? pin_memory=None) -> Tensor",
+    "aten.fill.Scalar(Tensor self, Scalar value) -> Tensor",
+    "aten.fill.Tensor(Tensor self, Tensor value) -> Tensor",
     "aten.full_like.default(Tensor self, Scalar fill_value, *, ScalarType? dtype=None, "
     "Layout? layout=None, Device? device=None, bool? pin_memory=None, "
     "MemoryFormat? memory_format=None) -> Tensor",

@@ -21,6 +21,9 @@ constexpr const char* kIndexing[] = {
     "SymInt index) -> Tensor",
     "aten.slice_backward.default(Tensor grad_output, SymInt[] input_sizes, int dim, "
     "SymInt start, SymInt end, SymInt step) -> Tensor",
+    "aten.slice_scatter.default(Tensor self, Tensor src, int dim=0, SymInt? start=None, "
+    "SymInt? end=None, SymInt step=1) -> Tensor",
+    "aten.select_scatter.default(Tensor self, Tensor src, int dim, SymInt index) -> Tensor",
     "aten.embedding.default(Tensor weight, Tensor indices, SymInt padding_idx=-1, "
     "bool scale_grad_by_freq=False, bool sparse=False) -> Tensor",
 };

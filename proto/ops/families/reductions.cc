@@ -40,6 +40,7 @@ constexpr const char* kReductions[] = {
 constexpr const char* kAlongADim[] = {
     "aten.cumsum.default(Tensor self, int dim, *, ScalarType? dtype=None) -> Tensor",
     "aten._softmax.default(Tensor self, int dim, bool half_to_float) -> Tensor",
+    "aten._safe_softmax.default(Tensor self, int dim, ScalarType? dtype=None) -> Tensor",
     "aten._softmax_backward_data.default(Tensor grad_output, Tensor output, int dim, "
     "ScalarType input_dtype) -> Tensor",
     "aten._log_softmax.default(Tensor self, int dim, bool half_to_float) -> Tensor",

@@ -407,6 +407,14 @@ std::vector<OpCase> Cases() {
                    {T({2, 3}), Ints({2, 9}), I(1), I(1), I(7), I(2)}});
   cases.push_back(
       {"select_backward", "aten.select_backward.default", {T({4}), Ints({3, 4}), I(0), I(1)}});
+  cases.push_back({"slice_scatter",
+                   "aten.slice_scatter.default",
+                   {T({6, 9}), T({6, 3}), I(1), I(1), I(7), I(2)}});
+  cases.push_back({"slice_scatter_defaults", "aten.slice_scatter.default", {T({4, 3}), T({4, 3})}});
+  cases.push_back(
+      {"select_scatter", "aten.select_scatter.default", {T({3, 4}), T({4}), I(0), I(-1)}});
+  cases.push_back({"fill_scalar", "aten.fill.Scalar", {T({3, 4}), F(2.5)}});
+  cases.push_back({"fill_tensor", "aten.fill.Tensor", {T({3, 4}), T({})}});
   cases.push_back({"index_select", "aten.index_select.default", {T({7, 4}), I(0), T({5}, i64)}});
   cases.push_back({"gather", "aten.gather.default", {T({4, 6}), I(1), T({4, 3}, i64)}});
   // Advanced indexing: indices of leading dims, broadcast against each other, int32.
@@ -428,6 +436,7 @@ std::vector<OpCase> Cases() {
   cases.push_back(
       {"var_mean_scalar", "aten.var_mean.correction", {T({}), Ints({0})}, {{"correction", I(0)}}});
   cases.push_back({"softmax_scalar", "aten._softmax.default", {T({}), I(0), B(false)}});
+  cases.push_back({"safe_softmax", "aten._safe_softmax.default", {T({4, 7}), I(1)}});
   cases.push_back({"log_softmax_scalar", "aten._log_softmax.default", {T({}), I(-1), B(false)}});
   cases.push_back({"index_select_scalar", "aten.index_select.default", {T({}), I(0), T({1}, i64)}});
   cases.push_back({"gather_scalar", "aten.gather.default", {T({}), I(-1), T({}, i64)}});
