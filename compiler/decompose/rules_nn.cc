@@ -106,6 +106,54 @@ absl::Status Dropout(Builder& d, uint32_t node) {
   return absl::OkStatus();
 }
 
+// Reductions as PyTorch numbers them (at::Reduction).
+constexpr int64_t kReduceNone = 0, kReduceMean = 1, kReduceSum = 2;
+
+// mse_loss: (self - target)^2, reduced to a mean or a sum over every element or not at all.
+absl::Status MseLoss(Builder& d, uint32_t node) {
+  const int32_t x = d.In(node, 0), t = d.In(node, 1);
+  const int64_t reduction = d.Int(d.A(node, 2), kReduceMean);
+  const graph::Value* out = d.Out(node, 0);
+  const ScalarType acc = loop::ComputeType(loop::ScalarTypeOf(out->dtype));
+  auto squared = [&](Body& b) {
+    const int32_t diff = b.Sub(b.Cast(d.LoadB(b, x), acc), b.Cast(d.LoadB(b, t), acc));
+    return b.Mul(diff, diff);
+  };
+  if (reduction == kReduceNone) {
+    return d.Pointwise(node,
+                       [&](Body& b, ScalarType) -> absl::StatusOr<int32_t> { return squared(b); });
+  }
+  if (reduction != kReduceMean && reduction != kReduceSum) {
+    return absl::UnimplementedError(absl::StrCat("mse_loss with reduction ", reduction));
+  }
+  Body b = d.ReduceBody(x, {});
+  const int32_t v = squared(b);
+  if (reduction == kReduceSum) {
+    return d.FinishReduce(node, b, v, ReduceKind::kSum, out->dtype, false, 0, false).status();
+  }
+  const IndexExpr n = d.NumelOf(d.Tn(x).sizes, b.reduced());
+  auto s = d.FinishReduce(node, b, v, ReduceKind::kSum, loop::DTypeOf(acc), false, 0, true);
+  if (!s.ok()) return s.status();
+  Body e(d.Tn(*s).sizes);
+  return d.FinishPointwise(node, e, e.Div(d.LoadB(e, *s), e.Cast(e.Idx(n), acc)), out->dtype)
+      .status();
+}
+
+// d/dself of mse_loss: 2 (self - target) grad, over self's element count for a mean.
+absl::Status MseLossBackward(Builder& d, uint32_t node) {
+  const int32_t g = d.In(node, 0), x = d.In(node, 1), t = d.In(node, 2);
+  const int64_t reduction = d.Int(d.A(node, 3), kReduceMean);
+  return d.Pointwise(node, [&](Body& b, ScalarType ct) -> absl::StatusOr<int32_t> {
+    int32_t norm = b.Const(2, ct);
+    if (reduction == kReduceMean) {
+      norm = b.Div(norm,
+                   b.Cast(b.Idx(d.NumelOf(d.Tn(x).sizes, std::vector<bool>(d.Rank(x), true))), ct));
+    }
+    const int32_t diff = b.Sub(b.Cast(d.LoadB(b, x), ct), b.Cast(d.LoadB(b, t), ct));
+    return b.Mul(b.Mul(norm, diff), b.Cast(d.LoadB(b, g), ct));
+  });
+}
+
 absl::Status NllLoss(Builder& d, uint32_t node) {
   // (self [N, C] or [C], target [N] or [], weight?, reduction, ignore_index)
   const int32_t x = d.In(node, 0), target = d.In(node, 1), w = d.In(node, 2);
@@ -348,6 +396,9 @@ void RegisterNnRules(RuleRegistry& r) {
   });
   r.Add("aten._softmax.default", [](Builder& d, uint32_t n) { return Softmax(d, n, false); });
   r.Add("aten._log_softmax.default", [](Builder& d, uint32_t n) { return Softmax(d, n, true); });
+  r.Add("aten.mse_loss.default", [](Builder& d, uint32_t n) { return MseLoss(d, n); });
+  r.Add("aten.mse_loss_backward.default",
+        [](Builder& d, uint32_t n) { return MseLossBackward(d, n); });
   r.Add("aten._safe_softmax.default",
         [](Builder& d, uint32_t n) { return Softmax(d, n, false, true); });
   r.Add("aten._softmax_backward_data.default",

@@ -38,6 +38,9 @@ constexpr const char* kNormalizationAndLosses[] = {
     "aten.native_batch_norm_backward.default(Tensor grad_out, Tensor input, Tensor? weight, "
     "Tensor? running_mean, Tensor? running_var, Tensor? save_mean, Tensor? save_invstd, "
     "bool train, float eps, bool[3] output_mask) -> (Tensor, Tensor, Tensor)",
+    "aten.mse_loss.default(Tensor self, Tensor target, int reduction=1) -> Tensor",
+    "aten.mse_loss_backward.default(Tensor grad_output, Tensor self, Tensor target, "
+    "int reduction) -> Tensor",
     "aten.nll_loss_forward.default(Tensor self, Tensor target, Tensor? weight, int reduction, "
     "SymInt ignore_index) -> (Tensor output, Tensor total_weight)",
     "aten.nll_loss_backward.default(Tensor grad_output, Tensor self, Tensor target, "

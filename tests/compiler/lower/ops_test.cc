@@ -437,6 +437,14 @@ std::vector<OpCase> Cases() {
       {"var_mean_scalar", "aten.var_mean.correction", {T({}), Ints({0})}, {{"correction", I(0)}}});
   cases.push_back({"softmax_scalar", "aten._softmax.default", {T({}), I(0), B(false)}});
   cases.push_back({"safe_softmax", "aten._safe_softmax.default", {T({4, 7}), I(1)}});
+  cases.push_back({"mse_loss_mean", "aten.mse_loss.default", {T({4, 7}), T({4, 7})}});
+  cases.push_back({"mse_loss_sum", "aten.mse_loss.default", {T({4, 7}), T({4, 7}), I(2)}});
+  cases.push_back({"mse_loss_none", "aten.mse_loss.default", {T({4, 7}), T({4, 7}), I(0)}});
+  cases.push_back(
+      {"mse_loss_backward", "aten.mse_loss_backward.default", {T({}), T({4, 7}), T({4, 7}), I(1)}});
+  cases.push_back({"mse_loss_backward_none",
+                   "aten.mse_loss_backward.default",
+                   {T({4, 7}), T({4, 7}), T({4, 7}), I(0)}});
   cases.push_back({"log_softmax_scalar", "aten._log_softmax.default", {T({}), I(-1), B(false)}});
   cases.push_back({"index_select_scalar", "aten.index_select.default", {T({}), I(0), T({1}, i64)}});
   cases.push_back({"gather_scalar", "aten.gather.default", {T({}), I(-1), T({}, i64)}});
