@@ -1,4 +1,5 @@
-// Normalization: layer norm and batch norm (training and inference), and their backwards.
+// Normalization: layer norm, group norm (forward) and batch norm (training and inference), and
+// their backwards.
 
 #include <vector>
 
@@ -48,6 +49,73 @@ absl::Status LayerNorm(Builder& d, uint32_t node) {
   if (w >= 0) y = b3.Mul(y, b3.Cast(d.LoadB(b3, w), acc));
   if (bias >= 0) y = b3.Add(y, b3.Cast(d.LoadB(b3, bias), acc));
   return d.FinishPointwise(node, b3, y, d.Tn(x).dtype, 0).status();
+}
+
+// Group norm over input [N, C, spatial...] in `group` groups of C / group channels: the
+// statistics of each (sample, group) over its channels and positions, computed over the
+// iteration space [N, group, C / group, spatial...] that reads channel g * (C / group) + c.
+absl::Status GroupNorm(Builder& d, uint32_t node) {
+  const int32_t x = d.In(node, 0), w = d.In(node, 1), bias = d.In(node, 2);
+  const int64_t groups = d.Int(d.A(node, 6));
+  const double eps = d.Num(d.A(node, 7));
+  const Tensor xt = d.Tn(x);  // a copy: references into the tensors do not survive additions
+  const size_t r = xt.sizes.size();
+  if (r < 2 || groups <= 0 || !xt.sizes[1].is_const() || xt.sizes[1].const_value() % groups != 0) {
+    return absl::UnimplementedError(
+        "group norm over channels that are not a constant multiple "
+        "of the groups");
+  }
+  const int64_t per_group = xt.sizes[1].const_value() / groups;
+  const ScalarType acc =
+      loop::ComputeType(d.ST(x)) == ScalarType::kF64 ? ScalarType::kF64 : ScalarType::kF32;
+  std::vector<IndexExpr> dims = {xt.sizes[0], IndexExpr::Const(groups),
+                                 IndexExpr::Const(per_group)};
+  std::vector<bool> red = {false, false, true};
+  for (size_t i = 2; i < r; ++i) {
+    dims.push_back(xt.sizes[i]);
+    red.push_back(true);
+  }
+  const IndexExpr n = d.NumelOf(dims, red);
+  // x at a point of the grouped space.
+  auto load_x = [&](Body& b) {
+    std::vector<IndexExpr> c = {Body::V(0), Body::V(1) * IndexExpr::Const(per_group) + Body::V(2)};
+    for (size_t i = 2; i < r; ++i) c.push_back(Body::V(i + 1));
+    return b.Cast(b.Load(x, d.ST(x), c), acc);
+  };
+  // A per-(sample, group) value of `t` (keepdim over the grouped space) at sample v0, group g.
+  auto at_group = [&](Body& b, int32_t t, IndexExpr g) {
+    std::vector<IndexExpr> c = {Body::V(0), std::move(g)};
+    for (size_t i = 2; i < d.Rank(t); ++i) c.push_back(IndexExpr::Const(0));
+    return b.Cast(b.Load(t, d.ST(t), c), acc);
+  };
+  const std::vector<IndexExpr> stat_sizes = {xt.sizes[0], IndexExpr::Const(groups)};
+  Body b1(dims, red);
+  auto s1 = d.SumTemp(node, b1, load_x(b1), ReduceKind::kSum, acc);
+  if (!s1.ok()) return s1.status();
+  Body bm(stat_sizes);
+  auto mean =
+      d.FinishPointwise(node, bm, bm.Div(at_group(bm, *s1, Body::V(1)), bm.Cast(bm.Idx(n), acc)),
+                        loop::DTypeOf(acc), 1, true);
+  if (!mean.ok()) return mean.status();
+  Body b2(dims, red);
+  const int32_t diff = b2.Sub(load_x(b2), at_group(b2, *mean, Body::V(1)));
+  auto s2 = d.SumTemp(node, b2, b2.Mul(diff, diff), ReduceKind::kSum, acc);
+  if (!s2.ok()) return s2.status();
+  Body br(stat_sizes);
+  const int32_t var = br.Div(at_group(br, *s2, Body::V(1)), br.Cast(br.Idx(n), acc));
+  auto rstd = d.FinishPointwise(node, br, br.Un(Opcode::kRsqrt, br.AddC(var, eps)),
+                                loop::DTypeOf(acc), 2, true);
+  if (!rstd.ok()) return rstd.status();
+  if (absl::Status st = d.Alias(node, 1, *mean); !st.ok()) return st;
+  if (absl::Status st = d.Alias(node, 2, *rstd); !st.ok()) return st;
+  if (d.Out(node, 0) == nullptr) return absl::OkStatus();
+  Body b3(xt.sizes);
+  const IndexExpr g = IndexExpr::FloorDiv(Body::V(1), IndexExpr::Const(per_group), nullptr);
+  int32_t y =
+      b3.Mul(b3.Sub(b3.Cast(d.LoadB(b3, x), acc), at_group(b3, *mean, g)), at_group(b3, *rstd, g));
+  if (w >= 0) y = b3.Mul(y, b3.Cast(b3.Load(w, d.ST(w), {Body::V(1)}), acc));
+  if (bias >= 0) y = b3.Add(y, b3.Cast(b3.Load(bias, d.ST(bias), {Body::V(1)}), acc));
+  return d.FinishPointwise(node, b3, y, xt.dtype, 0).status();
 }
 
 absl::Status LayerNormBackward(Builder& d, uint32_t node) {
@@ -268,6 +336,7 @@ absl::Status BatchNormBackward(Builder& d, uint32_t node) {
 
 void RegisterNormRules(RuleRegistry& r) {
   r.Add("aten.native_layer_norm.default", [](Builder& d, uint32_t n) { return LayerNorm(d, n); });
+  r.Add("aten.native_group_norm.default", [](Builder& d, uint32_t n) { return GroupNorm(d, n); });
   r.Add("aten.native_layer_norm_backward.default",
         [](Builder& d, uint32_t n) { return LayerNormBackward(d, n); });
   r.Add("aten._native_batch_norm_legit_functional.default",

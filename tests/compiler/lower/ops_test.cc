@@ -437,6 +437,12 @@ std::vector<OpCase> Cases() {
       {"var_mean_scalar", "aten.var_mean.correction", {T({}), Ints({0})}, {{"correction", I(0)}}});
   cases.push_back({"softmax_scalar", "aten._softmax.default", {T({}), I(0), B(false)}});
   cases.push_back({"safe_softmax", "aten._safe_softmax.default", {T({4, 7}), I(1)}});
+  cases.push_back({"group_norm",
+                   "aten.native_group_norm.default",
+                   {T({2, 6, 3, 5}), T({6}), T({6}), I(2), I(6), I(15), I(3), F(1e-5)}});
+  cases.push_back({"group_norm_no_affine",
+                   "aten.native_group_norm.default",
+                   {T({3, 4, 7}), None(), None(), I(3), I(4), I(7), I(2), F(1e-5)}});
   cases.push_back({"mse_loss_mean", "aten.mse_loss.default", {T({4, 7}), T({4, 7})}});
   cases.push_back({"mse_loss_sum", "aten.mse_loss.default", {T({4, 7}), T({4, 7}), I(2)}});
   cases.push_back({"mse_loss_none", "aten.mse_loss.default", {T({4, 7}), T({4, 7}), I(0)}});
