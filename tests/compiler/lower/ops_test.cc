@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <functional>
+#include <limits>
 #include <string>
 #include <variant>
 #include <vector>
@@ -643,6 +644,48 @@ TEST(OpListTest, CatMatchesInterpreter) {
   EXPECT_TRUE(report->ok) << report->message;
 }
 
+// `g` compiles for x86-64 without a fallback and its artifact matches the interpreter.
+void ExpectLoweredAndMatching(const v1::Graph& g) {
+  auto artifact = testing::CompileForCpu(g);
+  ASSERT_TRUE(artifact.ok()) << artifact.status();
+  EXPECT_EQ(artifact->summary().fallbacks_size(), 0);
+  auto report = check::CheckAgainstInterpreter(g, *artifact);
+  ASSERT_TRUE(report.ok()) << report.status();
+  EXPECT_TRUE(report->ok) << report->message;
+}
+
+// _safe_softmax gives 0s for a row that is all -inf (a fully masked attention row), where
+// softmax gives NaNs: rows of x stacked on rows of x * 0 - inf.
+TEST(OpListTest, SafeSoftmaxOfAMaskedRowIsZero) {
+  v1::Graph g;
+  v1::GraphInput* x = g.add_inputs();
+  x->set_name("x");
+  SetMeta(x->mutable_meta()->mutable_tensor(), {3, 5}, Contiguous({3, 5}), 0, v1::DTYPE_FLOAT32);
+  auto node = [&](const std::string& name, const std::string& target,
+                  std::vector<v1::Argument> args, std::vector<int64_t> sizes) {
+    v1::Node* n = g.add_nodes();
+    n->set_name(name);
+    n->set_target(target);
+    for (v1::Argument& a : args) *n->add_args() = std::move(a);
+    SetMeta(n->add_outputs()->mutable_tensor(), sizes, Contiguous(sizes), 0, v1::DTYPE_FLOAT32);
+  };
+  auto ref = [](const std::string& name) {
+    v1::Argument a;
+    a.mutable_ref()->set_node(name);
+    return a;
+  };
+  v1::Argument both;
+  *both.mutable_list()->add_items() = ref("x");
+  *both.mutable_list()->add_items() = ref("masked");
+  node("zero", "aten.mul.Tensor", {ref("x"), F(0)}, {3, 5});
+  node("masked", "aten.add.Tensor", {ref("zero"), F(-std::numeric_limits<double>::infinity())},
+       {3, 5});
+  node("rows", "aten.cat.default", {both, I(0)}, {6, 5});
+  node("y", "aten._safe_softmax.default", {ref("rows"), I(1)}, {6, 5});
+  g.mutable_output()->mutable_list()->add_items()->mutable_ref()->set_node("y");
+  ExpectLoweredAndMatching(g);
+}
+
 // Advanced indexing with None among the indices: indices apart put their broadcast dims first
 // (x[i, :, j] of [4, 5, 6] is [3, 5]); a None before adjacent indices keeps its place
 // (x[:, i] of [4, 5, 6] with i of [3, 2] is [4, 3, 2, 6]).
@@ -680,12 +723,7 @@ TEST(OpListTest, AdvancedIndexingWithNoneMatchesInterpreter) {
     SetMeta(node.add_outputs()->mutable_tensor(), c.out, Contiguous(c.out), 0, v1::DTYPE_FLOAT32);
     *g.add_nodes() = node;
     g.mutable_output()->mutable_list()->add_items()->mutable_ref()->set_node("index");
-    auto artifact = testing::CompileForCpu(g);
-    ASSERT_TRUE(artifact.ok()) << artifact.status();
-    EXPECT_EQ(artifact->summary().fallbacks_size(), 0);
-    auto report = check::CheckAgainstInterpreter(g, *artifact);
-    ASSERT_TRUE(report.ok()) << report.status();
-    EXPECT_TRUE(report->ok) << report->message;
+    ExpectLoweredAndMatching(g);
   }
 }
 
