@@ -122,6 +122,10 @@ bool IsGetItemOf(const v1::Node& n, const absl::flat_hash_map<std::string, int>&
 }  // namespace
 
 std::optional<v1::Graph> ExpandForeach(const v1::Graph& proto) {
+  // Every import asks: a graph without foreach calls costs one pass over its targets.
+  bool any = false;
+  for (const v1::Node& n : proto.nodes()) any = any || ops::FindForeach(n.target()) != nullptr;
+  if (!any) return std::nullopt;
   absl::flat_hash_set<std::string> names;
   for (const v1::GraphInput& in : proto.inputs()) names.insert(in.name());
   for (const v1::Node& n : proto.nodes()) names.insert(n.name());
