@@ -58,6 +58,23 @@ std::vector<bool> PinnedBuffers(const Program& p) {
 
 bool HasLoops(const Kernel& k) { return loop::HasLoopStage(k); }
 
+// Independent siblings over a space of at most this many points (a constant) join although
+// they share no data: such a kernel costs about its launch (a few microseconds), so an
+// optimizer step that updates many small parameters of one shape becomes one launch per shape
+// instead of one per parameter. Larger kernels gain nothing from it, and one moved up keeps
+// its results alive longer.
+constexpr int64_t kMaxIndependentJoinPoints = int64_t{1} << 20;
+
+bool SmallConstantSpace(const std::vector<IndexExpr>& extents) {
+  int64_t points = 1;
+  for (const IndexExpr& e : extents) {
+    if (!e.is_const()) return false;
+    points *= e.const_value();
+    if (points > kMaxIndependentJoinPoints) return false;
+  }
+  return true;
+}
+
 bool SameExtents(const std::vector<IndexExpr>& a, const std::vector<IndexExpr>& b) {
   if (a.size() != b.size()) return false;
   for (size_t i = 0; i < a.size(); ++i) {
@@ -402,9 +419,10 @@ class Fuser {
           }
           if (!legal) continue;
           if (join == Join::kHorizontal) {
-            // Siblings join when they share data (or one of them reads nothing).
+            // Siblings join when they share data (or one of them reads nothing), or when the
+            // space is small enough that a launch is most of their cost.
             const std::set<int32_t> areads = ReadSet(a);
-            bool share = areads.empty() || creads.empty();
+            bool share = areads.empty() || creads.empty() || SmallConstantSpace(c.parallel);
             for (int32_t b : creads) share = share || areads.count(b) || awrites.count(b);
             if (!share) continue;
           }

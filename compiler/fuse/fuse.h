@@ -10,7 +10,8 @@
 //    bodies; kernels over the same parallel space (P) or the same full space (P x R) as a
 //    reduction kernel join it as later stages, reading earlier stages' values directly.
 //  - Horizontal: kernels over the same iteration space that read the same buffer join into
-//    one kernel.
+//    one kernel; so do independent ones over a small constant space (an optimizer step's
+//    updates of many parameters of one shape), whose cost is mostly their launch.
 //  - Extern epilogues: the bias and scaling of addmm/baddbmm (split off by decompose) are
 //    pointwise kernels, so they fuse like any other.
 //

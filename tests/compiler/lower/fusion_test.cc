@@ -1,6 +1,7 @@
 // Fusion is real: known patterns become a known number of kernels, and views never copy.
 
 #include <map>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -161,6 +162,88 @@ TEST(FusionTest, AReaderNeverJoinsAKernelWhoseStoreALaterStepWritesOver) {
   }
   ASSERT_EQ(step_of.size(), 3u) << loop::ToString(*fused);
   EXPECT_GT(step_of["read"], step_of["scatter"]) << loop::ToString(*fused);
+}
+
+// Two kernels that share no buffer, each copying its own input to its own output over
+// `extent` points: they join when the space is small, stay apart when it is large.
+loop::Program IndependentCopies(int64_t extent) {
+  using loop::IndexExpr;
+  using loop::Inst;
+  using loop::Opcode;
+  loop::Program p;
+  const IndexExpr n = IndexExpr::Const(extent), p0 = IndexExpr::Var(0);
+  p.buffers.resize(4);  // two inputs, two results
+  for (int32_t b = 0; b < 4; ++b) {
+    loop::Buffer& buffer = p.buffers[static_cast<size_t>(b)];
+    buffer.elements = n;
+    if (b >= 2) continue;
+    buffer.kind = loop::Buffer::Kind::kInput;
+    buffer.input_index = b;
+    loop::InputDesc in;
+    in.kind = loop::InputDesc::Kind::kTensor;
+    in.sizes = {n};
+    in.strides = {IndexExpr::Const(1)};
+    p.inputs.push_back(in);
+  }
+  for (int32_t k = 0; k < 2; ++k) {
+    Inst load;
+    load.op = Opcode::kLoad;
+    load.buffer = k;
+    load.index = p0;
+    Inst store = load;
+    store.op = Opcode::kStore;
+    store.buffer = k + 2;
+    store.a = 0;
+    loop::Kernel kernel;
+    kernel.parallel = {n};
+    kernel.nodes = {"copy" + std::to_string(k)};
+    kernel.insts = {load, store};
+    kernel.stages = {{false, 0, 2}};
+    p.kernels.push_back(std::move(kernel));
+    loop::Step step;
+    step.kernel = k;
+    p.steps.push_back(step);
+    loop::Output out;
+    out.kind = loop::Output::Kind::kTensor;
+    out.tensor.buffer = k + 2;
+    out.tensor.sizes = {n};
+    out.tensor.strides = {IndexExpr::Const(1)};
+    p.outputs.push_back(out);
+  }
+  return p;
+}
+
+TEST(FusionTest, IndependentKernelsJoinOnlyOverASmallSpace) {
+  auto small = fuse::Fuse(IndependentCopies(4096));
+  ASSERT_TRUE(small.ok()) << small.status();
+  ASSERT_EQ(small->steps.size(), 1u) << loop::ToString(*small);
+  EXPECT_EQ(small->kernels[static_cast<size_t>(small->steps[0].kernel)].nodes,
+            (std::vector<std::string>{"copy0", "copy1"}));
+
+  auto large = fuse::Fuse(IndependentCopies(int64_t{1} << 24));
+  ASSERT_TRUE(large.ok()) << large.status();
+  EXPECT_EQ(large->steps.size(), 2u) << loop::ToString(*large);
+}
+
+// An optimizer step updates each parameter independently: its kernels join into one per
+// parameter shape, not one (or more) per parameter.
+TEST(FusionTest, AnOptimizerStepIsOneKernelPerParameterShape) {
+  for (const char* file : {"adamw_step.infer.json.gz", "sgd_step.infer.json.gz"}) {
+    const Compiled c = Build(file);
+    std::set<std::string> spaces;
+    for (const loop::Step& s : c.fused.steps) {
+      if (s.kind != loop::Step::Kind::kKernel) continue;
+      std::string space;
+      for (const loop::IndexExpr& e : c.fused.kernels[static_cast<size_t>(s.kernel)].parallel) {
+        space += e.key() + ",";
+      }
+      EXPECT_TRUE(spaces.insert(space).second)
+          << file << ": a second kernel over [" << space << "]\n"
+          << loop::ToString(c.fused);
+    }
+    EXPECT_LE(spaces.size(), 8u) << file;
+    EXPECT_GT(c.unfused.kernels.size(), 4 * spaces.size()) << file;
+  }
 }
 
 // A view is an index map: no kernel of any shared graph computes a view node.
