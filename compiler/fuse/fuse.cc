@@ -418,15 +418,23 @@ class Fuser {
             if (it != producer.end() && it->second > i) legal = false;
           }
           if (!legal) continue;
-          if (join == Join::kHorizontal) {
+          if (join == Join::kHorizontal && !SmallConstantSpace(c.parallel)) {
             // Siblings join when they share data (or one of them reads nothing), or when the
             // space is small enough that a launch is most of their cost.
             const std::set<int32_t> areads = ReadSet(a);
-            bool share = areads.empty() || creads.empty() || SmallConstantSpace(c.parallel);
+            bool share = areads.empty() || creads.empty();
             for (int32_t b : creads) share = share || areads.count(b) || awrites.count(b);
             if (!share) continue;
           }
-          Append(K(s.kernel), c, join, stores);
+          Kernel& joined = K(s.kernel);
+          const int32_t start = static_cast<int32_t>(joined.insts.size());
+          Append(joined, c, join, stores);
+          if (join != Join::kHorizontal || joined.stages.size() != 1) {
+            joined.segments.clear();
+          } else if (SmallConstantSpace(joined.parallel)) {
+            // Over a small space each joined kernel keeps threads of its own where it can.
+            PlaceInSegment(joined, start);
+          }
           p_.steps.erase(p_.steps.begin() + static_cast<std::ptrdiff_t>(j));
           changed = true;
           break;
@@ -455,6 +463,91 @@ class Fuser {
       }
     }
     return out;
+  }
+
+  // Segments of a kernel of one stage (loop::Kernel::segments) after instructions [start, n)
+  // joined it: a segment of their own when they use no value of the kernel; else they become
+  // one segment, last, with every segment whose values they use, the other segments keeping
+  // their order ahead of it. Segments share no values, and kernels joined into one never
+  // read what another writes but at the same point (Append turned such loads into the
+  // stored values), so moving segments past each other changes nothing, which is checked:
+  // where the moved ones store what the others touch, or the other way round, everything
+  // from the first segment used on stays one piece in its order.
+  static void PlaceInSegment(Kernel& k, int32_t start) {
+    const int32_t n = static_cast<int32_t>(k.insts.size());
+    if (k.segments.empty()) k.segments.push_back(0);
+    const size_t count = k.segments.size();
+    auto end_of = [&](size_t g) { return g + 1 < count ? k.segments[g + 1] : start; };
+    std::vector<int32_t> segment_of(static_cast<size_t>(start), 0);
+    for (size_t g = 0; g < count; ++g) {
+      for (int32_t i = k.segments[g]; i < end_of(g); ++i) {
+        segment_of[static_cast<size_t>(i)] = static_cast<int32_t>(g);
+      }
+    }
+    std::vector<bool> used(count, false);
+    for (int32_t i = start; i < n; ++i) {
+      const Inst& in = k.insts[static_cast<size_t>(i)];
+      std::vector<int32_t> operands = {in.a, in.b, in.c, in.mask};
+      for (const loop::DynIndex& d : in.dyn) operands.push_back(d.value);
+      for (int32_t v : operands) {
+        if (v >= 0 && v < start)
+          used[static_cast<size_t>(segment_of[static_cast<size_t>(v)])] = true;
+      }
+    }
+    const auto first_used = std::find(used.begin(), used.end(), true);
+    if (first_used == used.end()) {
+      k.segments.push_back(start);
+      return;
+    }
+    const size_t lo = static_cast<size_t>(first_used - used.begin());
+    // What the moved instructions (used segments and the new ones) and those they move past
+    // store and touch.
+    std::set<int32_t> moved_stores, moved_touches, passed_stores, passed_touches;
+    auto note = [&](const Inst& in, std::set<int32_t>& stores, std::set<int32_t>& touches) {
+      if (Writes(in)) stores.insert(in.buffer);
+      if (Reads(in) || Writes(in)) touches.insert(in.buffer);
+    };
+    for (int32_t i = k.segments[lo]; i < n; ++i) {
+      const bool moved =
+          i >= start || used[static_cast<size_t>(segment_of[static_cast<size_t>(i)])];
+      note(k.insts[static_cast<size_t>(i)], moved ? moved_stores : passed_stores,
+           moved ? moved_touches : passed_touches);
+    }
+    auto meets = [](const std::set<int32_t>& x, const std::set<int32_t>& y) {
+      for (int32_t b : x) {
+        if (y.count(b)) return true;
+      }
+      return false;
+    };
+    if (meets(moved_stores, passed_touches) || meets(passed_stores, moved_touches)) {
+      k.segments.resize(lo + 1);
+      if (k.segments.size() < 2) k.segments.clear();
+      return;
+    }
+    // New order: the unused segments, then the used ones, then [start, n).
+    std::vector<int32_t> order;
+    std::vector<int32_t> segments;
+    for (int pass = 0; pass < 2; ++pass) {
+      for (size_t g = 0; g < count; ++g) {
+        if (used[g] != (pass == 1)) continue;
+        if (pass == 0 || g == lo) segments.push_back(static_cast<int32_t>(order.size()));
+        for (int32_t i = k.segments[g]; i < end_of(g); ++i) order.push_back(i);
+      }
+    }
+    for (int32_t i = start; i < n; ++i) order.push_back(i);
+    std::vector<int32_t> position(static_cast<size_t>(n));
+    for (size_t at = 0; at < order.size(); ++at) {
+      position[static_cast<size_t>(order[at])] = static_cast<int32_t>(at);
+    }
+    std::vector<Inst> insts;
+    insts.reserve(static_cast<size_t>(n));
+    for (int32_t i : order) {
+      Inst in = k.insts[static_cast<size_t>(i)];
+      Remap(&in, position);
+      insts.push_back(std::move(in));
+    }
+    k.insts = std::move(insts);
+    k.segments = segments.size() < 2 ? std::vector<int32_t>{} : std::move(segments);
   }
 
   // Appends c to a; loads of what a stored at the same index read the stored value instead
@@ -552,6 +645,19 @@ class Fuser {
       ns.end = static_cast<int32_t>(out.size());
       if (ns.end > ns.begin) stages.push_back(ns);
     }
+    // A segment starts where its first kept instruction went; one with none kept is gone.
+    std::vector<int32_t> segments;
+    for (size_t g = 0; g < k.segments.size(); ++g) {
+      const int32_t end =
+          g + 1 < k.segments.size() ? k.segments[g + 1] : static_cast<int32_t>(k.insts.size());
+      for (int32_t i = k.segments[g]; i < end; ++i) {
+        if (map[static_cast<size_t>(i)] < 0) continue;
+        segments.push_back(map[static_cast<size_t>(i)]);
+        break;
+      }
+    }
+    if (segments.size() < 2) segments.clear();
+    k.segments = std::move(segments);
     k.insts = std::move(out);
     k.stages = std::move(stages);
   }

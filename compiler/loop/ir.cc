@@ -297,7 +297,10 @@ std::string ToString(const Program& p, const Kernel& k) {
   for (size_t i = 0; i < k.reduction.size(); ++i) {
     absl::StrAppend(&out, i ? ", " : "", k.reduction[i].ToString(p.symbols));
   }
-  absl::StrAppend(&out, "] nodes=[", absl::StrJoin(k.nodes, ","), "]\n");
+  absl::StrAppend(&out, "] nodes=[", absl::StrJoin(k.nodes, ","), "]");
+  if (!k.segments.empty())
+    absl::StrAppend(&out, " segments=[", absl::StrJoin(k.segments, ","), "]");
+  out += "\n";
   for (size_t s = 0; s < k.stages.size(); ++s) {
     const Stage& st = k.stages[s];
     absl::StrAppend(&out, "  stage ", s, st.loops ? " (loops)" : "", ":\n");

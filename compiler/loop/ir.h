@@ -152,6 +152,11 @@ struct Kernel {
   std::vector<std::string> nodes;  // canonical names of the graph nodes it computes
   // False for kernels whose stores depend on data (scatter-add): never fused with others.
   bool fusible = true;
+  // A pointwise kernel of one stage that fusion joined from independent kernels: where each
+  // of them starts among the instructions (the first at 0), so that a target may give each
+  // its own threads (no instruction of one uses a value of another). Empty when the kernel
+  // was not so joined.
+  std::vector<int32_t> segments;
 
   int32_t num_vars() const { return static_cast<int32_t>(parallel.size() + reduction.size()); }
   const IndexExpr* Extent(int32_t var) const {

@@ -1,6 +1,7 @@
 #include "compiler/codegen/llvm/kernel_emitter.h"
 
 #include <algorithm>
+#include <limits>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -80,6 +81,11 @@ class KernelEmitter final : public ParallelSpace {
                                                    llvm::Value* cur_i, llvm::Value* x,
                                                    llvm::Value* x_i) override;
   llvm::Value* Identity(ReduceKind kind, ScalarType t) override;
+
+  void RestrictTo(int32_t begin, int32_t end) override {
+    active_begin_ = begin;
+    active_end_ = end;
+  }
 
   absl::Status EmitPoint() override {
     for (const loop::Stage& s : k_.stages) {
@@ -224,6 +230,9 @@ class KernelEmitter final : public ParallelSpace {
   std::vector<llvm::Value*> vals_;
   std::vector<llvm::AllocaInst*> acc_, acc_index_;
   llvm::BasicBlock* entry_ = nullptr;
+  // The instructions EmitPoint and EmitRun emit (RestrictTo).
+  int32_t active_begin_ = 0;
+  int32_t active_end_ = std::numeric_limits<int32_t>::max();
 };
 
 absl::Status KernelEmitter::Body(int32_t begin, int32_t end, bool loops) {
@@ -464,7 +473,9 @@ std::pair<llvm::Value*, llvm::Value*> KernelEmitter::Accumulate(ReduceKind kind,
 }
 
 absl::Status KernelEmitter::Stage(const loop::Stage& s) {
-  if (!s.loops) return Body(s.begin, s.end, false);
+  if (!s.loops) {
+    return Body(std::max(s.begin, active_begin_), std::min(s.end, active_end_), false);
+  }
   // Accumulators start at the reduction's identity.
   for (int32_t i = s.begin; i < s.end; ++i) {
     const Inst& in = k_.insts[static_cast<size_t>(i)];
@@ -624,7 +635,7 @@ absl::Status KernelEmitter::EmitRun(const PointRuns& runs, llvm::Value* first) {
   std::vector<std::vector<llvm::Value*>> lane_vals(lanes,
                                                    std::vector<llvm::Value*>(k_.insts.size()));
   for (const loop::Stage& s : k_.stages) {
-    for (int32_t i = s.begin; i < s.end; ++i) {
+    for (int32_t i = std::max(s.begin, active_begin_); i < std::min(s.end, active_end_); ++i) {
       const size_t at = static_cast<size_t>(i);
       const Inst& in = k_.insts[at];
       if (const VectorAccess* access = vector_of[at]) {

@@ -50,6 +50,10 @@ class ParallelSpace {
   void BindRowMajor(llvm::Value* flat, size_t dims);
   // Emits the kernel's stages for the point whose parallel variables are bound.
   virtual absl::Status EmitPoint() = 0;
+  // Makes EmitPoint and EmitRun emit only the instructions [begin, end): one segment of a
+  // kernel joined from independent ones (loop::Kernel::segments), which the ABI gives threads
+  // of its own. Everything again after RestrictTo(0, kernel().insts.size()).
+  virtual void RestrictTo(int32_t begin, int32_t end) = 0;
 
   // An i1, computed at the insertion point from the buffers' addresses and the symbols alone
   // (so the same for every point): true when every vector access of `runs` is aligned as it

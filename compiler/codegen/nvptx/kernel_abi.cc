@@ -318,11 +318,43 @@ absl::Status GpuKernelAbi::EmitParallel(ParallelSpace& space) const {
   llvm::Value* block = Sreg(b, llvm::Intrinsic::nvvm_read_ptx_sreg_ctaid_x);
   llvm::Value* threads = b.getInt64(kBlockThreads);
   llvm::Value* thread = Sreg(b, llvm::Intrinsic::nvvm_read_ptx_sreg_tid_x);
+  const int64_t segments = SegmentsOf(space.kernel());
+  if (segments > 1) return EmitSegments(space, block, thread);
   llvm::Value* blocks = Sreg(b, llvm::Intrinsic::nvvm_read_ptx_sreg_nctaid_x);
   llvm::Value* first =
       b.CreateAdd(b.CreateMul(block, threads, "", true, true), thread, "", true, true);
   llvm::Value* stride = b.CreateMul(blocks, threads, "", true, true);
   return EmitThreadWalk(space, first, stride);
+}
+
+absl::Status EmitSegments(ParallelSpace& space, llvm::Value* block, llvm::Value* thread) {
+  const loop::Kernel& k = space.kernel();
+  llvm::IRBuilder<>& b = space.builder();
+  llvm::LLVMContext& ctx = b.getContext();
+  llvm::Function* f = b.GetInsertBlock()->getParent();
+  const int64_t per_segment = SegmentBlocks(space.program(), k);
+  llvm::Value* blocks = b.getInt64(per_segment);
+  llvm::Value* segment = b.CreateUDiv(block, blocks);
+  llvm::Value* first = b.CreateAdd(
+      b.CreateMul(b.CreateURem(block, blocks), b.getInt64(kBlockThreads), "", true, true), thread,
+      "", true, true);
+  llvm::Value* stride = b.getInt64(per_segment * kBlockThreads);
+  llvm::BasicBlock* done = llvm::BasicBlock::Create(ctx, "segments.done", f);
+  llvm::SwitchInst* dispatch =
+      b.CreateSwitch(segment, done, static_cast<unsigned>(k.segments.size()));
+  for (size_t s = 0; s < k.segments.size(); ++s) {
+    llvm::BasicBlock* body = llvm::BasicBlock::Create(ctx, "segment", f);
+    dispatch->addCase(b.getInt64(s), body);
+    b.SetInsertPoint(body);
+    const int32_t end =
+        s + 1 < k.segments.size() ? k.segments[s + 1] : static_cast<int32_t>(k.insts.size());
+    space.RestrictTo(k.segments[s], end);
+    if (absl::Status status = EmitThreadWalk(space, first, stride); !status.ok()) return status;
+    b.CreateBr(done);
+  }
+  space.RestrictTo(0, static_cast<int32_t>(k.insts.size()));
+  b.SetInsertPoint(done);
+  return absl::OkStatus();
 }
 
 absl::Status EmitThreadWalk(ParallelSpace& space, llvm::Value* first, llvm::Value* stride) {

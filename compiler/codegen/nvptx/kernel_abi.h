@@ -33,6 +33,11 @@ namespace kiln::codegen::nvptx {
 // registers that give `first` and `stride`, so that tests can run it on the host.
 absl::Status EmitThreadWalk(ParallelSpace& space, llvm::Value* first, llvm::Value* stride);
 
+// The walk of a kernel whose segments have blocks of their own (launch.h SegmentsOf): block
+// `block` (ctaid.x) runs segment block / SegmentBlocks, whose thread walk starts at the point
+// of its block within the segment's blocks and `thread` (tid.x).
+absl::Status EmitSegments(ParallelSpace& space, llvm::Value* block, llvm::Value* thread);
+
 class GpuKernelAbi final : public KernelAbi {
  public:
   // No launch parameters: the body reads its position from the special registers.

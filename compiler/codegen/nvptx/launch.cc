@@ -86,6 +86,24 @@ ReductionSplit SplitOf(const loop::Kernel& kernel) {
   return {.threads = threads};
 }
 
+int64_t SegmentsOf(const loop::Kernel& kernel) {
+  if (kernel.segments.size() < 2 || !kernel.reduction.empty() || kernel.stages.size() != 1 ||
+      kernel.stages[0].loops || !kernel.fusible) {
+    return 1;
+  }
+  for (const IndexExpr& e : kernel.parallel) {
+    if (!e.is_const()) return 1;
+  }
+  return static_cast<int64_t>(kernel.segments.size());
+}
+
+int64_t SegmentBlocks(const loop::Program& program, const loop::Kernel& kernel) {
+  const IndexExpr points = PointsOf(kernel, VectorLanes(program, kernel));
+  if (!points.is_const()) return 0;
+  return std::min(kMaxGridBlocks / SegmentsOf(kernel),
+                  (points.const_value() + kBlockThreads - 1) / kBlockThreads);
+}
+
 KernelSchedule ScheduleKernel(const loop::Program& program, const loop::Kernel& kernel) {
   if (const ReductionSplit split = SplitOf(kernel); split.threads > 0) {
     const IndexExpr points = PointsOf(kernel, 1);
@@ -107,8 +125,7 @@ KernelSchedule ScheduleKernel(const loop::Program& program, const loop::Kernel& 
   const IndexExpr points = PointsOf(kernel, VectorLanes(program, kernel));
   IndexExpr blocks;
   if (points.is_const()) {
-    const int64_t n = points.const_value();
-    blocks = IndexExpr::Const(std::min(kMaxGridBlocks, (n + kBlockThreads - 1) / kBlockThreads));
+    blocks = IndexExpr::Const(SegmentBlocks(program, kernel) * SegmentsOf(kernel));
   } else {
     blocks = IndexExpr::FloorDiv(points + IndexExpr::Const(kBlockThreads - 1),
                                  IndexExpr::Const(kBlockThreads), nullptr);

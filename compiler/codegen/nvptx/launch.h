@@ -111,9 +111,18 @@ ReductionSplit SplitOf(const loop::Kernel& kernel);
 // The threads of a block of `kernel` when they split its reductions (SplitOf), else 0.
 inline int64_t ReductionThreads(const loop::Kernel& kernel) { return SplitOf(kernel).threads; }
 
-// One thread per point: grid {blocks, 1, 1}, block {kBlockThreads, 1, 1}, with points of
-// VectorLanes elements. Split reductions (SplitOf): grid {points / split.points rounded up, at
-// most kMaxBlocks}, block {split.threads, 1, 1}.
+// How many segments of `kernel` (loop::Kernel::segments) get blocks of their own: all of
+// them for a kernel of one stage that does not reduce, over a constant space (fusion joins
+// independent kernels only over small constant spaces), else 1. Each segment then has
+// SegmentBlocks blocks, segment s blocks [s * SegmentBlocks, (s + 1) * SegmentBlocks) of the
+// grid, walking the kernel's points as a kernel of its own would: the segments' memory
+// latencies overlap, where one thread running them one after the other would wait out each.
+int64_t SegmentsOf(const loop::Kernel& kernel);
+int64_t SegmentBlocks(const loop::Program& program, const loop::Kernel& kernel);
+
+// One thread per point: grid {blocks, 1, 1} (times SegmentsOf), block {kBlockThreads, 1, 1},
+// with points of VectorLanes elements. Split reductions (SplitOf): grid {points / split.points
+// rounded up, at most kMaxBlocks}, block {split.threads, 1, 1}.
 KernelSchedule ScheduleKernel(const loop::Program& program, const loop::Kernel& kernel);
 
 }  // namespace kiln::codegen::nvptx

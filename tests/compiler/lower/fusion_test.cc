@@ -217,8 +217,9 @@ TEST(FusionTest, IndependentKernelsJoinOnlyOverASmallSpace) {
   auto small = fuse::Fuse(IndependentCopies(4096));
   ASSERT_TRUE(small.ok()) << small.status();
   ASSERT_EQ(small->steps.size(), 1u) << loop::ToString(*small);
-  EXPECT_EQ(small->kernels[static_cast<size_t>(small->steps[0].kernel)].nodes,
-            (std::vector<std::string>{"copy0", "copy1"}));
+  const loop::Kernel& joined = small->kernels[static_cast<size_t>(small->steps[0].kernel)];
+  EXPECT_EQ(joined.nodes, (std::vector<std::string>{"copy0", "copy1"}));
+  EXPECT_EQ(joined.segments, (std::vector<int32_t>{0, 2})) << "each copy is a segment";
 
   auto large = fuse::Fuse(IndependentCopies(int64_t{1} << 24));
   ASSERT_TRUE(large.ok()) << large.status();
@@ -242,6 +243,21 @@ TEST(FusionTest, AnOptimizerStepIsOneKernelPerParameterShape) {
           << loop::ToString(c.fused);
     }
     EXPECT_LE(spaces.size(), 8u) << file;
+    // Over these small spaces each parameter's update keeps threads of its own on a GPU: a
+    // segment per parameter, each storing its results.
+    for (const loop::Kernel& k : c.fused.kernels) {
+      if (k.parallel.empty()) continue;
+      EXPECT_GE(k.segments.size(), 2u) << file << "\n" << loop::ToString(c.fused, k);
+      for (size_t g = 0; g < k.segments.size(); ++g) {
+        const size_t end =
+            g + 1 < k.segments.size() ? static_cast<size_t>(k.segments[g + 1]) : k.insts.size();
+        bool stores = false;
+        for (size_t i = static_cast<size_t>(k.segments[g]); i < end; ++i) {
+          stores = stores || k.insts[i].op == loop::Opcode::kStore;
+        }
+        EXPECT_TRUE(stores) << file << ": segment " << g << " stores nothing";
+      }
+    }
     EXPECT_GT(c.unfused.kernels.size(), 4 * spaces.size()) << file;
   }
 }

@@ -29,6 +29,7 @@
 #include "compiler/codegen/x86/codegen.h"
 #include "compiler/codegen/x86/launch.h"
 #include "compiler/codegen/x86/link.h"
+#include "compiler/fuse/fuse.h"
 #include "compiler/plan/plan.h"
 #include "llvm/IR/DerivedTypes.h"
 #include "llvm/IR/Function.h"
@@ -202,6 +203,37 @@ class HostWalkAbi final : public KernelAbi {
   }
 };
 
+// The host as a GPU whose kernel has segments: the entry takes the CPU ABI's parameter array,
+// then the block and the thread.
+class HostSegmentsAbi final : public KernelAbi {
+ public:
+  std::vector<llvm::Type*> LaunchParams(llvm::LLVMContext& context) const override {
+    return {llvm::Type::getInt64Ty(context), llvm::Type::getInt64Ty(context)};
+  }
+
+  void EmitEntry(llvm::Module& module, const std::string& name, const plan::KernelParams& params,
+                 llvm::Function* body) const override {
+    llvm::LLVMContext& ctx = module.getContext();
+    llvm::Type* ptr = llvm::PointerType::getUnqual(ctx);
+    llvm::Type* i64 = llvm::Type::getInt64Ty(ctx);
+    auto* type = llvm::FunctionType::get(llvm::Type::getVoidTy(ctx), {ptr, i64, i64}, false);
+    auto* entry = llvm::Function::Create(type, llvm::Function::ExternalLinkage, name, module);
+    llvm::IRBuilder<> b(llvm::BasicBlock::Create(ctx, "entry", entry));
+    std::vector<llvm::Value*> args;
+    for (size_t i = 0; i < params.buffers.size(); ++i) {
+      args.push_back(b.CreateLoad(ptr, b.CreateConstInBoundsGEP1_64(ptr, entry->getArg(0), i)));
+    }
+    args.push_back(entry->getArg(1));
+    args.push_back(entry->getArg(2));
+    b.CreateCall(body, args);
+    b.CreateRetVoid();
+  }
+
+  absl::Status EmitParallel(ParallelSpace& space) const override {
+    return EmitSegments(space, space.launch_param(0), space.launch_param(1));
+  }
+};
+
 // A shared object loaded from memory; unloaded with it. Its descriptor stays open while it is
 // loaded: the loader knows a library by its path, and a reused /proc/self/fd/N would name the
 // one loaded before.
@@ -237,9 +269,9 @@ class Library {
 using WalkEntry = void (*)(void** params, int64_t first, int64_t stride, uint8_t* aligned);
 using CpuEntry = void (*)(void** params, int64_t begin, int64_t end);
 
-std::unique_ptr<Library> HostWalkLibrary(const loop::Program& program) {
+std::unique_ptr<Library> HostLibrary(const loop::Program& program, const KernelAbi& abi) {
   absl::StatusOr<CompiledKernels<std::string>> objects =
-      CompileKernels<std::string>(testing::HostTarget(), HostWalkAbi(), program, CodegenOptions(),
+      CompileKernels<std::string>(testing::HostTarget(), abi, program, CodegenOptions(),
                                   [](KernelModule& kernel) -> absl::StatusOr<std::string> {
                                     kernel.Optimize();
                                     return kernel.EmitFile(llvm::CGFT_ObjectFile);
@@ -346,7 +378,7 @@ TEST(NvptxRunsHostTest, TheWalkComputesWhatTheCpuKernelComputes) {
     std::vector<void*> params = ParamsFor(kernel, expected, symbols);
     cpu_entry(params.data(), 0, *x86::SplitForLaunch(kernel).grid.Evaluate(symbols, {}));
 
-    std::unique_ptr<Library> walk = HostWalkLibrary(program);
+    std::unique_ptr<Library> walk = HostLibrary(program, HostWalkAbi());
     ASSERT_NE(walk, nullptr);
     auto walk_entry = reinterpret_cast<WalkEntry>(walk->Symbol("kiln_k0"));
     ASSERT_NE(walk_entry, nullptr);
@@ -361,6 +393,114 @@ TEST(NvptxRunsHostTest, TheWalkComputesWhatTheCpuKernelComputes) {
             << "buffer " << b << " on " << threads << " threads";
       }
     }
+  }
+}
+
+// Two kernels that share nothing over a small constant space, joined by fusion: a scaled
+// copy of one input (runs of four floats) and the square of another (a strided read, no
+// runs).
+loop::Program SegmentedProgram(int64_t n) {
+  using loop::IndexExpr;
+  using loop::Inst;
+  using loop::Opcode;
+  loop::Program p;
+  const IndexExpr extent = IndexExpr::Const(n), p0 = IndexExpr::Var(0);
+  p.buffers.resize(4);  // two inputs, two results
+  for (int32_t b = 0; b < 4; ++b) {
+    loop::Buffer& buffer = p.buffers[static_cast<size_t>(b)];
+    buffer.elements = b == 1 ? IndexExpr::Const(2 * n) : extent;
+    if (b >= 2) continue;
+    buffer.kind = loop::Buffer::Kind::kInput;
+    buffer.input_index = b;
+    loop::InputDesc in;
+    in.kind = loop::InputDesc::Kind::kTensor;
+    in.sizes = {extent};
+    in.strides = {IndexExpr::Const(b == 1 ? 2 : 1)};
+    p.inputs.push_back(in);
+  }
+  auto kernel = [&](int32_t in, IndexExpr index, Opcode op, int32_t out) {
+    Inst load;
+    load.op = Opcode::kLoad;
+    load.buffer = in;
+    load.index = std::move(index);
+    Inst scale;
+    scale.op = Opcode::kConst;
+    scale.fimm = 3.0;
+    Inst math;
+    math.op = op;
+    math.a = 0;
+    math.b = op == Opcode::kMul && in == 1 ? 0 : 1;
+    Inst store;
+    store.op = Opcode::kStore;
+    store.buffer = out;
+    store.index = p0;
+    store.a = 2;
+    loop::Kernel k;
+    k.parallel = {extent};
+    k.nodes = {absl::StrCat("k", out)};
+    k.insts = {load, scale, math, store};
+    k.stages = {{false, 0, 4}};
+    p.kernels.push_back(std::move(k));
+    loop::Step step;
+    step.kernel = static_cast<int32_t>(p.kernels.size() - 1);
+    p.steps.push_back(step);
+    loop::Output o;
+    o.kind = loop::Output::Kind::kTensor;
+    o.tensor.buffer = out;
+    o.tensor.sizes = {extent};
+    o.tensor.strides = {IndexExpr::Const(1)};
+    p.outputs.push_back(o);
+  };
+  kernel(0, p0, Opcode::kMul, 2);
+  kernel(1, p0 * IndexExpr::Const(2), Opcode::kMul, 3);
+  absl::StatusOr<loop::Program> fused = fuse::Fuse(std::move(p));
+  EXPECT_TRUE(fused.ok()) << fused.status();
+  return fused.ok() ? *std::move(fused) : loop::Program{};
+}
+
+using SegmentsEntry = void (*)(void** params, int64_t block, int64_t thread);
+
+// Every block of a segmented kernel's grid, each of its threads run in turn on the host,
+// computes what the x86-64 kernel (which runs the segments one after the other) computes.
+TEST(NvptxSegmentsHostTest, EachSegmentsBlocksComputeItsPoints) {
+  for (int64_t n : {int64_t{64}, int64_t{5000}}) {
+    SCOPED_TRACE(n);
+    const loop::Program program = SegmentedProgram(n);
+    ASSERT_EQ(program.kernels.size(), 1u) << loop::ToString(program);
+    const loop::Kernel& kernel = program.kernels[0];
+    ASSERT_EQ(kernel.segments, (std::vector<int32_t>{0, 4})) << loop::ToString(program);
+    ASSERT_EQ(SegmentsOf(kernel), 2);
+    const int64_t per_segment = SegmentBlocks(program, kernel);
+    EXPECT_EQ(per_segment, n == 64 ? 1 : 5) << "runs of 4: 1,250 of them for 5,000 elements";
+    const KernelSchedule schedule = ScheduleKernel(program, kernel);
+    EXPECT_EQ(schedule.grid[0], loop::IndexExpr::Const(2 * per_segment));
+
+    std::vector<int64_t> symbols;
+    const std::vector<int64_t> shifts(program.buffers.size(), 0);
+    std::unique_ptr<Library> cpu = X86Library(program);
+    ASSERT_NE(cpu, nullptr);
+    auto cpu_entry = reinterpret_cast<CpuEntry>(cpu->Symbol("kiln_k0"));
+    ASSERT_NE(cpu_entry, nullptr);
+    const Buffers expected(program, symbols, shifts);
+    std::vector<void*> params = ParamsFor(kernel, expected, symbols);
+    cpu_entry(params.data(), 0, *x86::SplitForLaunch(kernel).grid.Evaluate(symbols, {}));
+
+    std::unique_ptr<Library> host = HostLibrary(program, HostSegmentsAbi());
+    ASSERT_NE(host, nullptr);
+    auto entry = reinterpret_cast<SegmentsEntry>(host->Symbol("kiln_k0"));
+    ASSERT_NE(entry, nullptr);
+    const Buffers got(program, symbols, shifts);
+    params = ParamsFor(kernel, got, symbols);
+    for (int64_t block = 0; block < 2 * per_segment; ++block) {
+      for (int64_t thread = 0; thread < kBlockThreads; ++thread) {
+        entry(params.data(), block, thread);
+      }
+    }
+    for (size_t b = 0; b < got.size(); ++b) {
+      EXPECT_TRUE(got.contents(b) == expected.contents(b)) << "buffer " << b;
+    }
+    EXPECT_NE(got.contents(2), Buffers(program, symbols, shifts).contents(2))
+        << "the kernel wrote its results";
   }
 }
 
