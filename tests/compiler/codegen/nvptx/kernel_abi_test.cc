@@ -336,6 +336,21 @@ std::vector<void*> ParamsFor(const loop::Kernel& kernel, const Buffers& buffers,
   return out;
 }
 
+// The buffers of `program` (as Buffers makes them) after its kernel kiln_k0 ran on x86-64;
+// null when it could not be built.
+std::unique_ptr<Buffers> RunOnCpu(const loop::Program& program, std::vector<int64_t>& symbols,
+                                  const std::vector<int64_t>& shifts) {
+  std::unique_ptr<Library> cpu = X86Library(program);
+  auto entry = cpu ? reinterpret_cast<CpuEntry>(cpu->Symbol("kiln_k0")) : nullptr;
+  EXPECT_NE(entry, nullptr);
+  if (entry == nullptr) return nullptr;
+  auto buffers = std::make_unique<Buffers>(program, symbols, shifts);
+  const loop::Kernel& kernel = program.kernels[0];
+  std::vector<void*> params = ParamsFor(kernel, *buffers, symbols);
+  entry(params.data(), 0, *x86::SplitForLaunch(kernel).grid.Evaluate(symbols, {}));
+  return buffers;
+}
+
 struct WalkCase {
   std::string name;
   v1::Graph graph;
@@ -370,13 +385,9 @@ TEST(NvptxRunsHostTest, TheWalkComputesWhatTheCpuKernelComputes) {
     ASSERT_EQ(c.shifts.size(), program.buffers.size());
     std::vector<int64_t> symbols = c.symbols;
 
-    std::unique_ptr<Library> cpu = X86Library(program);
+    const std::unique_ptr<Buffers> cpu = RunOnCpu(program, symbols, c.shifts);
     ASSERT_NE(cpu, nullptr);
-    auto cpu_entry = reinterpret_cast<CpuEntry>(cpu->Symbol("kiln_k0"));
-    ASSERT_NE(cpu_entry, nullptr);
-    const Buffers expected(program, symbols, c.shifts);
-    std::vector<void*> params = ParamsFor(kernel, expected, symbols);
-    cpu_entry(params.data(), 0, *x86::SplitForLaunch(kernel).grid.Evaluate(symbols, {}));
+    const Buffers& expected = *cpu;
 
     std::unique_ptr<Library> walk = HostLibrary(program, HostWalkAbi());
     ASSERT_NE(walk, nullptr);
@@ -384,7 +395,7 @@ TEST(NvptxRunsHostTest, TheWalkComputesWhatTheCpuKernelComputes) {
     ASSERT_NE(walk_entry, nullptr);
     for (int64_t threads : {1, 3}) {
       const Buffers got(program, symbols, c.shifts);
-      params = ParamsFor(kernel, got, symbols);
+      std::vector<void*> params = ParamsFor(kernel, got, symbols);
       uint8_t aligned = 2;
       for (int64_t t = 0; t < threads; ++t) walk_entry(params.data(), t, threads, &aligned);
       EXPECT_EQ(aligned, c.aligned ? 1 : 0);
@@ -477,20 +488,16 @@ TEST(NvptxSegmentsHostTest, EachSegmentsBlocksComputeItsPoints) {
 
     std::vector<int64_t> symbols;
     const std::vector<int64_t> shifts(program.buffers.size(), 0);
-    std::unique_ptr<Library> cpu = X86Library(program);
+    const std::unique_ptr<Buffers> cpu = RunOnCpu(program, symbols, shifts);
     ASSERT_NE(cpu, nullptr);
-    auto cpu_entry = reinterpret_cast<CpuEntry>(cpu->Symbol("kiln_k0"));
-    ASSERT_NE(cpu_entry, nullptr);
-    const Buffers expected(program, symbols, shifts);
-    std::vector<void*> params = ParamsFor(kernel, expected, symbols);
-    cpu_entry(params.data(), 0, *x86::SplitForLaunch(kernel).grid.Evaluate(symbols, {}));
+    const Buffers& expected = *cpu;
 
     std::unique_ptr<Library> host = HostLibrary(program, HostSegmentsAbi());
     ASSERT_NE(host, nullptr);
     auto entry = reinterpret_cast<SegmentsEntry>(host->Symbol("kiln_k0"));
     ASSERT_NE(entry, nullptr);
     const Buffers got(program, symbols, shifts);
-    params = ParamsFor(kernel, got, symbols);
+    std::vector<void*> params = ParamsFor(kernel, got, symbols);
     for (int64_t block = 0; block < 2 * per_segment; ++block) {
       for (int64_t thread = 0; thread < kBlockThreads; ++thread) {
         entry(params.data(), block, thread);
