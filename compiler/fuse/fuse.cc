@@ -21,6 +21,15 @@ using loop::Step;
 bool Reads(const Inst& in) { return in.op == Opcode::kLoad; }
 bool Writes(const Inst& in) { return in.op == Opcode::kStore; }
 
+// Calls f with each SSA value `in` uses.
+template <typename F>
+void ForEachOperand(const Inst& in, F f) {
+  for (int32_t v : {in.a, in.b, in.c, in.mask}) {
+    if (v >= 0) f(v);
+  }
+  for (const loop::DynIndex& d : in.dyn) f(d.value);
+}
+
 void Remap(Inst* in, const std::vector<int32_t>& map) {
   auto m = [&](int32_t v) { return v < 0 ? v : map[static_cast<size_t>(v)]; };
   in->a = m(in->a);
@@ -418,7 +427,8 @@ class Fuser {
             if (it != producer.end() && it->second > i) legal = false;
           }
           if (!legal) continue;
-          if (join == Join::kHorizontal && !SmallConstantSpace(c.parallel)) {
+          const bool small = join == Join::kHorizontal && SmallConstantSpace(c.parallel);
+          if (join == Join::kHorizontal && !small) {
             // Siblings join when they share data (or one of them reads nothing), or when the
             // space is small enough that a launch is most of their cost.
             const std::set<int32_t> areads = ReadSet(a);
@@ -431,7 +441,7 @@ class Fuser {
           Append(joined, c, join, stores);
           if (join != Join::kHorizontal || joined.stages.size() != 1) {
             joined.segments.clear();
-          } else if (SmallConstantSpace(joined.parallel)) {
+          } else if (small) {
             // Over a small space each joined kernel keeps threads of its own where it can.
             PlaceInSegment(joined, start);
           }
@@ -486,13 +496,9 @@ class Fuser {
     }
     std::vector<bool> used(count, false);
     for (int32_t i = start; i < n; ++i) {
-      const Inst& in = k.insts[static_cast<size_t>(i)];
-      std::vector<int32_t> operands = {in.a, in.b, in.c, in.mask};
-      for (const loop::DynIndex& d : in.dyn) operands.push_back(d.value);
-      for (int32_t v : operands) {
-        if (v >= 0 && v < start)
-          used[static_cast<size_t>(segment_of[static_cast<size_t>(v)])] = true;
-      }
+      ForEachOperand(k.insts[static_cast<size_t>(i)], [&](int32_t v) {
+        if (v < start) used[static_cast<size_t>(segment_of[static_cast<size_t>(v)])] = true;
+      });
     }
     const auto first_used = std::find(used.begin(), used.end(), true);
     if (first_used == used.end()) {
@@ -620,10 +626,7 @@ class Fuser {
           drop[i] = true;
           continue;
         }
-        for (int32_t v : {in.a, in.b, in.c, in.mask}) {
-          if (v >= 0) ++uses[static_cast<size_t>(v)];
-        }
-        for (const loop::DynIndex& d : in.dyn) ++uses[static_cast<size_t>(d.value)];
+        ForEachOperand(in, [&](int32_t v) { ++uses[static_cast<size_t>(v)]; });
       }
       Compress(k, drop);
     }
@@ -648,9 +651,7 @@ class Fuser {
     // A segment starts where its first kept instruction went; one with none kept is gone.
     std::vector<int32_t> segments;
     for (size_t g = 0; g < k.segments.size(); ++g) {
-      const int32_t end =
-          g + 1 < k.segments.size() ? k.segments[g + 1] : static_cast<int32_t>(k.insts.size());
-      for (int32_t i = k.segments[g]; i < end; ++i) {
+      for (int32_t i = k.segments[g]; i < k.SegmentEnd(g); ++i) {
         if (map[static_cast<size_t>(i)] < 0) continue;
         segments.push_back(map[static_cast<size_t>(i)]);
         break;

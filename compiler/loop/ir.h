@@ -157,6 +157,10 @@ struct Kernel {
   // its own threads (no instruction of one uses a value of another). Empty when the kernel
   // was not so joined.
   std::vector<int32_t> segments;
+  // Where segment g ends: the next one's start, or the end of the instructions.
+  int32_t SegmentEnd(size_t g) const {
+    return g + 1 < segments.size() ? segments[g + 1] : static_cast<int32_t>(insts.size());
+  }
 
   int32_t num_vars() const { return static_cast<int32_t>(parallel.size() + reduction.size()); }
   const IndexExpr* Extent(int32_t var) const {

@@ -161,4 +161,67 @@ v1::Graph CollectiveGraph(const std::string& group_a, const std::string& group_b
   return g;
 }
 
+int32_t AddInput(loop::Program& p, int64_t size, int64_t stride) {
+  const int32_t buffer = AddBuffer(p, size * stride);
+  loop::Buffer& b = p.buffers[static_cast<size_t>(buffer)];
+  b.kind = loop::Buffer::Kind::kInput;
+  b.input_index = static_cast<int32_t>(p.inputs.size());
+  loop::InputDesc in;
+  in.kind = loop::InputDesc::Kind::kTensor;
+  in.sizes = {loop::IndexExpr::Const(size)};
+  in.strides = {loop::IndexExpr::Const(stride)};
+  p.inputs.push_back(in);
+  return buffer;
+}
+
+int32_t AddBuffer(loop::Program& p, int64_t size) {
+  loop::Buffer b;
+  b.elements = loop::IndexExpr::Const(size);
+  p.buffers.push_back(b);
+  return static_cast<int32_t>(p.buffers.size() - 1);
+}
+
+int32_t AddOutput(loop::Program& p, int64_t size) {
+  const int32_t buffer = AddBuffer(p, size);
+  loop::Output out;
+  out.kind = loop::Output::Kind::kTensor;
+  out.tensor.buffer = buffer;
+  out.tensor.sizes = {loop::IndexExpr::Const(size)};
+  out.tensor.strides = {loop::IndexExpr::Const(1)};
+  p.outputs.push_back(out);
+  return buffer;
+}
+
+loop::Inst LoadAt(int32_t buffer, int64_t stride) {
+  loop::Inst in;
+  in.op = loop::Opcode::kLoad;
+  in.buffer = buffer;
+  in.index = stride == 1 ? loop::IndexExpr::Var(0)
+                         : loop::IndexExpr::Var(0) * loop::IndexExpr::Const(stride);
+  return in;
+}
+
+loop::Inst StoreAt(int32_t buffer, int32_t value) {
+  loop::Inst in;
+  in.op = loop::Opcode::kStore;
+  in.buffer = buffer;
+  in.index = loop::IndexExpr::Var(0);
+  in.a = value;
+  return in;
+}
+
+void AddKernel(loop::Program& p, const std::string& node, int64_t size,
+               std::vector<loop::Inst> insts, bool fusible) {
+  loop::Kernel k;
+  k.parallel = {loop::IndexExpr::Const(size)};
+  k.nodes = {node};
+  k.fusible = fusible;
+  k.stages = {{false, 0, static_cast<int32_t>(insts.size())}};
+  k.insts = std::move(insts);
+  p.kernels.push_back(std::move(k));
+  loop::Step step;
+  step.kernel = static_cast<int32_t>(p.kernels.size() - 1);
+  p.steps.push_back(step);
+}
+
 }  // namespace kiln::testing

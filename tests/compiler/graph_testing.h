@@ -42,4 +42,19 @@ v1::Graph SmallGraph();
 // waited on; the graph returns both.
 v1::Graph CollectiveGraph(const std::string& group_a, const std::string& group_b);
 
+// Pieces of hand-built loop programs over one dimension p0, for fusion and codegen tests.
+// A graph input of `size` elements `stride` apart (its buffer holds size * stride); returns
+// its buffer.
+int32_t AddInput(loop::Program& p, int64_t size, int64_t stride = 1);
+// A buffer of `size` elements that the plan allocates; returns it.
+int32_t AddBuffer(loop::Program& p, int64_t size);
+// AddBuffer, and the graph outputs the buffer whole.
+int32_t AddOutput(loop::Program& p, int64_t size);
+// A load of `buffer` at p0 * stride; a store of SSA value `value` into `buffer` at p0.
+loop::Inst LoadAt(int32_t buffer, int64_t stride = 1);
+loop::Inst StoreAt(int32_t buffer, int32_t value);
+// A kernel over [size] computing `insts` in one stage, launched as the program's next step.
+void AddKernel(loop::Program& p, const std::string& node, int64_t size,
+               std::vector<loop::Inst> insts, bool fusible = true);
+
 }  // namespace kiln::testing

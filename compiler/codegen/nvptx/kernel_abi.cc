@@ -318,8 +318,7 @@ absl::Status GpuKernelAbi::EmitParallel(ParallelSpace& space) const {
   llvm::Value* block = Sreg(b, llvm::Intrinsic::nvvm_read_ptx_sreg_ctaid_x);
   llvm::Value* threads = b.getInt64(kBlockThreads);
   llvm::Value* thread = Sreg(b, llvm::Intrinsic::nvvm_read_ptx_sreg_tid_x);
-  const int64_t segments = SegmentsOf(space.kernel());
-  if (segments > 1) return EmitSegments(space, block, thread);
+  if (SegmentsOf(space.kernel()) > 1) return EmitSegments(space, block, thread);
   llvm::Value* blocks = Sreg(b, llvm::Intrinsic::nvvm_read_ptx_sreg_nctaid_x);
   llvm::Value* first =
       b.CreateAdd(b.CreateMul(block, threads, "", true, true), thread, "", true, true);
@@ -346,9 +345,7 @@ absl::Status EmitSegments(ParallelSpace& space, llvm::Value* block, llvm::Value*
     llvm::BasicBlock* body = llvm::BasicBlock::Create(ctx, "segment", f);
     dispatch->addCase(b.getInt64(s), body);
     b.SetInsertPoint(body);
-    const int32_t end =
-        s + 1 < k.segments.size() ? k.segments[s + 1] : static_cast<int32_t>(k.insts.size());
-    space.RestrictTo(k.segments[s], end);
+    space.RestrictTo(k.segments[s], k.SegmentEnd(s));
     if (absl::Status status = EmitThreadWalk(space, first, stride); !status.ok()) return status;
     b.CreateBr(done);
   }

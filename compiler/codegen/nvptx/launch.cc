@@ -60,6 +60,11 @@ bool LoopLoadsWalk(const loop::Kernel& kernel, int32_t var) {
   return false;
 }
 
+// The blocks each of `segments` segments gets for `points` points a thread each.
+int64_t BlocksPerSegment(int64_t points, int64_t segments) {
+  return std::min(kMaxGridBlocks / segments, (points + kBlockThreads - 1) / kBlockThreads);
+}
+
 }  // namespace
 
 ReductionSplit SplitOf(const loop::Kernel& kernel) {
@@ -99,9 +104,7 @@ int64_t SegmentsOf(const loop::Kernel& kernel) {
 
 int64_t SegmentBlocks(const loop::Program& program, const loop::Kernel& kernel) {
   const IndexExpr points = PointsOf(kernel, VectorLanes(program, kernel));
-  if (!points.is_const()) return 0;
-  return std::min(kMaxGridBlocks / SegmentsOf(kernel),
-                  (points.const_value() + kBlockThreads - 1) / kBlockThreads);
+  return points.is_const() ? BlocksPerSegment(points.const_value(), SegmentsOf(kernel)) : 0;
 }
 
 KernelSchedule ScheduleKernel(const loop::Program& program, const loop::Kernel& kernel) {
@@ -125,7 +128,8 @@ KernelSchedule ScheduleKernel(const loop::Program& program, const loop::Kernel& 
   const IndexExpr points = PointsOf(kernel, VectorLanes(program, kernel));
   IndexExpr blocks;
   if (points.is_const()) {
-    blocks = IndexExpr::Const(SegmentBlocks(program, kernel) * SegmentsOf(kernel));
+    const int64_t segments = SegmentsOf(kernel);
+    blocks = IndexExpr::Const(BlocksPerSegment(points.const_value(), segments) * segments);
   } else {
     blocks = IndexExpr::FloorDiv(points + IndexExpr::Const(kBlockThreads - 1),
                                  IndexExpr::Const(kBlockThreads), nullptr);

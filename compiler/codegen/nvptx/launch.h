@@ -117,6 +117,7 @@ inline int64_t ReductionThreads(const loop::Kernel& kernel) { return SplitOf(ker
 // SegmentBlocks blocks, segment s blocks [s * SegmentBlocks, (s + 1) * SegmentBlocks) of the
 // grid, walking the kernel's points as a kernel of its own would: the segments' memory
 // latencies overlap, where one thread running them one after the other would wait out each.
+// SegmentBlocks is 0 for a kernel over a symbolic space (which has one segment).
 int64_t SegmentsOf(const loop::Kernel& kernel);
 int64_t SegmentBlocks(const loop::Program& program, const loop::Kernel& kernel);
 

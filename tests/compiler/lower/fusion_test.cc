@@ -96,61 +96,24 @@ TEST(FusionTest, MlpForwardBetweenMatmulsIsAtMostTwoKernels) {
 // embedding gradient, lm_head's plus the embedding's, came out wrong so when the embedding's
 // backward was such a scatter).
 TEST(FusionTest, AReaderNeverJoinsAKernelWhoseStoreALaterStepWritesOver) {
-  using loop::IndexExpr;
   using loop::Inst;
   using loop::Opcode;
+  using testing::LoadAt;
+  using testing::StoreAt;
   loop::Program p;
-  const IndexExpr four = IndexExpr::Const(4), p0 = IndexExpr::Var(0);
-  p.buffers.resize(3);  // the input, the accumulated buffer, the result
-  for (loop::Buffer& b : p.buffers) b.elements = four;
-  p.buffers[0].kind = loop::Buffer::Kind::kInput;
-  p.buffers[0].input_index = 0;
-  loop::InputDesc in;
-  in.kind = loop::InputDesc::Kind::kTensor;
-  in.sizes = {four};
-  in.strides = {IndexExpr::Const(1)};
-  p.inputs = {in};
-  auto load = [&](int32_t buffer) {
-    Inst i;
-    i.op = Opcode::kLoad;
-    i.buffer = buffer;
-    i.index = p0;
-    return i;
-  };
-  auto store = [&](int32_t buffer, int32_t value) {
-    Inst i;
-    i.op = Opcode::kStore;
-    i.buffer = buffer;
-    i.index = p0;
-    i.a = value;
-    return i;
-  };
-  auto kernel = [&](const std::string& name, std::vector<Inst> insts, bool fusible) {
-    loop::Kernel k;
-    k.parallel = {four};
-    k.nodes = {name};
-    k.fusible = fusible;
-    k.stages = {{false, 0, static_cast<int32_t>(insts.size())}};
-    k.insts = std::move(insts);
-    p.kernels.push_back(std::move(k));
-    loop::Step s;
-    s.kernel = static_cast<int32_t>(p.kernels.size() - 1);
-    p.steps.push_back(std::move(s));
-  };
+  const int32_t input = testing::AddInput(p, 4);
+  const int32_t accumulated = testing::AddBuffer(p, 4);
   Inst zero;  // kConst 0.0
   Inst add;
   add.op = Opcode::kAdd;
   add.a = 0;
   add.b = 1;
-  kernel("zero", {zero, store(1, 0)}, true);
-  kernel("scatter", {load(0), load(1), add, store(1, 2)}, false);
-  kernel("read", {load(1), store(2, 0)}, true);
-  loop::Output out;
-  out.kind = loop::Output::Kind::kTensor;
-  out.tensor.buffer = 2;
-  out.tensor.sizes = {four};
-  out.tensor.strides = {IndexExpr::Const(1)};
-  p.outputs = {out};
+  const int32_t result = testing::AddOutput(p, 4);
+  testing::AddKernel(p, "zero", 4, {zero, StoreAt(accumulated, 0)});
+  testing::AddKernel(p, "scatter", 4,
+                     {LoadAt(input), LoadAt(accumulated), add, StoreAt(accumulated, 2)},
+                     /*fusible=*/false);
+  testing::AddKernel(p, "read", 4, {LoadAt(accumulated), StoreAt(result, 0)});
 
   auto fused = fuse::Fuse(p);
   ASSERT_TRUE(fused.ok()) << fused.status();
@@ -167,49 +130,11 @@ TEST(FusionTest, AReaderNeverJoinsAKernelWhoseStoreALaterStepWritesOver) {
 // Two kernels that share no buffer, each copying its own input to its own output over
 // `extent` points: they join when the space is small, stay apart when it is large.
 loop::Program IndependentCopies(int64_t extent) {
-  using loop::IndexExpr;
-  using loop::Inst;
-  using loop::Opcode;
   loop::Program p;
-  const IndexExpr n = IndexExpr::Const(extent), p0 = IndexExpr::Var(0);
-  p.buffers.resize(4);  // two inputs, two results
-  for (int32_t b = 0; b < 4; ++b) {
-    loop::Buffer& buffer = p.buffers[static_cast<size_t>(b)];
-    buffer.elements = n;
-    if (b >= 2) continue;
-    buffer.kind = loop::Buffer::Kind::kInput;
-    buffer.input_index = b;
-    loop::InputDesc in;
-    in.kind = loop::InputDesc::Kind::kTensor;
-    in.sizes = {n};
-    in.strides = {IndexExpr::Const(1)};
-    p.inputs.push_back(in);
-  }
-  for (int32_t k = 0; k < 2; ++k) {
-    Inst load;
-    load.op = Opcode::kLoad;
-    load.buffer = k;
-    load.index = p0;
-    Inst store = load;
-    store.op = Opcode::kStore;
-    store.buffer = k + 2;
-    store.a = 0;
-    loop::Kernel kernel;
-    kernel.parallel = {n};
-    kernel.nodes = {"copy" + std::to_string(k)};
-    kernel.insts = {load, store};
-    kernel.stages = {{false, 0, 2}};
-    p.kernels.push_back(std::move(kernel));
-    loop::Step step;
-    step.kernel = k;
-    p.steps.push_back(step);
-    loop::Output out;
-    out.kind = loop::Output::Kind::kTensor;
-    out.tensor.buffer = k + 2;
-    out.tensor.sizes = {n};
-    out.tensor.strides = {IndexExpr::Const(1)};
-    p.outputs.push_back(out);
-  }
+  const int32_t in0 = testing::AddInput(p, extent), in1 = testing::AddInput(p, extent);
+  const int32_t out0 = testing::AddOutput(p, extent), out1 = testing::AddOutput(p, extent);
+  testing::AddKernel(p, "copy0", extent, {testing::LoadAt(in0), testing::StoreAt(out0, 0)});
+  testing::AddKernel(p, "copy1", extent, {testing::LoadAt(in1), testing::StoreAt(out1, 0)});
   return p;
 }
 

@@ -411,59 +411,23 @@ TEST(NvptxRunsHostTest, TheWalkComputesWhatTheCpuKernelComputes) {
 // copy of one input (runs of four floats) and the square of another (a strided read, no
 // runs).
 loop::Program SegmentedProgram(int64_t n) {
-  using loop::IndexExpr;
   using loop::Inst;
   using loop::Opcode;
   loop::Program p;
-  const IndexExpr extent = IndexExpr::Const(n), p0 = IndexExpr::Var(0);
-  p.buffers.resize(4);  // two inputs, two results
-  for (int32_t b = 0; b < 4; ++b) {
-    loop::Buffer& buffer = p.buffers[static_cast<size_t>(b)];
-    buffer.elements = b == 1 ? IndexExpr::Const(2 * n) : extent;
-    if (b >= 2) continue;
-    buffer.kind = loop::Buffer::Kind::kInput;
-    buffer.input_index = b;
-    loop::InputDesc in;
-    in.kind = loop::InputDesc::Kind::kTensor;
-    in.sizes = {extent};
-    in.strides = {IndexExpr::Const(b == 1 ? 2 : 1)};
-    p.inputs.push_back(in);
-  }
-  auto kernel = [&](int32_t in, IndexExpr index, Opcode op, int32_t out) {
-    Inst load;
-    load.op = Opcode::kLoad;
-    load.buffer = in;
-    load.index = std::move(index);
-    Inst scale;
-    scale.op = Opcode::kConst;
-    scale.fimm = 3.0;
-    Inst math;
-    math.op = op;
-    math.a = 0;
-    math.b = op == Opcode::kMul && in == 1 ? 0 : 1;
-    Inst store;
-    store.op = Opcode::kStore;
-    store.buffer = out;
-    store.index = p0;
-    store.a = 2;
-    loop::Kernel k;
-    k.parallel = {extent};
-    k.nodes = {absl::StrCat("k", out)};
-    k.insts = {load, scale, math, store};
-    k.stages = {{false, 0, 4}};
-    p.kernels.push_back(std::move(k));
-    loop::Step step;
-    step.kernel = static_cast<int32_t>(p.kernels.size() - 1);
-    p.steps.push_back(step);
-    loop::Output o;
-    o.kind = loop::Output::Kind::kTensor;
-    o.tensor.buffer = out;
-    o.tensor.sizes = {extent};
-    o.tensor.strides = {IndexExpr::Const(1)};
-    p.outputs.push_back(o);
-  };
-  kernel(0, p0, Opcode::kMul, 2);
-  kernel(1, p0 * IndexExpr::Const(2), Opcode::kMul, 3);
+  const int32_t in0 = testing::AddInput(p, n), in1 = testing::AddInput(p, n, 2);
+  const int32_t out0 = testing::AddOutput(p, n), out1 = testing::AddOutput(p, n);
+  Inst three;
+  three.op = Opcode::kConst;
+  three.fimm = 3.0;
+  Inst scale;
+  scale.op = Opcode::kMul;
+  scale.a = 0;
+  scale.b = 1;
+  Inst square = scale;
+  square.b = 0;
+  testing::AddKernel(p, "k2", n, {testing::LoadAt(in0), three, scale, testing::StoreAt(out0, 2)});
+  testing::AddKernel(p, "k3", n,
+                     {testing::LoadAt(in1, 2), three, square, testing::StoreAt(out1, 2)});
   absl::StatusOr<loop::Program> fused = fuse::Fuse(std::move(p));
   EXPECT_TRUE(fused.ok()) << fused.status();
   return fused.ok() ? *std::move(fused) : loop::Program{};
