@@ -9,6 +9,7 @@
 #include "compiler/codegen/registry.h"
 #include "compiler/decompose/decompose.h"
 #include "compiler/fuse/fuse.h"
+#include "compiler/fuse/split_reductions.h"
 #include "compiler/lower/lower.h"
 #include "compiler/plan/plan.h"
 #include "proto/base/digest.h"
@@ -67,6 +68,13 @@ absl::StatusOr<v1::CompiledGraph> Compile(const graph::Graph& graph,
   auto lowered = RunPhase(context, "lower", [&] { return lower::Lower(*prims); });
   if (!lowered.ok()) return lowered.status();
   auto fused = RunPhase(context, "fuse", [&] { return fuse::Fuse(*std::move(lowered)); });
+  if (!fused.ok()) return fused.status();
+  fused = RunPhase(context, "split", [&]() -> absl::StatusOr<loop::Program> {
+    return fuse::SplitReductions(*std::move(fused),
+                                 [&](const loop::Program& p, const loop::Kernel& k) {
+                                   return (*backend)->ReductionParts(p, k);
+                                 });
+  });
   if (!fused.ok()) return fused.status();
   plan::PlanOptions plan_options;
   plan_options.target = options.target();

@@ -76,6 +76,15 @@ class Backend {
   // for this target.
   virtual std::string KeyFacts() const = 0;
 
+  // Into how many parts kernel `kernel` of `program` should cut its reduction so that the
+  // machine has enough to do (fuse/split_reductions.h): 1 keeps it whole, the default. Asked
+  // of each kernel that can be cut, before Schedule.
+  virtual int64_t ReductionParts(const loop::Program& program, const loop::Kernel& kernel) const {
+    (void)program;
+    (void)kernel;
+    return 1;
+  }
+
   // One schedule per kernel of `program`, in order.
   virtual absl::StatusOr<std::vector<KernelSchedule>> Schedule(
       const loop::Program& program) const = 0;

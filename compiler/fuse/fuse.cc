@@ -21,24 +21,6 @@ using loop::Step;
 bool Reads(const Inst& in) { return in.op == Opcode::kLoad; }
 bool Writes(const Inst& in) { return in.op == Opcode::kStore; }
 
-// Calls f with each SSA value `in` uses.
-template <typename F>
-void ForEachOperand(const Inst& in, F f) {
-  for (int32_t v : {in.a, in.b, in.c, in.mask}) {
-    if (v >= 0) f(v);
-  }
-  for (const loop::DynIndex& d : in.dyn) f(d.value);
-}
-
-void Remap(Inst* in, const std::vector<int32_t>& map) {
-  auto m = [&](int32_t v) { return v < 0 ? v : map[static_cast<size_t>(v)]; };
-  in->a = m(in->a);
-  in->b = m(in->b);
-  in->c = m(in->c);
-  in->mask = m(in->mask);
-  for (loop::DynIndex& d : in->dyn) d.value = m(d.value);
-}
-
 // Buffers that must stay in memory whatever kernels do with them: inputs, what outputs and
 // write-backs view, what extern and fallback steps read or write.
 std::vector<bool> PinnedBuffers(const Program& p) {
@@ -247,7 +229,7 @@ class Fuser {
           for (size_t ki = 0; ki < k.insts.size(); ++ki) {
             if (static_cast<int32_t>(ki) == store) continue;
             Inst x = k.insts[ki];
-            Remap(&x, kmap);
+            loop::RemapOperands(&x, kmap);
             if (x.op == Opcode::kLoad || x.op == Opcode::kIndex) {
               x.index = x.index.SubstituteVars(
                   [&](int32_t v) { return point[static_cast<size_t>(v)]; }, ext);
@@ -302,7 +284,7 @@ class Fuser {
           map[static_cast<size_t>(i)] = value;
           continue;
         }
-        Remap(&in, map);
+        loop::RemapOperands(&in, map);
         out.push_back(std::move(in));
         map[static_cast<size_t>(i)] = static_cast<int32_t>(out.size() - 1);
       }
@@ -496,7 +478,7 @@ class Fuser {
     }
     std::vector<bool> used(count, false);
     for (int32_t i = start; i < n; ++i) {
-      ForEachOperand(k.insts[static_cast<size_t>(i)], [&](int32_t v) {
+      loop::ForEachOperand(k.insts[static_cast<size_t>(i)], [&](int32_t v) {
         if (v < start) used[static_cast<size_t>(segment_of[static_cast<size_t>(v)])] = true;
       });
     }
@@ -549,7 +531,7 @@ class Fuser {
     insts.reserve(static_cast<size_t>(n));
     for (int32_t i : order) {
       Inst in = k.insts[static_cast<size_t>(i)];
-      Remap(&in, position);
+      loop::RemapOperands(&in, position);
       insts.push_back(std::move(in));
     }
     k.insts = std::move(insts);
@@ -576,7 +558,7 @@ class Fuser {
             continue;
           }
         }
-        Remap(&in, map);
+        loop::RemapOperands(&in, map);
         a.insts.push_back(std::move(in));
         map[static_cast<size_t>(i)] = static_cast<int32_t>(a.insts.size() - 1);
       }
@@ -626,7 +608,7 @@ class Fuser {
           drop[i] = true;
           continue;
         }
-        ForEachOperand(in, [&](int32_t v) { ++uses[static_cast<size_t>(v)]; });
+        loop::ForEachOperand(in, [&](int32_t v) { ++uses[static_cast<size_t>(v)]; });
       }
       Compress(k, drop);
     }
@@ -641,7 +623,7 @@ class Fuser {
       for (int32_t i = s.begin; i < s.end; ++i) {
         if (drop[static_cast<size_t>(i)]) continue;
         Inst in = k.insts[static_cast<size_t>(i)];
-        Remap(&in, map);
+        loop::RemapOperands(&in, map);
         out.push_back(std::move(in));
         map[static_cast<size_t>(i)] = static_cast<int32_t>(out.size() - 1);
       }

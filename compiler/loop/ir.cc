@@ -281,6 +281,15 @@ std::string IndexText(const Program& p, const Inst& in) {
 }
 }  // namespace
 
+void RemapOperands(Inst* in, const std::vector<int32_t>& map) {
+  auto m = [&](int32_t v) { return v < 0 ? v : map[static_cast<size_t>(v)]; };
+  in->a = m(in->a);
+  in->b = m(in->b);
+  in->c = m(in->c);
+  in->mask = m(in->mask);
+  for (DynIndex& d : in->dyn) d.value = m(d.value);
+}
+
 bool HasLoopStage(const Kernel& k) {
   for (const Stage& s : k.stages) {
     if (s.loops) return true;

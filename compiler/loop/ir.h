@@ -258,6 +258,18 @@ struct Program {
   int64_t rng_ops = 0;  // RNG ops of the graph: the offset advance per run
 };
 
+// Calls f with each SSA value `in` uses: its operands, mask and data-dependent index terms.
+template <typename F>
+void ForEachOperand(const Inst& in, F f) {
+  for (int32_t v : {in.a, in.b, in.c, in.mask}) {
+    if (v >= 0) f(v);
+  }
+  for (const DynIndex& d : in.dyn) f(d.value);
+}
+
+// Renumbers every SSA value `in` uses through `map` (old id -> new id).
+void RemapOperands(Inst* in, const std::vector<int32_t>& map);
+
 // Whether some stage of the kernel loops over its reduction space.
 bool HasLoopStage(const Kernel& kernel);
 

@@ -2,9 +2,12 @@
 
 #include <google/protobuf/text_format.h>
 #include <gtest/gtest.h>
+#include <memory>
 
 #include "compiler/canon/canonical_graph.h"
+#include "compiler/codegen/registry.h"
 #include "compiler/codegen/target.h"
+#include "compiler/codegen/x86/backend.h"
 #include "compiler/compile.h"
 #include "compiler/decompose/decompose.h"
 #include "compiler/fuse/fuse.h"
@@ -33,6 +36,45 @@ absl::StatusOr<v1::CompiledGraph> CompileForCpu(const v1::Graph& graph) {
   v1::CompileOptions options;
   options.set_target(std::string(codegen::kTargetX86_64));
   return compiler::Compile(*g, options, "test-key");
+}
+
+namespace {
+
+// The x86-64 backend, asking for `parts` parts of every reduction.
+class CuttingBackend final : public codegen::Backend {
+ public:
+  explicit CuttingBackend(int64_t parts) : parts_(parts), x86_(codegen::x86::NewBackend()) {}
+  absl::string_view target() const override { return x86_->target(); }
+  std::string KeyFacts() const override { return x86_->KeyFacts(); }
+  int64_t ReductionParts(const loop::Program&, const loop::Kernel&) const override {
+    return parts_;
+  }
+  absl::StatusOr<std::vector<codegen::KernelSchedule>> Schedule(
+      const loop::Program& program) const override {
+    return x86_->Schedule(program);
+  }
+  absl::StatusOr<codegen::GeneratedCode> Generate(
+      const loop::Program& program, const codegen::GenerateOptions& options) const override {
+    return x86_->Generate(program, options);
+  }
+
+ private:
+  int64_t parts_;
+  std::unique_ptr<codegen::Backend> x86_;
+};
+
+}  // namespace
+
+absl::StatusOr<v1::CompiledGraph> CompileForCpuCut(const v1::Graph& graph, int64_t parts) {
+  auto g = graph::Import(graph);
+  if (!g.ok()) return g.status();
+  codegen::BackendRegistry backends;
+  if (absl::Status s = backends.Register(std::make_unique<CuttingBackend>(parts)); !s.ok()) {
+    return s;
+  }
+  v1::CompileOptions options;
+  options.set_target(std::string(codegen::kTargetX86_64));
+  return compiler::Compile(*g, options, "test-key", {.backends = &backends});
 }
 
 absl::StatusOr<loop::Program> FuseSharedGraph(const std::string& name) {

@@ -28,6 +28,10 @@ using ::kiln::testing::LoadSharedGraph;
 // Imports `graph` and compiles it for x86_64.
 absl::StatusOr<v1::CompiledGraph> CompileForCpu(const v1::Graph& graph);
 
+// CompileForCpu with every reduction that can be cut (fuse/split_reductions.h) cut into up to
+// `parts` parts: the x86-64 backend as it is, but for ReductionParts.
+absl::StatusOr<v1::CompiledGraph> CompileForCpuCut(const v1::Graph& graph, int64_t parts);
+
 // `graph` imported, decomposed, lowered and fused: what backends get.
 absl::StatusOr<loop::Program> FuseGraph(const v1::Graph& graph);
 

@@ -49,6 +49,10 @@ def cases(torch: Any) -> dict[str, tuple[Callable, list]]:
         "sum_rows": (lambda a: a.sum(-1), [x(rows, cols)]),
         "sum_cols": (lambda a: a.sum(0), [x(rows, cols)]),
         "amax_rows": (lambda a: a.amax(-1), [x(rows, cols)]),
+        "amax_cols": (lambda a: a.amax(0), [x(rows, cols)]),
+        "sum_all": (lambda a: a.sum(), [x(n)]),
+        # Batch norm's per-channel statistics at ResNet's first stage, batch 256.
+        "channel_sums": (lambda a: a.sum((0, 2, 3)), [x(256, 64, 56, 56)]),
         "softmax": (lambda a: torch.softmax(a, -1), [x(rows, cols)]),
         "layer_norm": (lambda a, w, b: F.layer_norm(a, (cols,), w, b),
                        [x(rows, cols), x(cols), x(cols)]),
@@ -67,23 +71,31 @@ def nbytes(values: Any) -> int:
     return 0
 
 
-def kernel_ms(fn: Callable, prefix: str, repeat: int = 5) -> float:
+def kernel_times(fn: Callable, prefix: str, repeat: int = 5) -> dict[str, float]:
+    """GPU ms of each kernel whose name starts with `prefix` in one call of `fn`: the run
+    whose total is the median of `repeat`."""
     import torch
     from torch.profiler import ProfilerActivity, profile
 
     fn()
     torch.cuda.synchronize()
-    sums = []
+    runs = []
     for _ in range(repeat):
         with profile(activities=[ProfilerActivity.CUDA]) as prof:
             fn()
             torch.cuda.synchronize()
-        total = 0.0
+        times: dict[str, float] = {}
         for e in prof.events():
             if e.device_type == torch.autograd.DeviceType.CUDA and e.name.startswith(prefix):
-                total += e.device_time if hasattr(e, "device_time") else e.cuda_time
-        sums.append(total / 1000.0)
-    return sorted(sums)[len(sums) // 2]
+                t = e.device_time if hasattr(e, "device_time") else e.cuda_time
+                times[e.name] = times.get(e.name, 0.0) + t / 1000.0
+        runs.append(times)
+    runs.sort(key=lambda t: sum(t.values()))
+    return runs[len(runs) // 2]
+
+
+def kernel_ms(fn: Callable, prefix: str, repeat: int = 5) -> float:
+    return sum(kernel_times(fn, prefix, repeat).values())
 
 
 def copy_gbps(nbytes_: int) -> float:
@@ -128,13 +140,15 @@ def main() -> int:
             ok = all(torch.allclose(o.float(), e.float(), rtol=2e-2, atol=2e-2)
                      for o, e in zip(outputs, expected))
             moved = nbytes(inputs) + nbytes(outputs)
-            ms = kernel_ms(lambda: runtime.run(inputs), "kiln_k")
+            per_kernel = kernel_times(lambda: runtime.run(inputs), "kiln_k")
+            ms = sum(per_kernel.values())
             anchor = copy_gbps(256 * MIB)
             gbps = moved / (ms / 1000) / 1e9 if ms > 0 else 0.0
             rows.append({"case": name, "kernels": len(artifact.kernels), "bytes": moved,
                          "kernel_ms": round(ms, 4), "gbps": round(gbps, 1),
                          "copy_gbps": round(anchor, 1), "of_copy": round(gbps / anchor, 3),
-                         "matches_eager": ok})
+                         "matches_eager": ok,
+                         "per_kernel_ms": {k: round(v, 4) for k, v in per_kernel.items()}})
             print(json.dumps(rows[-1]), flush=True)
     (args.out / "bandwidth.json").write_text(json.dumps(rows, indent=1))
     print(f"{'case':<18} {'kernels':>7} {'MiB':>6} {'ms':>8} {'GB/s':>7} {'copy GB/s':>9} "

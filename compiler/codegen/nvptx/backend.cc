@@ -22,6 +22,11 @@ class NvptxBackend final : public codegen::Backend {
                         ", nvJitLink ", NvJitLinkVersion());
   }
 
+  int64_t ReductionParts(const loop::Program& program, const loop::Kernel& kernel) const override {
+    (void)program;
+    return nvptx::ReductionParts(kernel);
+  }
+
   absl::StatusOr<std::vector<KernelSchedule>> Schedule(
       const loop::Program& program) const override {
     std::vector<KernelSchedule> out;

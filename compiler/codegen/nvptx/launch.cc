@@ -76,10 +76,11 @@ ReductionSplit SplitOf(const loop::Kernel& kernel) {
   const int32_t innermost_reduction = kernel.num_vars() - 1;
   if (np > 0 && LoopLoadsWalk(kernel, np - 1) && !LoopLoadsWalk(kernel, innermost_reduction)) {
     const IndexExpr& columns = kernel.parallel.back();
-    if (!columns.is_const() || columns.const_value() >= kColumnPoints) {
+    if (!columns.is_const() || columns.const_value() >= kMinColumnPoints) {
       const bool long_columns = !total.is_const() || total.const_value() >= kMinColumnBlockRows;
+      const bool wide = !columns.is_const() || columns.const_value() >= kColumnPoints;
       return {.threads = long_columns ? kColumnThreads : kBlockThreads,
-              .points = kColumnPoints,
+              .points = wide ? kColumnPoints : kMinColumnPoints,
               .column = true};
     }
   }
@@ -89,6 +90,20 @@ ReductionSplit SplitOf(const loop::Kernel& kernel) {
   int64_t threads = kMinBlockReduction;
   while (threads < n && threads < kBlockThreads) threads *= 2;
   return {.threads = threads};
+}
+
+int64_t ReductionParts(const loop::Kernel& kernel) {
+  const ReductionSplit split = SplitOf(kernel);
+  const IndexExpr points = PointsOf(kernel, 1);
+  IndexExpr total = IndexExpr::Const(1);
+  for (const IndexExpr& e : kernel.reduction) total = total * e;
+  if (split.threads == 0 || !points.is_const() || !total.is_const()) return 1;
+  const int64_t blocks = (points.const_value() + split.points - 1) / split.points;
+  const int64_t threads = std::min(blocks, kMaxBlocks) * split.threads;
+  const int64_t n = total.const_value();
+  if (threads >= kResidentThreads || points.const_value() * n < kMinCutElements) return 1;
+  const int64_t wanted = (2 * kResidentThreads + threads - 1) / threads;
+  return std::max<int64_t>(1, std::min({wanted, n / kMinPartElements, kMaxReductionParts}));
 }
 
 int64_t SegmentsOf(const loop::Kernel& kernel) {

@@ -66,9 +66,12 @@ inline constexpr int64_t kMinBlockReduction = 64;
 // by a whole block.
 inline constexpr int64_t kMaxWarpReduction = 1024;
 // Points a block takes together when its lanes walk neighbouring points (a column
-// reduction): 8 f32 are one 32-byte sector of memory, so each warp-wide load reads whole
-// sectors while a block of kBlockThreads still gives each point 32 threads.
-inline constexpr int64_t kColumnPoints = 8;
+// reduction): a warp's 32 lanes then read 128 contiguous bytes of one row of f32, a whole
+// line, where 8 points read a 32-byte sector of each of four rows and left a fifth of the
+// memory system's bandwidth unused. Fewer columns than that get kMinColumnPoints a block (8
+// f32 are one sector).
+inline constexpr int64_t kColumnPoints = 32;
+inline constexpr int64_t kMinColumnPoints = 8;
 // The threads of a block that splits columns of kMinColumnBlockRows or more rows: a sum down
 // 1,024 columns then keeps 32 warps of loads in flight on each of its 128 blocks' SMs, where
 // kBlockThreads left three quarters of the memory system idle. Such kernels are compiled to
@@ -103,13 +106,31 @@ struct ReductionSplit {
 // kMinBlockReduction or more elements (or a symbolic count) and its loops store nowhere data
 // decides (a scatter adds into rows in order, so its threads must own whole columns). Its
 // reductions are columns when some load of a looping stage walks memory contiguously along the
-// innermost parallel dimension (of kColumnPoints or more points) and none along the innermost
+// innermost parallel dimension (of kMinColumnPoints or more points) and none along the innermost
 // reduction dimension. Rows of kMaxWarpReduction or fewer get a warp each; longer rows 64 to
 // kBlockThreads threads, a power of two, the fewest that cover a constant reduction.
 ReductionSplit SplitOf(const loop::Kernel& kernel);
 
 // The threads of a block of `kernel` when they split its reductions (SplitOf), else 0.
 inline int64_t ReductionThreads(const loop::Kernel& kernel) { return SplitOf(kernel).threads; }
+
+// The threads an H100 holds at once: 2,048 on each SM.
+inline constexpr int64_t kResidentThreads = kStreamingMultiprocessors * 2048;
+// A reduction whose blocks hold fewer threads than the machine does is cut into parts
+// (fuse/split_reductions.h) when it reads at least this many elements: below it, the second
+// kernel's launch costs about what the idle SMs do.
+inline constexpr int64_t kMinCutElements = int64_t{1} << 20;
+// Each part keeps at least this many elements of a point's reduction: 8 rows for each thread of
+// a column split's block.
+inline constexpr int64_t kMinPartElements = 256;
+inline constexpr int64_t kMaxReductionParts = 1024;
+
+// Into how many parts `kernel` should cut its reduction (codegen::Backend::ReductionParts):
+// for a kernel that splits its reductions (SplitOf) over a constant space whose blocks hold
+// fewer than kResidentThreads threads and that reads kMinCutElements or more, enough parts
+// for about twice kResidentThreads (two waves of blocks, so that no SM waits out a long tail),
+// as far as kMinPartElements and kMaxReductionParts allow; else 1.
+int64_t ReductionParts(const loop::Kernel& kernel);
 
 // How many segments of `kernel` (loop::Kernel::segments) get blocks of their own: all of
 // them for a kernel of one stage that does not reduce, over a constant space (fusion joins

@@ -618,6 +618,36 @@ INSTANTIATE_TEST_SUITE_P(Ops, OpTest, ::testing::ValuesIn(Cases()),
                            return n;
                          });
 
+// Each reduce kind, its reduction cut into parts (fuse/split_reductions.h) and combined
+// again: the same results as the interpreter's, along rows and down columns, over bf16 and
+// bool.
+TEST(CutReductionTest, EveryReduceKindMatchesTheInterpreter) {
+  const v1::DType bf16 = v1::DTYPE_BFLOAT16, boolean = v1::DTYPE_BOOL;
+  const std::vector<OpCase> cases = {
+      {"sum_cols", "aten.sum.dim_IntList", {T({96, 40}), Ints({0})}},
+      {"sum_rows_bf16", "aten.sum.dim_IntList", {T({6, 128}, bf16), Ints({1})}},
+      {"mean_all", "aten.mean.default", {T({12, 32})}},
+      {"prod", "aten.prod.dim_int", {T({24, 5}), I(0)}},
+      {"amax", "aten.amax.default", {T({64, 9}), Ints({0})}},
+      {"amin_strided", "aten.amin.default", {T({9, 64}, v1::DTYPE_FLOAT32, {1, 9}), Ints({1})}},
+      {"any", "aten.any.dim", {T({48, 6}, boolean), I(0)}},
+      {"all", "aten.all.dim", {T({6, 48}, boolean), I(1)}},
+  };
+  for (const OpCase& c : cases) {
+    SCOPED_TRACE(c.name);
+    auto proto = OneOpGraph(c.target, c.args, c.kwargs);
+    ASSERT_TRUE(proto.ok()) << proto.status();
+    auto artifact = testing::CompileForCpuCut(*proto, 4);
+    ASSERT_TRUE(artifact.ok()) << artifact.status();
+    EXPECT_EQ(artifact->kernels_size(), 2);
+    check::CheckOptions co;
+    co.input_seed = 5;
+    auto report = check::CheckAgainstInterpreter(*proto, *artifact, co);
+    ASSERT_TRUE(report.ok()) << report.status();
+    EXPECT_TRUE(report->ok) << report->message;
+  }
+}
+
 // cat takes a list of tensors: built by hand.
 TEST(OpListTest, CatMatchesInterpreter) {
   v1::Graph g;
