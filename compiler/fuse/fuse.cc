@@ -1,7 +1,9 @@
 #include "compiler/fuse/fuse.h"
 
 #include <algorithm>
+#include <functional>
 #include <map>
+#include <optional>
 #include <set>
 #include <utility>
 
@@ -132,7 +134,10 @@ class Fuser {
 
   absl::StatusOr<Program> Run() {
     if (o_.vertical) Inline();
-    if (o_.merge) Merge();
+    if (o_.merge) {
+      Merge();
+      for (Kernel& k : p_.kernels) RecomputeAcrossLoops(k);
+    }
     RemoveDeadStores();
     Compact();
     return std::move(p_);
@@ -316,7 +321,7 @@ class Fuser {
     return s;
   }
 
-  enum class Join { kNone, kParallelStage, kFullStage, kStages, kHorizontal };
+  enum class Join { kNone, kParallelStage, kFullStage, kStages, kHorizontal, kIntoFirstLoop };
 
   Join Compatible(const Kernel& a, const Kernel& c) const {
     if (!a.fusible || !c.fusible) return Join::kNone;
@@ -335,6 +340,11 @@ class Fuser {
     if (a_red && c_red && SameExtents(a.parallel, c.parallel) &&
         SameExtents(a.reduction, c.reduction)) {
       return Join::kStages;
+    }
+    if (!a_red && a.reduction.empty() && c_red && a.stages.size() == 1 && c.stages[0].loops) {
+      std::vector<IndexExpr> full = c.parallel;
+      full.insert(full.end(), c.reduction.begin(), c.reduction.end());
+      if (SameExtents(full, a.parallel)) return Join::kIntoFirstLoop;
     }
     return Join::kNone;
   }
@@ -409,6 +419,20 @@ class Fuser {
             if (it != producer.end() && it->second > i) legal = false;
           }
           if (!legal) continue;
+          if (join == Join::kIntoFirstLoop) {
+            // Only a producer of c joins it, and c must not write what a reads: a's stores
+            // and c's run for different points at once.
+            bool produces = false, overwrites = false;
+            for (int32_t b : creads) produces |= awrites.count(b) > 0;
+            for (int32_t b : WriteSet(c)) overwrites |= ReadSet(a).count(b) > 0;
+            if (!produces || overwrites) continue;
+            std::optional<Kernel> joined = IntoFirstLoop(a, c);
+            if (!joined) continue;
+            K(s.kernel) = *std::move(joined);
+            p_.steps.erase(p_.steps.begin() + static_cast<std::ptrdiff_t>(j));
+            changed = true;
+            break;
+          }
           const bool small = join == Join::kHorizontal && SmallConstantSpace(c.parallel);
           if (join == Join::kHorizontal && !small) {
             // Siblings join when they share data (or one of them reads nothing), or when the
@@ -573,6 +597,161 @@ class Fuser {
     for (const std::string& n : c.nodes) {
       if (std::find(a.nodes.begin(), a.nodes.end(), n) == a.nodes.end()) a.nodes.push_back(n);
     }
+  }
+
+  // A pointwise kernel `a` of one store over the full space (P x R) of reduction kernel `c`,
+  // which reads what it stores (a residual add before a layer norm, whose sum the backward
+  // needs): c gets a store of that value in its first loop, which visits every point of
+  // P x R once, right after its first load of it; then a is inlined into c as a producer
+  // would be, every load of its buffer recomputing it. The later loops recompute rather than
+  // load back what the first one stored: the inputs a reads are loads that code generation
+  // may keep in registers across c's loops, a buffer c stores into is not. Nullopt when a is
+  // not of that form (more than one store, not a dense layout of its space, c's first loop
+  // not reading it).
+  std::optional<Kernel> IntoFirstLoop(const Kernel& a, const Kernel& c) {
+    int32_t store = -1;
+    for (size_t i = 0; i < a.insts.size(); ++i) {
+      if (!Writes(a.insts[i])) continue;
+      if (store >= 0) return std::nullopt;
+      store = static_cast<int32_t>(i);
+    }
+    if (store < 0) return std::nullopt;
+    const Inst& st = a.insts[static_cast<size_t>(store)];
+    const std::vector<int32_t> order = DenseOrder(a, st);
+    if (order.size() != a.parallel.size()) return std::nullopt;
+    const loop::Stage& first = c.stages[0];
+    int32_t load = -1;
+    for (int32_t i = first.begin; i < first.end && load < 0; ++i) {
+      const Inst& in = c.insts[static_cast<size_t>(i)];
+      if (Reads(in) && in.buffer == st.buffer) load = i;
+    }
+    if (load < 0) return std::nullopt;
+    // c with `store buffer[index] <- load` right after the load.
+    Kernel m = c;
+    m.insts.clear();
+    std::vector<int32_t> map(c.insts.size(), -1);
+    for (int32_t i = 0; i < static_cast<int32_t>(c.insts.size()); ++i) {
+      Inst in = c.insts[static_cast<size_t>(i)];
+      loop::RemapOperands(&in, map);
+      m.insts.push_back(std::move(in));
+      map[static_cast<size_t>(i)] = static_cast<int32_t>(m.insts.size() - 1);
+      if (i != load) continue;
+      Inst keep = st;
+      keep.a = map[static_cast<size_t>(i)];
+      keep.type = m.insts.back().type;
+      m.insts.push_back(std::move(keep));
+    }
+    for (loop::Stage& s : m.stages) {
+      s.begin = s.begin <= load ? s.begin : s.begin + 1;
+      s.end = s.end <= load ? s.end : s.end + 1;
+    }
+    InlineInto(m, a, store, order);
+    m.nodes = a.nodes;
+    for (const std::string& n : c.nodes) {
+      if (std::find(m.nodes.begin(), m.nodes.end(), n) == m.nodes.end()) m.nodes.push_back(n);
+    }
+    return m;
+  }
+
+  static constexpr size_t kMaxRecomputed = 200;
+
+  // In a kernel of several loops, a later loop's load of what an earlier loop stored at the
+  // same index (a residual sum that a layer norm's first loop computes and stores, its other
+  // loops read) recomputes the stored value from the instructions of the earlier loop instead:
+  // those load buffers the kernel never stores, which code generation may keep in registers
+  // across the loops, where a load of a buffer the kernel stores into must go to memory after
+  // each barrier between them. A value that takes a reduce, a store, a load of a buffer the
+  // kernel stores into or more than kMaxRecomputed instructions stays a load. A value stored
+  // into a half type is recomputed at full precision, as the first loop used it.
+  static void RecomputeAcrossLoops(Kernel& k) {
+    int loops = 0;
+    for (const loop::Stage& s : k.stages) loops += s.loops ? 1 : 0;
+    if (loops < 2) return;
+    const std::set<int32_t> stored = WriteSet(k);
+    std::vector<int32_t> stage_of(k.insts.size(), 0);
+    for (size_t s = 0; s < k.stages.size(); ++s) {
+      for (int32_t i = k.stages[s].begin; i < k.stages[s].end; ++i) {
+        stage_of[static_cast<size_t>(i)] = static_cast<int32_t>(s);
+      }
+    }
+    // Whether value v of loop stage `stage` can be computed again in a later stage: the
+    // instructions of that stage it takes (what it uses of other stages is visible there)
+    // are neither stores, reduces nor loads of a buffer the kernel stores, and at most
+    // kMaxRecomputed of them.
+    auto recomputable = [&](int32_t v, int32_t stage) {
+      std::set<int32_t> seen;
+      std::vector<int32_t> todo = {v};
+      while (!todo.empty()) {
+        const int32_t x = todo.back();
+        todo.pop_back();
+        if (stage_of[static_cast<size_t>(x)] != stage || !seen.insert(x).second) continue;
+        const Inst& in = k.insts[static_cast<size_t>(x)];
+        if (seen.size() > kMaxRecomputed || in.op == Opcode::kStore || in.op == Opcode::kReduce ||
+            (Reads(in) && stored.count(in.buffer))) {
+          return false;
+        }
+        loop::ForEachOperand(in, [&](int32_t y) { todo.push_back(y); });
+      }
+      return true;
+    };
+    std::vector<Inst> out;
+    std::vector<int32_t> map(k.insts.size(), -1);
+    std::map<int32_t, int32_t> copies;  // of the current stage: value of an earlier loop -> copy
+    std::function<int32_t(int32_t, int32_t)> copy = [&](int32_t v, int32_t stage) -> int32_t {
+      if (stage_of[static_cast<size_t>(v)] != stage) return map[static_cast<size_t>(v)];
+      if (auto it = copies.find(v); it != copies.end()) return it->second;
+      Inst in = k.insts[static_cast<size_t>(v)];
+      for (int32_t* x : {&in.a, &in.b, &in.c, &in.mask}) {
+        if (*x >= 0) *x = copy(*x, stage);
+      }
+      for (loop::DynIndex& d : in.dyn) d.value = copy(d.value, stage);
+      out.push_back(std::move(in));
+      return copies[v] = static_cast<int32_t>(out.size() - 1);
+    };
+    std::map<int32_t, std::pair<int32_t, int32_t>> stores;  // buffer -> (instruction, stage)
+    std::vector<loop::Stage> stages;
+    for (size_t s = 0; s < k.stages.size(); ++s) {
+      const loop::Stage& st = k.stages[s];
+      copies.clear();
+      loop::Stage ns{st.loops, static_cast<int32_t>(out.size()), 0};
+      for (int32_t i = st.begin; i < st.end; ++i) {
+        Inst in = k.insts[static_cast<size_t>(i)];
+        if (st.loops && Reads(in) && in.dyn.empty() && in.mask < 0) {
+          auto it = stores.find(in.buffer);
+          if (it != stores.end()) {
+            const Inst& w = k.insts[static_cast<size_t>(it->second.first)];
+            if (w.index == in.index && recomputable(w.a, it->second.second)) {
+              int32_t value = copy(w.a, it->second.second);
+              if (out[static_cast<size_t>(value)].type != in.type) {
+                Inst cast;
+                cast.op = Opcode::kCast;
+                cast.type = in.type;
+                cast.a = value;
+                out.push_back(cast);
+                value = static_cast<int32_t>(out.size() - 1);
+              }
+              map[static_cast<size_t>(i)] = value;
+              continue;
+            }
+          }
+        }
+        if (st.loops && Writes(in)) {
+          const bool simple = in.dyn.empty() && in.mask < 0 && !stores.count(in.buffer);
+          if (simple) {
+            stores[in.buffer] = {i, static_cast<int32_t>(s)};
+          } else {
+            stores.erase(in.buffer);
+          }
+        }
+        loop::RemapOperands(&in, map);
+        out.push_back(std::move(in));
+        map[static_cast<size_t>(i)] = static_cast<int32_t>(out.size() - 1);
+      }
+      ns.end = static_cast<int32_t>(out.size());
+      stages.push_back(ns);
+    }
+    k.insts = std::move(out);
+    k.stages = std::move(stages);
   }
 
   // Stores nobody reads any more, into buffers nothing else needs.

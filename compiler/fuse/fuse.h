@@ -8,7 +8,10 @@
 //    its buffer disappears. Masked reads stay masked through the inlined loads.
 //  - Reductions with prologue and epilogue: pointwise producers inline into reduction
 //    bodies; kernels over the same parallel space (P) or the same full space (P x R) as a
-//    reduction kernel join it as later stages, reading earlier stages' values directly.
+//    reduction kernel join it as later stages, reading earlier stages' values directly. A
+//    producer over P x R whose result must stay in memory (a residual sum the backward
+//    needs) runs in the reduction's first loop and stores there; later loops recompute such
+//    values from their inputs instead of loading back what their own kernel stored.
 //  - Horizontal: kernels over the same iteration space that read the same buffer join into
 //    one kernel; so do independent ones over a small constant space (an optimizer step's
 //    updates of many parameters of one shape), whose cost is mostly their launch.

@@ -14,7 +14,6 @@ using loop::IndexExpr;
 using loop::Inst;
 using loop::Kernel;
 using loop::Opcode;
-using loop::Program;
 using loop::Stage;
 using loop::Step;
 

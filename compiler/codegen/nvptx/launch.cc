@@ -78,7 +78,9 @@ ReductionSplit SplitOf(const loop::Kernel& kernel) {
     const IndexExpr& columns = kernel.parallel.back();
     if (!columns.is_const() || columns.const_value() >= kMinColumnPoints) {
       const bool long_columns = !total.is_const() || total.const_value() >= kMinColumnBlockRows;
-      const bool wide = !columns.is_const() || columns.const_value() >= kColumnPoints;
+      const bool wide = columns.is_const() && columns.const_value() >= kColumnPoints &&
+                        total.is_const() &&
+                        columns.const_value() * total.const_value() >= kMinCutElements;
       return {.threads = long_columns ? kColumnThreads : kBlockThreads,
               .points = wide ? kColumnPoints : kMinColumnPoints,
               .column = true};
@@ -87,7 +89,7 @@ ReductionSplit SplitOf(const loop::Kernel& kernel) {
   if (!total.is_const()) return {.threads = kBlockThreads};
   const int64_t n = total.const_value();
   if (n <= kMaxWarpReduction) return {.threads = kBlockThreads, .points = kBlockThreads / 32};
-  int64_t threads = kMinBlockReduction;
+  int64_t threads = 64;
   while (threads < n && threads < kBlockThreads) threads *= 2;
   return {.threads = threads};
 }

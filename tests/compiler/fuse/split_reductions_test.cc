@@ -139,15 +139,18 @@ TEST(SplitReductionsTest, KernelsTheCutCannotKeepExactStayWhole) {
 }
 
 // Real graphs with every reduction that can be cut cut, run on the CPU against the
-// interpreter: bias gradients (fp32 and bf16), batch norm's statistics, losses, means.
+// interpreter: the backward passes of an MLP (fp32 and bf16), nanoGPT and ResNet-18, whose
+// bias gradients, losses and pooling reduce.
 TEST(SplitReductionsTest, CutGraphsMatchTheInterpreter) {
   for (const char* name : {"mlp_fp32.bw.json", "nanogpt_fp32.bw.json", "resnet18_fp32.bw.json.gz",
                            "mlp_bf16.bw.json.gz"}) {
+    if (testing::kSanitized && std::string(name).starts_with("resnet")) continue;
     SCOPED_TRACE(name);
     const v1::Graph graph = testing::LoadSharedGraph(name);
     auto whole = testing::CompileForCpu(graph);
     ASSERT_TRUE(whole.ok()) << whole.status();
     for (int64_t parts : {3, 16}) {
+      if (testing::kSanitized && parts > 3) break;
       auto cut = testing::CompileForCpuCut(graph, parts);
       ASSERT_TRUE(cut.ok()) << cut.status();
       EXPECT_GT(cut->kernels_size(), whole->kernels_size()) << "nothing was cut";

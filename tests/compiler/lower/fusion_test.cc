@@ -63,6 +63,34 @@ TEST(FusionTest, LayerNormIsOneKernel) {
   }
 }
 
+// nanoGPT's residual adds are kept for the backward, so they stay stored; each runs in the
+// first loop of the layer norm that reads it, and the norm's later loops recompute the sum from
+// its inputs rather than load it back from what their own kernel stored.
+TEST(FusionTest, AResidualAddRunsInTheLayerNormThatReadsIt) {
+  const Compiled c = Build("nanogpt_fp32.fw.json");
+  int joined = 0;
+  for (const loop::Kernel& k : c.fused.kernels) {
+    if (k.reduction.empty()) continue;
+    std::set<int32_t> stored;
+    for (const loop::Inst& in : k.insts) {
+      if (in.op == loop::Opcode::kStore) stored.insert(in.buffer);
+    }
+    for (size_t s = 0; s < k.stages.size(); ++s) {
+      for (int32_t i = k.stages[s].begin; i < k.stages[s].end; ++i) {
+        const loop::Inst& in = k.insts[static_cast<size_t>(i)];
+        EXPECT_FALSE(in.op == loop::Opcode::kLoad && stored.count(in.buffer))
+            << "stage " << s << " loads back what its kernel stores:\n"
+            << loop::ToString(c.fused, k);
+        // A store of the full space in the first loop: the residual sum.
+        joined += s == 0 && k.stages[s].loops && in.op == loop::Opcode::kStore;
+      }
+    }
+  }
+  // The embeddings' sum and the four residual sums before the layer norms.
+  EXPECT_EQ(joined, 5) << loop::ToString(c.fused);
+  EXPECT_EQ(c.fused.kernels.size(), 14u) << loop::ToString(c.fused);
+}
+
 TEST(FusionTest, LayerNormBackwardIsTwoKernels) {
   const Compiled c = Build("mlp_fp32.bw.json");
   const std::string ln = c.NodeName("native_layer_norm_backward");

@@ -145,7 +145,7 @@ TEST(NvptxLaunchTest, RowsUpToAThousandGetAWarpLongerOnesABlock) {
   auto split = [](int64_t length) {
     return SplitOf(ReductionKernel(IndexExpr::Const(512), IndexExpr::Const(length)));
   };
-  for (int64_t length : {64, 100, 1024}) {
+  for (int64_t length : {32, 64, 100, 1024}) {
     EXPECT_EQ(split(length).threads, kBlockThreads) << length;
     EXPECT_EQ(split(length).points, kBlockThreads / 32) << length;
     EXPECT_EQ(split(length).slices(), 32) << length;
@@ -155,7 +155,7 @@ TEST(NvptxLaunchTest, RowsUpToAThousandGetAWarpLongerOnesABlock) {
   EXPECT_EQ(split(1025).points, 1);
   EXPECT_EQ(split(4096).points, 1);
   // Short rows stay one thread's; a scatter's threads own whole columns.
-  EXPECT_EQ(split(63).threads, 0);
+  EXPECT_EQ(split(31).threads, 0);
   EXPECT_EQ(ReductionThreads(ReductionKernel(IndexExpr::Const(512), IndexExpr::Const(4096),
                                              /*fusible=*/false)),
             0);
@@ -214,6 +214,7 @@ TEST(NvptxLaunchTest, ReductionsDownColumnsGiveNeighbouringLanesNeighbouringPoin
       SplitOf(SumKernel(IndexExpr::Const(768), IndexExpr::Const(512), true));
   EXPECT_TRUE(short_columns.column);
   EXPECT_EQ(short_columns.threads, kBlockThreads);
+  EXPECT_EQ(short_columns.points, kMinColumnPoints) << "too small to be cut: more blocks";
   EXPECT_EQ(ScheduleKernel(loop::Program(),
                            SumKernel(IndexExpr::Const(768), IndexExpr::Const(8192), true))
                 .grid[0],
@@ -229,7 +230,7 @@ TEST(NvptxLaunchTest, ReductionsDownColumnsGiveNeighbouringLanesNeighbouringPoin
       ScheduleKernel(loop::Program(), SumKernel(IndexExpr::Sym(0), IndexExpr::Const(8192), true));
   EXPECT_EQ(symbolic.grid[0],
             IndexExpr::Min(
-                {IndexExpr::CeilDiv(IndexExpr::Sym(0), IndexExpr::Const(kColumnPoints), nullptr),
+                {IndexExpr::CeilDiv(IndexExpr::Sym(0), IndexExpr::Const(kMinColumnPoints), nullptr),
                  IndexExpr::Const(kMaxBlocks)},
                 nullptr));
 }
