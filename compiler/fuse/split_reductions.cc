@@ -14,8 +14,6 @@ using loop::IndexExpr;
 using loop::Inst;
 using loop::Kernel;
 using loop::Opcode;
-using loop::Stage;
-using loop::Step;
 
 bool Combinable(loop::ReduceKind kind) {
   switch (kind) {
@@ -53,7 +51,7 @@ int LoopStageToCut(const Kernel& k) {
     found = static_cast<int>(s);
   }
   if (found < 0 || next != static_cast<int32_t>(k.insts.size())) return -1;
-  const Stage& loop = k.stages[static_cast<size_t>(found)];
+  const loop::Stage& loop = k.stages[static_cast<size_t>(found)];
   bool reduces = false;
   for (int32_t i = 0; i < static_cast<int32_t>(k.insts.size()); ++i) {
     const Inst& in = k.insts[static_cast<size_t>(i)];
@@ -108,7 +106,7 @@ int64_t PointCount(const Kernel& k) {
   return points;
 }
 
-std::vector<int32_t> ReducesOf(const Kernel& k, const Stage& loop) {
+std::vector<int32_t> ReducesOf(const Kernel& k, const loop::Stage& loop) {
   std::vector<int32_t> out;
   for (int32_t i = loop.begin; i < loop.end; ++i) {
     if (k.insts[static_cast<size_t>(i)].op == Opcode::kReduce) out.push_back(i);
@@ -119,7 +117,7 @@ std::vector<int32_t> ReducesOf(const Kernel& k, const Stage& loop) {
 // The kernel's points times cut.parts, each reducing its slice and storing the partials
 // (one buffer per reduce result, `partials`).
 Kernel PartsKernel(const Kernel& k, const Cut& cut, const std::vector<int32_t>& partials) {
-  const Stage& loop = k.stages[static_cast<size_t>(cut.stage)];
+  const loop::Stage& loop = k.stages[static_cast<size_t>(cut.stage)];
   const int32_t np = static_cast<int32_t>(k.parallel.size());
   const int64_t slice = k.reduction[static_cast<size_t>(cut.dim)].const_value() / cut.parts;
   Kernel out;
@@ -164,7 +162,7 @@ Kernel PartsKernel(const Kernel& k, const Cut& cut, const std::vector<int32_t>& 
 
 // The kernel's own points, each reducing its partials in order, then its epilogue.
 Kernel CombineKernel(const Kernel& k, const Cut& cut, const std::vector<int32_t>& partials) {
-  const Stage& loop = k.stages[static_cast<size_t>(cut.stage)];
+  const loop::Stage& loop = k.stages[static_cast<size_t>(cut.stage)];
   const int32_t np = static_cast<int32_t>(k.parallel.size());
   Kernel out;
   out.name = k.name;
@@ -233,7 +231,7 @@ loop::Program SplitReductions(loop::Program program, const ReductionPartsFn& par
       kernels.push_back(std::move(k));
       continue;
     }
-    const Stage& loop = k.stages[static_cast<size_t>(cut.stage)];
+    const loop::Stage& loop = k.stages[static_cast<size_t>(cut.stage)];
     std::vector<int32_t> partials;
     const std::vector<int32_t> reduces = ReducesOf(k, loop);
     for (size_t j = 0; j < reduces.size(); ++j) {
@@ -249,14 +247,14 @@ loop::Program SplitReductions(loop::Program program, const ReductionPartsFn& par
     renumbered[i].push_back(static_cast<int32_t>(kernels.size()));
     kernels.push_back(CombineKernel(k, cut, partials));
   }
-  std::vector<Step> steps;
-  for (Step& s : program.steps) {
-    if (s.kind != Step::Kind::kKernel) {
+  std::vector<loop::Step> steps;
+  for (loop::Step& s : program.steps) {
+    if (s.kind != loop::Step::Kind::kKernel) {
       steps.push_back(std::move(s));
       continue;
     }
     for (int32_t k : renumbered[static_cast<size_t>(s.kernel)]) {
-      Step launch = s;
+      loop::Step launch = s;
       launch.kernel = k;
       steps.push_back(std::move(launch));
     }
