@@ -7,6 +7,7 @@
 
 #include <gtest/gtest.h>
 
+#include <functional>
 #include <memory>
 #include <string>
 #include <utility>
@@ -37,10 +38,22 @@ struct ClusterKilnd {
   // Whether `series` reaches at least `value` within `timeout`.
   bool AwaitMetric(const std::string& series, double value,
                    absl::Duration timeout = absl::Seconds(30)) const {
+    return AwaitMetricWhere(
+        series, [&](double v) { return v >= value; }, timeout);
+  }
+  // Whether `series` falls to `value` or below within `timeout`: a gauge that a server lowers
+  // after its answer has gone out (a lease is released after the result is served).
+  bool AwaitMetricAtMost(const std::string& series, double value,
+                         absl::Duration timeout = absl::Seconds(30)) const {
+    return AwaitMetricWhere(
+        series, [&](double v) { return v <= value; }, timeout);
+  }
+  bool AwaitMetricWhere(const std::string& series, const std::function<bool(double)>& holds,
+                        absl::Duration timeout) const {
     const absl::Time deadline = absl::Now() + timeout;
     while (absl::Now() < deadline) {
       absl::StatusOr<double> v = ScrapeMetric(process->http_port(), series);
-      if (v.ok() && *v >= value) return true;
+      if (v.ok() && holds(*v)) return true;
       absl::SleepFor(absl::Milliseconds(20));
     }
     return false;
