@@ -8,6 +8,7 @@
 #include "compiler/canon/canonical_graph.h"
 #include "compiler/codegen/registry.h"
 #include "compiler/decompose/decompose.h"
+#include "compiler/fuse/coalesce_dims.h"
 #include "compiler/fuse/fuse.h"
 #include "compiler/fuse/split_reductions.h"
 #include "compiler/lower/lower.h"
@@ -74,6 +75,10 @@ absl::StatusOr<v1::CompiledGraph> Compile(const graph::Graph& graph,
                                  [&](const loop::Program& p, const loop::Kernel& k) {
                                    return (*backend)->ReductionParts(p, k);
                                  });
+  });
+  if (!fused.ok()) return fused.status();
+  fused = RunPhase(context, "coalesce", [&]() -> absl::StatusOr<loop::Program> {
+    return fuse::CoalesceDims(*std::move(fused));
   });
   if (!fused.ok()) return fused.status();
   plan::PlanOptions plan_options;

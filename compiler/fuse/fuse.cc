@@ -424,7 +424,8 @@ class Fuser {
             // and c's run for different points at once.
             bool produces = false, overwrites = false;
             for (int32_t b : creads) produces |= awrites.count(b) > 0;
-            for (int32_t b : WriteSet(c)) overwrites |= ReadSet(a).count(b) > 0;
+            const std::set<int32_t> areads = ReadSet(a);
+            for (int32_t b : WriteSet(c)) overwrites |= areads.count(b) > 0;
             if (!produces || overwrites) continue;
             std::optional<Kernel> joined = IntoFirstLoop(a, c);
             if (!joined) continue;

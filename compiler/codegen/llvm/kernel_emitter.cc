@@ -200,6 +200,10 @@ class KernelEmitter final : public ParallelSpace {
   // The stage's reduction space flattened and split among the point's threads as the ABI
   // says, then every accumulator combined across them.
   absl::Status SplitReductionLoop(const loop::Stage& s);
+  // The stage's reduction space as rows of its innermost dimension (constant, `row` long, at
+  // least `threads`): for each row in turn, the point's `threads` threads take every
+  // threads-th element from `first` on.
+  absl::Status RowWalk(const loop::Stage& s, llvm::Value* first, int64_t threads, int64_t row);
 
   llvm::Module& m_;
   llvm::LLVMContext& ctx_;
@@ -219,6 +223,8 @@ class KernelEmitter final : public ParallelSpace {
   static constexpr int kSplitLoopLoads = 32;
   static constexpr int kMaxSplitLoopUnroll = 16;
   static constexpr int kMinSplitLoopUnroll = 4;
+  // A row walk of up to this many elements a thread is unrolled whole.
+  static constexpr int64_t kMaxFullUnroll = 32;
   int SplitLoopUnroll(const loop::Stage& s) const;
   std::vector<llvm::Value*> syms_;  // by symbol id
   llvm::Value* seed_ = nullptr;
@@ -337,6 +343,55 @@ int KernelEmitter::SplitLoopUnroll(const loop::Stage& s) const {
   return unroll;
 }
 
+absl::Status KernelEmitter::RowWalk(const loop::Stage& s, llvm::Value* first, int64_t threads,
+                                    int64_t row) {
+  const size_t np = k_.parallel.size();
+  const size_t nr = k_.reduction.size();
+  llvm::Value* rows = b_.getInt64(1);
+  for (size_t d = 0; d + 1 < nr; ++d) {
+    rows = b_.CreateMul(rows, Index(k_.reduction[d]), "", true, true);
+  }
+  auto element = [&](llvm::Value* i) -> absl::Status {
+    vars_[np + nr - 1] = i;
+    return Body(s.begin, s.end, true);
+  };
+  const int64_t full = row / threads;
+  return Loop(
+      b_.getInt64(0), rows, b_.getInt64(1),
+      [&](llvm::Value* outer) -> absl::Status {
+        for (size_t d = nr - 1; d-- > 1;) {
+          llvm::Value* extent = Index(k_.reduction[d]);
+          vars_[np + d] = b_.CreateURem(outer, extent);
+          outer = b_.CreateUDiv(outer, extent);
+        }
+        vars_[np] = outer;
+        // Every thread takes `full` elements of the row: a loop of constant trips without a
+        // bound check between its loads, which may all be in flight at once.
+        unroll_ = full <= kMaxFullUnroll ? static_cast<int>(full) : SplitLoopUnroll(s);
+        absl::Status st = Loop(
+            b_.getInt64(0), b_.getInt64(full), b_.getInt64(1),
+            [&](llvm::Value* j) {
+              return element(
+                  b_.CreateAdd(first, b_.CreateMul(j, b_.getInt64(threads)), "", true, true));
+            },
+            /*innermost=*/true);
+        unroll_ = 0;
+        if (!st.ok() || row % threads == 0) return st;
+        // The first row % threads threads take one more.
+        llvm::Value* last = b_.CreateAdd(first, b_.getInt64(full * threads), "", true, true);
+        llvm::Function* f = b_.GetInsertBlock()->getParent();
+        llvm::BasicBlock* then = llvm::BasicBlock::Create(ctx_, "row.rest", f);
+        llvm::BasicBlock* after = llvm::BasicBlock::Create(ctx_, "row.done", f);
+        b_.CreateCondBr(b_.CreateICmpULT(last, b_.getInt64(row)), then, after);
+        b_.SetInsertPoint(then);
+        if (absl::Status rest = element(last); !rest.ok()) return rest;
+        b_.CreateBr(after);
+        b_.SetInsertPoint(after);
+        return absl::OkStatus();
+      },
+      /*innermost=*/false);
+}
+
 absl::Status KernelEmitter::SplitReductionLoop(const loop::Stage& s) {
   const size_t np = k_.parallel.size();
   const size_t nr = k_.reduction.size();
@@ -352,7 +407,18 @@ absl::Status KernelEmitter::SplitReductionLoop(const loop::Stage& s) {
     if (nr > 0) vars_[np] = flat;
     return Body(s.begin, s.end, true);
   };
-  if (const int64_t trips = abi_.SplitTrips(k_); trips > 0) {
+  // A row of the innermost dimension at least as long as the threads that share the
+  // reduction: they walk each row together (RowWalk), rather than the flattened space with a
+  // division and a remainder per element for each outer dimension.
+  const auto* threads = llvm::dyn_cast<llvm::ConstantInt>(step);
+  const int64_t row =
+      nr >= 2 && k_.reduction.back().is_const() ? k_.reduction.back().const_value() : 0;
+  if (threads != nullptr && row >= static_cast<int64_t>(threads->getZExtValue())) {
+    if (absl::Status st = RowWalk(s, first, static_cast<int64_t>(threads->getZExtValue()), row);
+        !st.ok()) {
+      return st;
+    }
+  } else if (const int64_t trips = abi_.SplitTrips(k_); trips > 0) {
     for (int64_t j = 0; j < trips; ++j) {
       llvm::Value* flat = b_.CreateAdd(first, b_.CreateMul(step, b_.getInt64(j)), "", true, true);
       if (absl::Status st = element(flat); !st.ok()) return st;

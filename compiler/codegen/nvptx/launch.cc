@@ -65,12 +65,18 @@ int64_t BlocksPerSegment(int64_t points, int64_t segments) {
   return std::min(kMaxGridBlocks / segments, (points + kBlockThreads - 1) / kBlockThreads);
 }
 
+// The elements of each point's reduction.
+IndexExpr ReductionElements(const loop::Kernel& kernel) {
+  IndexExpr total = IndexExpr::Const(1);
+  for (const IndexExpr& e : kernel.reduction) total = total * e;
+  return total;
+}
+
 }  // namespace
 
 ReductionSplit SplitOf(const loop::Kernel& kernel) {
   if (kernel.reduction.empty() || !kernel.fusible || !loop::HasLoopStage(kernel)) return {};
-  IndexExpr total = IndexExpr::Const(1);
-  for (const IndexExpr& e : kernel.reduction) total = total * e;
+  const IndexExpr total = ReductionElements(kernel);
   if (total.is_const() && total.const_value() < kMinBlockReduction) return {};
   const int32_t np = static_cast<int32_t>(kernel.parallel.size());
   const int32_t innermost_reduction = kernel.num_vars() - 1;
@@ -89,7 +95,7 @@ ReductionSplit SplitOf(const loop::Kernel& kernel) {
   if (!total.is_const()) return {.threads = kBlockThreads};
   const int64_t n = total.const_value();
   if (n <= kMaxWarpReduction) return {.threads = kBlockThreads, .points = kBlockThreads / 32};
-  int64_t threads = 64;
+  int64_t threads = kMinRowThreads;
   while (threads < n && threads < kBlockThreads) threads *= 2;
   return {.threads = threads};
 }
@@ -97,8 +103,7 @@ ReductionSplit SplitOf(const loop::Kernel& kernel) {
 int64_t ReductionParts(const loop::Kernel& kernel) {
   const ReductionSplit split = SplitOf(kernel);
   const IndexExpr points = PointsOf(kernel, 1);
-  IndexExpr total = IndexExpr::Const(1);
-  for (const IndexExpr& e : kernel.reduction) total = total * e;
+  const IndexExpr total = ReductionElements(kernel);
   if (split.threads == 0 || !points.is_const() || !total.is_const()) return 1;
   const int64_t blocks = (points.const_value() + split.points - 1) / split.points;
   const int64_t threads = std::min(blocks, kMaxBlocks) * split.threads;

@@ -66,8 +66,9 @@ loop::IndexExpr PointsOf(const loop::Kernel& kernel, int32_t lanes);
 // row against 2 us for Inductor's kernel).
 inline constexpr int64_t kMinBlockReduction = 32;
 // Rows up to this long are reduced by one warp each (shuffles only, no barrier); longer ones
-// by a whole block.
+// by a block of kMinRowThreads to kBlockThreads threads.
 inline constexpr int64_t kMaxWarpReduction = 1024;
+inline constexpr int64_t kMinRowThreads = 64;
 // Points a block takes together when its lanes walk neighbouring points (a column
 // reduction). A reduction large enough to be cut into parts (ReductionParts) takes
 // kColumnPoints: a warp's 32 lanes then read 128 contiguous bytes of one row of f32, a whole
@@ -89,7 +90,9 @@ inline constexpr int64_t kMaxUnrolledTrips = 32;
 
 // How the threads of a block share the points of a kernel whose reductions they split: the
 // block computes `points` points at once, `slices()` threads each, each thread taking every
-// slices()-th element of the point's flattened reduction space from its slice on.
+// slices()-th element of the point's flattened reduction space from its slice on (of each
+// row of the innermost reduction dimension, when there are several dimensions and that row
+// is constant and at least slices() long: no division per element).
 //  - rows (column false): thread t is slice t % slices() of point t / slices(), so a point's
 //    threads are neighbouring lanes: for reductions along contiguous memory, whose lanes then
 //    read neighbouring elements. A block per point (points 1) for long rows, a warp per point
@@ -112,8 +115,9 @@ struct ReductionSplit {
 // decides (a scatter adds into rows in order, so its threads must own whole columns). Its
 // reductions are columns when some load of a looping stage walks memory contiguously along the
 // innermost parallel dimension (of kMinColumnPoints or more points) and none along the innermost
-// reduction dimension. Rows of kMaxWarpReduction or fewer get a warp each; longer rows 64 to
-// kBlockThreads threads, a power of two, the fewest that cover a constant reduction.
+// reduction dimension. Rows of kMaxWarpReduction or fewer get a warp each; longer rows
+// kMinRowThreads to kBlockThreads threads, a power of two, the fewest that cover a constant
+// reduction.
 ReductionSplit SplitOf(const loop::Kernel& kernel);
 
 // The threads of a block of `kernel` when they split its reductions (SplitOf), else 0.

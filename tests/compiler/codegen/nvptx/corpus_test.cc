@@ -30,6 +30,7 @@
 #include "compiler/codegen/nvptx/launch.h"
 #include "compiler/codegen/target.h"
 #include "compiler/compile.h"
+#include "compiler/fuse/coalesce_dims.h"
 #include "compiler/fuse/split_reductions.h"
 #include "compiler/graph/import.h"
 #include "proto/base/digest.h"
@@ -140,13 +141,13 @@ TEST_P(CorpusTest, CompilesForSm90WhereItCompilesForX86) {
       << "the analysis is of the plan, not the target's code";
 
   // The fused program, and as sm_90 runs it: reductions that would leave the GPU idle cut
-  // into parts (x86-64 cuts none).
+  // into parts (x86-64 cuts none), then dimensions that index as one merged.
   absl::StatusOr<loop::Program> fused = testing::FuseGraph(*proto);
   ASSERT_TRUE(fused.ok()) << fused.status();
-  const loop::Program program =
+  const loop::Program program = fuse::CoalesceDims(
       fuse::SplitReductions(*fused, [](const loop::Program&, const loop::Kernel& k) {
         return codegen::nvptx::ReductionParts(k);
-      });
+      }));
   EXPECT_EQ(cpu->kernels_size(), static_cast<int>(fused->kernels.size()));
   ASSERT_EQ(gpu->kernels_size(), static_cast<int>(program.kernels.size()));
 

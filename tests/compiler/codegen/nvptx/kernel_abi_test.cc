@@ -29,6 +29,7 @@
 #include "compiler/codegen/x86/codegen.h"
 #include "compiler/codegen/x86/launch.h"
 #include "compiler/codegen/x86/link.h"
+#include "compiler/fuse/coalesce_dims.h"
 #include "compiler/fuse/fuse.h"
 #include "compiler/plan/plan.h"
 #include "llvm/IR/DerivedTypes.h"
@@ -137,6 +138,26 @@ TEST(NvptxSplitReductionPtxTest, ColumnSumsUnrollTheirRows) {
   const std::string ptx = PtxOf(g.Finish({y}));
   EXPECT_GE(Count(ptx, "ld.global.nc.f32"), 16) << ptx;
   EXPECT_THAT(ptx, HasSubstr(".maxntid 1024, 1, 1"));
+}
+
+// Per-channel sums of [8, 64, 56, 56]: each channel's 8 images are rows of 3,136 contiguous
+// floats once (h, w) are one dimension, and a block of 256 threads walks each row with 12
+// loads a thread that no bound check separates, then one more for the first 64 threads:
+// 13 loads, no division per element.
+TEST(NvptxSplitReductionPtxTest, ChannelSumsWalkEachImageAsARow) {
+  testing::GraphBuilder g;
+  const std::string x = g.Input(testing::TensorDesc({8, 64, 56, 56}));
+  v1::Argument dims, keep;
+  for (int d : {0, 2, 3}) dims.mutable_list()->add_items()->set_int_value(d);
+  keep.set_bool_value(false);
+  const std::string y =
+      g.Node("aten.sum.dim_IntList", {testing::Ref(x), dims, keep}, testing::TensorDesc({64}));
+  const loop::Program program = fuse::CoalesceDims(OneKernelProgram(g.Finish({y})));
+  ASSERT_EQ(program.kernels[0].reduction.size(), 2u);
+  absl::StatusOr<CodegenResult> result = GenerateCubins(program);
+  ASSERT_TRUE(result.ok()) << result.status();
+  const std::string& ptx = result->kernels[0].ptx;
+  EXPECT_EQ(Count(ptx, "ld.global.nc.f32"), 13) << ptx;
 }
 
 // Llama's rotary embedding kernels have rows of 16 bf16: two runs of 8. Deciding a point's

@@ -1,0 +1,166 @@
+#include "compiler/fuse/coalesce_dims.h"
+
+#include <cstddef>
+#include <cstdint>
+#include <functional>
+#include <utility>
+#include <vector>
+
+namespace kiln::fuse {
+namespace {
+
+using loop::Atom;
+using loop::IndexExpr;
+using loop::Inst;
+using loop::Kernel;
+using loop::Opcode;
+
+bool Mentions(const IndexExpr& e, int32_t var) {
+  std::vector<int32_t> vars;
+  e.CollectVars(&vars);
+  for (int32_t v : vars) {
+    if (v == var) return true;
+  }
+  return false;
+}
+
+// Whether `e` uses variables `u` and `v` only as plain factors of terms, at most one of them
+// once in any term.
+bool AffineIn(const IndexExpr& e, int32_t u, int32_t v) {
+  for (const loop::Term& t : e.terms()) {
+    int count = 0;
+    for (const Atom& a : t.factors) {
+      if (a.kind == Atom::Kind::kVar) {
+        if (a.id == u || a.id == v) ++count;
+      } else if (a.operands != nullptr &&
+                 (Mentions(a.operands->first, u) || Mentions(a.operands->first, v) ||
+                  Mentions(a.operands->second, u) || Mentions(a.operands->second, v))) {
+        return false;
+      }
+    }
+    if (count > 1) return false;
+  }
+  return true;
+}
+
+// Every index of the kernel's instructions, which all read their loop variables from here.
+std::vector<IndexExpr*> IndicesOf(Kernel& k) {
+  std::vector<IndexExpr*> out;
+  for (Inst& in : k.insts) {
+    if (in.op == Opcode::kLoad || in.op == Opcode::kStore || in.op == Opcode::kIndex) {
+      out.push_back(&in.index);
+    }
+  }
+  return out;
+}
+
+bool DynStridesUseVars(const Kernel& k) {
+  for (const Inst& in : k.insts) {
+    for (const loop::DynIndex& d : in.dyn) {
+      if (d.stride.UsesVars()) return true;
+    }
+  }
+  return false;
+}
+
+// Whether every index is c*(E*u + v) + (terms without u or v), E the extent of v.
+bool Mergeable(Kernel& k, int32_t u, int32_t v) {
+  const IndexExpr& inner = *k.Extent(v);
+  const loop::VarExtents extents = k.Extents();
+  auto at = [&](const IndexExpr& e, int64_t uval, int64_t vval) {
+    return e.SubstituteVars(
+        [&](int32_t w) {
+          if (w == u) return IndexExpr::Const(uval);
+          if (w == v) return IndexExpr::Const(vval);
+          return IndexExpr::Var(w);
+        },
+        extents);
+  };
+  for (const IndexExpr* e : IndicesOf(k)) {
+    if (!Mentions(*e, u) && !Mentions(*e, v)) continue;
+    if (!AffineIn(*e, u, v)) return false;
+    const IndexExpr base = at(*e, 0, 0);
+    const IndexExpr cu = at(*e, 1, 0) - base;
+    const IndexExpr cv = at(*e, 0, 1) - base;
+    if (cu != cv * inner) return false;
+  }
+  return true;
+}
+
+// The kernel with variable `drop` removed and every index rewritten through `map`
+// (old variable -> expression over the new variables), extents as `set` leaves them.
+void Rewrite(Kernel& k, int32_t drop, const std::function<void(Kernel&)>& set,
+             const std::function<IndexExpr(int32_t)>& map) {
+  const size_t np = k.parallel.size();
+  const size_t d = static_cast<size_t>(drop);
+  set(k);
+  if (d < np) {
+    k.parallel.erase(k.parallel.begin() + static_cast<std::ptrdiff_t>(d));
+  } else {
+    k.reduction.erase(k.reduction.begin() + static_cast<std::ptrdiff_t>(d - np));
+  }
+  const loop::VarExtents extents = k.Extents();
+  for (IndexExpr* e : IndicesOf(k)) {
+    if (e->UsesVars()) *e = e->SubstituteVars(map, extents);
+  }
+}
+
+// Merges u and u + 1 into u; true when it did.
+bool MergePair(Kernel& k, int32_t u) {
+  const int32_t v = u + 1;
+  if (!Mergeable(k, u, v)) return false;
+  const IndexExpr merged = *k.Extent(u) * *k.Extent(v);
+  const size_t np = k.parallel.size();
+  Rewrite(
+      k, v,
+      [&](Kernel& kk) {
+        const size_t d = static_cast<size_t>(u);
+        (d < np ? kk.parallel[d] : kk.reduction[d - np]) = merged;
+      },
+      [&](int32_t w) {
+        if (w == u) return IndexExpr::Const(0);
+        if (w == v) return IndexExpr::Var(u);
+        return IndexExpr::Var(w > v ? w - 1 : w);
+      });
+  return true;
+}
+
+// Drops variable u (of constant extent 1); true when it did.
+bool DropUnit(Kernel& k, int32_t u) {
+  const IndexExpr& e = *k.Extent(u);
+  if (!e.is_const() || e.const_value() != 1) return false;
+  Rewrite(
+      k, u, [](Kernel&) {},
+      [&](int32_t w) { return w == u ? IndexExpr::Const(0) : IndexExpr::Var(w > u ? w - 1 : w); });
+  return true;
+}
+
+// One merge or drop among the variables [begin, end) of one kind, innermost first.
+bool CoalesceOnce(Kernel& k, int32_t begin, int32_t end) {
+  for (int32_t u = end - 2; u >= begin; --u) {
+    if (MergePair(k, u)) return true;
+  }
+  if (end - begin < 2) return false;
+  for (int32_t u = end - 1; u >= begin; --u) {
+    if (DropUnit(k, u)) return true;
+  }
+  return false;
+}
+
+}  // namespace
+
+Kernel CoalesceDims(Kernel kernel) {
+  if (DynStridesUseVars(kernel)) return kernel;
+  for (bool changed = true; changed;) {
+    const int32_t np = static_cast<int32_t>(kernel.parallel.size());
+    changed = CoalesceOnce(kernel, 0, np) || CoalesceOnce(kernel, np, kernel.num_vars());
+  }
+  return kernel;
+}
+
+loop::Program CoalesceDims(loop::Program program) {
+  for (Kernel& k : program.kernels) k = CoalesceDims(std::move(k));
+  return program;
+}
+
+}  // namespace kiln::fuse

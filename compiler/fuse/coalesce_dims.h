@@ -1,0 +1,33 @@
+#pragma once
+
+// CoalesceDims: adjacent loop dimensions that every index walks as one become one.
+//
+// Lowering keeps a tensor's dimensions as loop variables: a per-channel sum over an
+// [N, C, H, W] input reduces over (n, h, w), and a pointwise op over [B, T, C] walks three
+// parallel variables. Code generation turns each variable past the first back into a
+// division and a remainder of a flat index, per element; where the memory behind the
+// variables is contiguous that work buys nothing, and it hides runs that could move as
+// vectors (a row of 50,257 elements never starts aligned, while the flat index does).
+//
+// Two adjacent variables u (outer) and v (inner, extent E) of the same kind (both parallel or
+// both reduction) merge into one variable m of extent E_u * E_v when every index of the
+// kernel (loads, stores, kIndex values) is affine in u and v (each appears only as a plain
+// factor, never inside a division, modulo, Max or Min, and never times another variable)
+// and u's coefficient is E times v's: then c_u*u + c_v*v = c_v*(E*u + v) = c_v*m, so every
+// index keeps its value. A constant dimension of extent 1 is dropped (its variable is 0),
+// unless it is the last of its kind. Variables are renumbered; instructions, stages and
+// buffers are unchanged, so results are bit for bit the same.
+//
+// Deterministic: pairs are tried from the innermost outward, repeatedly, in program order.
+
+#include "compiler/loop/ir.h"
+
+namespace kiln::fuse {
+
+// `kernel` with its mergeable dimensions merged; the kernel unchanged when none merge.
+loop::Kernel CoalesceDims(loop::Kernel kernel);
+
+// Every kernel of `program` coalesced.
+loop::Program CoalesceDims(loop::Program program);
+
+}  // namespace kiln::fuse

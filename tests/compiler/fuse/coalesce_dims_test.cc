@@ -1,0 +1,184 @@
+// Coalesced dimensions: adjacent loop variables that every index walks as one merge, and
+// every index keeps its value at every point.
+
+#include "compiler/fuse/coalesce_dims.h"
+
+#include <cstdint>
+#include <vector>
+
+#include "gtest/gtest.h"
+#include "tests/compiler/graph_testing.h"
+
+namespace kiln {
+namespace {
+
+using loop::IndexExpr;
+using loop::Inst;
+using loop::Opcode;
+
+IndexExpr V(int32_t v) { return IndexExpr::Var(v); }
+IndexExpr C(int64_t c) { return IndexExpr::Const(c); }
+
+Inst Reduce(int32_t a) {
+  Inst r;
+  r.op = Opcode::kReduce;
+  r.a = a;
+  return r;
+}
+
+// Per-channel sums of x[N, C, H, W]: out[c] = sum over (n, h, w) of x.
+loop::Kernel ChannelSums(int64_t n, int64_t c, int64_t h, int64_t w) {
+  loop::Program p;
+  const int32_t x = testing::AddInput(p, n * c * h * w);
+  const int32_t out = testing::AddOutput(p, c);
+  testing::AddKernel(p, "%1", c, {});
+  loop::Kernel k = p.kernels.back();
+  k.reduction = {C(n), C(h), C(w)};
+  Inst load = testing::LoadAt(x);
+  load.index = V(1) * C(c * h * w) + V(0) * C(h * w) + V(2) * C(w) + V(3);
+  k.insts = {load, Reduce(0), testing::StoreAt(out, 1)};
+  k.stages = {{true, 0, 2}, {false, 2, 3}};
+  return k;
+}
+
+// out[b, t, c] = x[b, t, c] + y[c] over contiguous [b, t, c], plus out2 = t (a kIndex).
+loop::Kernel BiasAdd(int64_t b, int64_t t, int64_t c) {
+  loop::Program p;
+  const int32_t x = testing::AddInput(p, b * t * c);
+  const int32_t y = testing::AddInput(p, c);
+  const int32_t out = testing::AddOutput(p, b * t * c);
+  testing::AddKernel(p, "%1", b, {});
+  loop::Kernel k = p.kernels.back();
+  k.parallel = {C(b), C(t), C(c)};
+  const IndexExpr flat = V(0) * C(t * c) + V(1) * C(c) + V(2);
+  Inst lx = testing::LoadAt(x);
+  lx.index = flat;
+  Inst ly = testing::LoadAt(y);
+  ly.index = V(2);
+  Inst add;
+  add.op = Opcode::kAdd;
+  add.a = 0;
+  add.b = 1;
+  Inst st = testing::StoreAt(out, 2);
+  st.index = flat;
+  k.insts = {lx, ly, add, st};
+  k.stages = {{false, 0, 4}};
+  return k;
+}
+
+// Every index of `before` and `after` at every point of `before`'s space, the merged
+// variables' values recomputed from the original ones as row-major flat indices.
+void ExpectSameIndices(const loop::Kernel& before, const loop::Kernel& after) {
+  ASSERT_EQ(before.insts.size(), after.insts.size());
+  std::vector<int64_t> extents;
+  for (int32_t v = 0; v < before.num_vars(); ++v)
+    extents.push_back(before.Extent(v)->const_value());
+  std::vector<int64_t> after_extents;
+  for (int32_t v = 0; v < after.num_vars(); ++v) {
+    after_extents.push_back(after.Extent(v)->const_value());
+  }
+  int64_t total = 1;
+  for (int64_t e : extents) total *= e;
+  std::vector<int64_t> vars(extents.size());
+  for (int64_t flat = 0; flat < total; ++flat) {
+    int64_t rest = flat;
+    for (size_t d = extents.size(); d-- > 0;) {
+      vars[d] = rest % extents[d];
+      rest /= extents[d];
+    }
+    // The parallel point and the reduction element, each flat in both spaces.
+    const size_t np = before.parallel.size(), anp = after.parallel.size();
+    int64_t point = 0, element = 0;
+    for (size_t d = 0; d < extents.size(); ++d) {
+      int64_t& x = d < np ? point : element;
+      x = x * extents[d] + vars[d];
+    }
+    std::vector<int64_t> avars(after_extents.size());
+    for (size_t d = anp; d-- > 0;) {
+      avars[d] = point % after_extents[d];
+      point /= after_extents[d];
+    }
+    for (size_t d = after_extents.size(); d-- > anp;) {
+      avars[d] = element % after_extents[d];
+      element /= after_extents[d];
+    }
+    for (size_t i = 0; i < before.insts.size(); ++i) {
+      absl::StatusOr<int64_t> want = before.insts[i].index.Evaluate({}, vars);
+      absl::StatusOr<int64_t> got = after.insts[i].index.Evaluate({}, avars);
+      ASSERT_TRUE(want.ok() && got.ok());
+      ASSERT_EQ(*got, *want) << "instruction " << i << " at flat " << flat;
+    }
+  }
+}
+
+TEST(CoalesceDimsTest, ChannelSumsWalkEachImageAsOneRow) {
+  const loop::Kernel before = ChannelSums(4, 3, 5, 7);
+  const loop::Kernel k = fuse::CoalesceDims(before);
+  EXPECT_EQ(k.parallel, (std::vector<IndexExpr>{C(3)}));
+  // n strides over channels too, so it stays apart; h and w are one row of 35.
+  EXPECT_EQ(k.reduction, (std::vector<IndexExpr>{C(4), C(35)}));
+  EXPECT_EQ(k.insts[0].index, V(1) * C(105) + V(0) * C(35) + V(2));
+  ExpectSameIndices(before, k);
+}
+
+TEST(CoalesceDimsTest, AContiguousPointwiseSpaceBecomesOneDimension) {
+  const loop::Kernel before = BiasAdd(2, 3, 4);
+  const loop::Kernel k = fuse::CoalesceDims(before);
+  // The bias reads c alone: b and t merge, t and c do not.
+  EXPECT_EQ(k.parallel, (std::vector<IndexExpr>{C(6), C(4)}));
+  ExpectSameIndices(before, k);
+
+  loop::Kernel no_bias = before;
+  no_bias.insts[1].index = V(0) * C(12) + V(1) * C(4) + V(2);
+  EXPECT_EQ(fuse::CoalesceDims(no_bias).parallel, (std::vector<IndexExpr>{C(24)}));
+  ExpectSameIndices(no_bias, fuse::CoalesceDims(no_bias));
+}
+
+TEST(CoalesceDimsTest, IndicesThatDoNotWalkAsOneKeepTheirDimensions) {
+  // A transposed read: out[t, c] = x[c, t].
+  loop::Kernel transposed = BiasAdd(1, 3, 4);
+  transposed.insts[0].index = V(2) * C(3) + V(1);
+  transposed.insts[1].index = V(1) * C(4) + V(2);
+  EXPECT_EQ(fuse::CoalesceDims(transposed).parallel, (std::vector<IndexExpr>{C(3), C(4)}));
+
+  // A view through a modulo (a rolled row).
+  loop::Kernel rolled = BiasAdd(1, 3, 4);
+  rolled.insts[1].index = V(1) * C(4) + V(2);
+  rolled.insts[0].index = V(1) * C(4) + IndexExpr::Mod(V(2) + C(1), C(4), rolled.Extents());
+  EXPECT_EQ(fuse::CoalesceDims(rolled).parallel, (std::vector<IndexExpr>{C(3), C(4)}));
+
+  // A product of the two variables.
+  loop::Kernel product = BiasAdd(1, 3, 4);
+  product.insts[1].index = V(1) * V(2);
+  EXPECT_EQ(fuse::CoalesceDims(product).parallel, (std::vector<IndexExpr>{C(3), C(4)}));
+}
+
+TEST(CoalesceDimsTest, UnitDimensionsAreDroppedButOneOfEachKindStays) {
+  // [1, 3, 4] with the bias: the leading 1 goes; [3, 4] stays as the bias keeps them apart.
+  const loop::Kernel before = BiasAdd(1, 3, 4);
+  const loop::Kernel k = fuse::CoalesceDims(before);
+  EXPECT_EQ(k.parallel, (std::vector<IndexExpr>{C(3), C(4)}));
+  ExpectSameIndices(before, k);
+
+  // A reduction over [1, 1]: one dimension of extent 1 remains.
+  const loop::Kernel sums = ChannelSums(1, 3, 1, 1);
+  const loop::Kernel s = fuse::CoalesceDims(sums);
+  EXPECT_EQ(s.reduction, (std::vector<IndexExpr>{C(1)}));
+  EXPECT_EQ(s.parallel, (std::vector<IndexExpr>{C(3)}));
+  ExpectSameIndices(sums, s);
+}
+
+TEST(CoalesceDimsTest, SymbolicExtentsMergeIntoTheirProduct) {
+  loop::Kernel k = BiasAdd(1, 1, 8);
+  const IndexExpr s0 = IndexExpr::Sym(0);
+  k.parallel = {s0, C(8)};
+  k.insts[0].index = V(0) * C(8) + V(1);
+  k.insts[1].index = V(0) * C(8) + V(1);
+  k.insts[3].index = V(0) * C(8) + V(1);
+  const loop::Kernel merged = fuse::CoalesceDims(k);
+  EXPECT_EQ(merged.parallel, (std::vector<IndexExpr>{s0 * C(8)}));
+  EXPECT_EQ(merged.insts[0].index, V(0));
+}
+
+}  // namespace
+}  // namespace kiln
