@@ -8,10 +8,12 @@ row and column reductions, softmax, layer norm), traced to an aten graph (make_f
 captured and compiled for sm_90 by kilnd from the bundle, and run by Kiln's runtime. The
 time is the profiler's GPU time of the kiln_k* kernels per call (median of 5 calls' sums);
 the bytes are the graph's inputs read plus its outputs written once, the least any
-implementation moves. The anchor is the bandwidth of copy_ between two 256 MiB buffers
-(read + write), its kernel timed the same way; every case moves 128 MiB or more, well past
-the L2 cache. Writes OUT/bandwidth.json and prints a table: bytes,
-kernel time, GB/s, and GB/s as a fraction of the copy's.
+implementation moves. Inductor's Triton kernels for the same function (torch.compile,
+default mode) are timed the same way, beside them. The anchor is the bandwidth of copy_
+between two 256 MiB buffers (read + write), its kernel timed the same way; every case
+moves 128 MiB or more, well past the L2 cache. Writes OUT/bandwidth.json and prints a
+table: bytes, kernel time, GB/s, and GB/s as a fraction of the copy's, Kiln's and
+Inductor's.
 """
 
 from __future__ import annotations
@@ -144,18 +146,25 @@ def main() -> int:
             ms = sum(per_kernel.values())
             anchor = copy_gbps(256 * MIB)
             gbps = moved / (ms / 1000) / 1e9 if ms > 0 else 0.0
+            inductor = torch.compile(fn)
+            inductor(*inputs)
+            inductor_ms = kernel_ms(lambda: inductor(*inputs), "triton_")
+            inductor_gbps = moved / (inductor_ms / 1000) / 1e9 if inductor_ms > 0 else 0.0
             rows.append({"case": name, "kernels": len(artifact.kernels), "bytes": moved,
                          "kernel_ms": round(ms, 4), "gbps": round(gbps, 1),
                          "copy_gbps": round(anchor, 1), "of_copy": round(gbps / anchor, 3),
+                         "inductor_ms": round(inductor_ms, 4),
+                         "inductor_of_copy": round(inductor_gbps / anchor, 3),
                          "matches_eager": ok,
                          "per_kernel_ms": {k: round(v, 4) for k, v in per_kernel.items()}})
             print(json.dumps(rows[-1]), flush=True)
     (args.out / "bandwidth.json").write_text(json.dumps(rows, indent=1))
     print(f"{'case':<18} {'kernels':>7} {'MiB':>6} {'ms':>8} {'GB/s':>7} {'copy GB/s':>9} "
-          f"{'of copy':>7}")
+          f"{'of copy':>7} {'Inductor of copy':>16}")
     for r in rows:
         print(f"{r['case']:<18} {r['kernels']:>7} {r['bytes'] / MIB:>6.0f} {r['kernel_ms']:>8.4f} "
-              f"{r['gbps']:>7.0f} {r['copy_gbps']:>9.0f} {r['of_copy']:>7.2f}")
+              f"{r['gbps']:>7.0f} {r['copy_gbps']:>9.0f} {r['of_copy']:>7.2f} "
+              f"{r['inductor_of_copy']:>16.2f}")
     return 0
 
 

@@ -7,6 +7,8 @@
 #include "llvm/IR/DerivedTypes.h"
 #include "llvm/IR/Function.h"
 #include "llvm/IR/Intrinsics.h"
+#include "llvm/IR/IntrinsicsNVPTX.h"
+#include "llvm/TargetParser/Triple.h"
 
 namespace kiln::codegen {
 
@@ -76,6 +78,13 @@ llvm::Value* ScalarOps::ToStorage(llvm::Value* v, ScalarType from, ScalarType st
     case ScalarType::kBF16: {
       // Round to nearest even; NaN stays a quiet NaN.
       llvm::Value* f = Convert(v, from, ScalarType::kF32);
+      if (llvm::Triple(m_.getTargetTriple()).isNVPTX()) {
+        // One instruction (cvt.rn.bf16.f32), as PyTorch's CUDA kernels round; a NaN becomes
+        // the canonical 0x7FFF.
+        llvm::Value* r = b_.CreateCall(
+            llvm::Intrinsic::getDeclaration(&m_, llvm::Intrinsic::nvvm_f2bf16_rn), {f});
+        return r->getType() == b_.getInt16Ty() ? r : b_.CreateBitCast(r, b_.getInt16Ty());
+      }
       llvm::Value* bits = b_.CreateBitCast(f, b_.getInt32Ty());
       llvm::Value* lsb = b_.CreateAnd(b_.CreateLShr(bits, 16), b_.getInt32(1));
       llvm::Value* rounded = b_.CreateAdd(bits, b_.CreateAdd(lsb, b_.getInt32(0x7FFF)));

@@ -2,15 +2,16 @@
 
 // Scalar values of the loop IR as LLVM IR, with PyTorch's semantics: the SSA and storage type
 // of each ScalarType, conversions between them (half types compute in f32; bf16 stores round
-// to nearest even and keep NaN a quiet NaN), and every unary and binary opcode (maximum and
-// minimum propagate NaN, floor division and remainder take Python's signs, integer division
-// by zero never traps, float functions of integers compute in double). Functions LLVM has no
+// to nearest even and keep NaN a quiet NaN, on NVPTX with the hardware's conversion), and
+// every unary and binary opcode (maximum and minimum propagate NaN, floor division and
+// remainder take Python's signs, integer division by zero never traps, float functions of
+// integers compute in double). Functions LLVM has no
 // intrinsic for become calls to their libm names ("expm1", "expm1f"), which the target
 // resolves; floating-point contraction is never asked for. Also the Philox bits of random
 // ops: the same streams as the reference interpreter.
 //
-// Everything is emitted at the builder's insertion point. Target-neutral; one ScalarOps per
-// module and builder, used from one thread.
+// Everything is emitted at the builder's insertion point. Target-neutral but for that conversion;
+// one ScalarOps per module and builder, used from one thread.
 
 #include <cstdint>
 #include <string>
