@@ -158,6 +158,29 @@ Kernel CoalesceDims(Kernel kernel) {
   return kernel;
 }
 
+std::optional<Kernel> CoalesceTo(const Kernel& kernel, const std::vector<IndexExpr>& parallel) {
+  if (kernel.parallel.size() <= parallel.size() || DynStridesUseVars(kernel)) return std::nullopt;
+  // Groups [begin, end) of the kernel's dimensions, one per target dimension.
+  std::vector<std::pair<int32_t, int32_t>> groups;
+  int32_t d = 0;
+  const int32_t np = static_cast<int32_t>(kernel.parallel.size());
+  for (const IndexExpr& want : parallel) {
+    const int32_t begin = d;
+    IndexExpr product = kernel.parallel[static_cast<size_t>(d++)];
+    while (product != want && d < np) product = product * kernel.parallel[static_cast<size_t>(d++)];
+    if (product != want) return std::nullopt;
+    groups.emplace_back(begin, d);
+  }
+  if (d != np) return std::nullopt;
+  Kernel out = kernel;
+  for (size_t g = groups.size(); g-- > 0;) {
+    for (int32_t u = groups[g].second - 2; u >= groups[g].first; --u) {
+      if (!MergePair(out, u)) return std::nullopt;
+    }
+  }
+  return out;
+}
+
 loop::Program CoalesceDims(loop::Program program) {
   for (Kernel& k : program.kernels) k = CoalesceDims(std::move(k));
   return program;

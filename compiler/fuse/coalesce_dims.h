@@ -20,6 +20,9 @@
 //
 // Deterministic: pairs are tried from the innermost outward, repeatedly, in program order.
 
+#include <optional>
+#include <vector>
+
 #include "compiler/loop/ir.h"
 
 namespace kiln::fuse {
@@ -29,5 +32,12 @@ loop::Kernel CoalesceDims(loop::Kernel kernel);
 
 // Every kernel of `program` coalesced.
 loop::Program CoalesceDims(loop::Program program);
+
+// `kernel` with runs of its adjacent parallel dimensions merged so that its parallel extents
+// are `parallel` (a pointwise op over a view [B, T, N] of a matmul's [B*T, N] result, seen
+// over the matmul's space), or nullopt when the extents do not group that way or some
+// merge is not one every index allows. Reduction dimensions are left as they are.
+std::optional<loop::Kernel> CoalesceTo(const loop::Kernel& kernel,
+                                       const std::vector<loop::IndexExpr>& parallel);
 
 }  // namespace kiln::fuse

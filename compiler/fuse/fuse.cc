@@ -9,6 +9,7 @@
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
+#include "compiler/fuse/coalesce_dims.h"
 
 namespace kiln::fuse {
 namespace {
@@ -385,13 +386,21 @@ class Fuser {
       }
       for (size_t j = 0; j < p_.steps.size() && !changed; ++j) {
         if (p_.steps[j].kind != Step::Kind::kKernel) continue;
-        const Kernel& c = K(p_.steps[j].kernel);
-        const std::set<int32_t> creads = ReadSet(c);
+        const Kernel& whole = K(p_.steps[j].kernel);
+        const std::set<int32_t> creads = ReadSet(whole);
         for (size_t i = j; i-- > 0;) {
           const Step& s = p_.steps[i];
           if (s.kind == Step::Kind::kExtern && s.call.collective) break;
           if (s.kind != Step::Kind::kKernel) continue;
           const Kernel& a = K(s.kernel);
+          // A pointwise kernel over a view of a's pointwise space ([B, T, N] of [B*T, N]) is
+          // seen over a's space where its indices allow.
+          std::optional<Kernel> seen;
+          if (!SameExtents(a.parallel, whole.parallel) && a.reduction.empty() &&
+              whole.reduction.empty()) {
+            seen = CoalesceTo(whole, a.parallel);
+          }
+          const Kernel& c = seen ? *seen : whole;
           const Join join = Compatible(a, c);
           if (join == Join::kNone) continue;
           // Everything c reads exists at i, or comes from a at the same point.

@@ -4,6 +4,7 @@
 #include "compiler/fuse/coalesce_dims.h"
 
 #include <cstdint>
+#include <optional>
 #include <vector>
 
 #include "gtest/gtest.h"
@@ -166,6 +167,19 @@ TEST(CoalesceDimsTest, UnitDimensionsAreDroppedButOneOfEachKindStays) {
   EXPECT_EQ(s.reduction, (std::vector<IndexExpr>{C(1)}));
   EXPECT_EQ(s.parallel, (std::vector<IndexExpr>{C(3)}));
   ExpectSameIndices(sums, s);
+}
+
+TEST(CoalesceDimsTest, AViewIsSeenOverTheSpaceItViews) {
+  const loop::Kernel before = BiasAdd(2, 3, 4);
+  const std::optional<loop::Kernel> k = fuse::CoalesceTo(before, {C(6), C(4)});
+  ASSERT_TRUE(k.has_value());
+  EXPECT_EQ(k->parallel, (std::vector<IndexExpr>{C(6), C(4)}));
+  ExpectSameIndices(before, *k);
+  // The bias keeps t and c apart; 5 is no product of neighbouring extents; a space is never
+  // split.
+  EXPECT_FALSE(fuse::CoalesceTo(before, {C(2), C(12)}).has_value());
+  EXPECT_FALSE(fuse::CoalesceTo(before, {C(5), C(4)}).has_value());
+  EXPECT_FALSE(fuse::CoalesceTo(before, {C(2), C(3), C(2), C(2)}).has_value());
 }
 
 TEST(CoalesceDimsTest, SymbolicExtentsMergeIntoTheirProduct) {

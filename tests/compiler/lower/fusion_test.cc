@@ -53,6 +53,16 @@ int KernelsWith(const loop::Program& p, const std::string& node) {
   return n;
 }
 
+// The first kernel that computes `node`, or -1.
+int KernelOf(const loop::Program& p, const std::string& node) {
+  for (size_t i = 0; i < p.kernels.size(); ++i) {
+    for (const std::string& x : p.kernels[i].nodes) {
+      if (x == node) return static_cast<int>(i);
+    }
+  }
+  return -1;
+}
+
 TEST(FusionTest, LayerNormIsOneKernel) {
   for (const char* file : {"mlp_fp32.fw.json", "mlp_automatic_dynamic2.fw.json"}) {
     const Compiled c = Build(file);
@@ -88,7 +98,24 @@ TEST(FusionTest, AResidualAddRunsInTheLayerNormThatReadsIt) {
   }
   // The embeddings' sum and the four residual sums before the layer norms.
   EXPECT_EQ(joined, 5) << loop::ToString(c.fused);
-  EXPECT_EQ(c.fused.kernels.size(), 14u) << loop::ToString(c.fused);
+  EXPECT_EQ(c.fused.kernels.size(), 12u) << loop::ToString(c.fused);
+}
+
+// nanoGPT's MLP: addmm_2's bias add runs over the matmul's [512, 1024] and is kept for the
+// backward; the GELU reads it through a view, [4, 128, 1024]. Seen over [512, 1024], the GELU
+// joins the bias add's kernel, which stores both.
+TEST(FusionTest, AMatmulBiasJoinsThePointwiseOpOverItsView) {
+  const Compiled c = Build("nanogpt_fp32.fw.json");
+  const std::string bias = c.NodeName("addmm_2"), gelu = c.NodeName("gelu");
+  ASSERT_FALSE(bias.empty());
+  ASSERT_FALSE(gelu.empty());
+  EXPECT_NE(KernelOf(c.unfused, bias), KernelOf(c.unfused, gelu));
+  const int k = KernelOf(c.fused, gelu);
+  ASSERT_GE(k, 0);
+  EXPECT_EQ(KernelOf(c.fused, bias), k) << loop::ToString(c.fused);
+  EXPECT_EQ(
+      c.fused.kernels[static_cast<size_t>(k)].parallel,
+      (std::vector<loop::IndexExpr>{loop::IndexExpr::Const(512), loop::IndexExpr::Const(1024)}));
 }
 
 TEST(FusionTest, LayerNormBackwardIsTwoKernels) {
