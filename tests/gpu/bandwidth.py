@@ -37,6 +37,7 @@ def cases(torch: Any) -> dict[str, tuple[Callable, list]]:
     # the copy run at the speed of memory.
     n = 64 * MIB // 4  # float32 elements in 64 MiB
     rows, cols = 65536, 1024  # 256 MiB
+    vocab = 50257
     dev = "cuda"
 
     def x(*shape: int, dtype: Any = torch.float32) -> Any:
@@ -60,6 +61,15 @@ def cases(torch: Any) -> dict[str, tuple[Callable, list]]:
                        [x(rows, cols), x(cols), x(cols)]),
         "rms_norm": (lambda a, w: a * torch.rsqrt(a.pow(2).mean(-1, keepdim=True) + 1e-6) * w,
                      [x(rows, cols), x(cols)]),
+        # A language model's loss over GPT-2's vocabulary (rows of 50,257: odd, so no row
+        # starts aligned), forward and backward as AOTAutograd leaves them.
+        "log_softmax_vocab": (lambda a: torch.log_softmax(a, -1), [x(2048, vocab)]),
+        "cross_entropy_bw": (
+            lambda g, ls, t, w: torch.ops.aten._log_softmax_backward_data(
+                torch.ops.aten.nll_loss_backward(g, ls, t, None, 1, -100, w), ls, 1,
+                torch.float32),
+            [torch.ones((), device=dev), torch.log_softmax(x(2048, vocab), -1),
+             torch.randint(0, vocab, (2048,), device=dev), torch.tensor(2048.0, device=dev)]),
     }
 
 

@@ -265,18 +265,21 @@ def kernel_time_ms(fn: Any, repeat: int = 5) -> dict:
         torch.cuda.synchronize()
     out = {"generated": 0.0, "other": 0.0}
     by_kernel: dict = {}
+    by_other: dict = {}
     for e in prof.events():
         if e.device_type != torch.autograd.DeviceType.CUDA:
             continue
         ms = (e.device_time if hasattr(e, "device_time") else e.cuda_time) / 1000.0 / repeat
         generated = e.name.startswith(("kiln_k", "triton_"))
         out["generated" if generated else "other"] += ms
-        if generated:
-            by_kernel[e.name] = by_kernel.get(e.name, 0.0) + ms
+        into = by_kernel if generated else by_other
+        into[e.name] = into.get(e.name, 0.0) + ms
     result: dict = {k: round(v, 4) for k, v in out.items()}
-    # The slowest generated kernels, for finding what holds a graph back.
-    result["slowest"] = [[name, round(ms, 4)] for name, ms in
-                         sorted(by_kernel.items(), key=lambda kv: -kv[1])[:10]]
+    # The slowest generated kernels, and the slowest others (library kernels, copies), for
+    # finding what holds a graph back.
+    for key, kernels in (("slowest", by_kernel), ("slowest_other", by_other)):
+        result[key] = [[name[:120], round(ms, 4)] for name, ms in
+                       sorted(kernels.items(), key=lambda kv: -kv[1])[:10]]
     return result
 
 

@@ -138,9 +138,9 @@ class Profiler:
     def table(self) -> str:
         if self.kind == "torch":
             self.prof.__exit__(None, None, None)
-            return self.prof.key_averages().table(sort_by="self_device_time_total",
-                                                  row_limit=PROFILE_ROWS,
-                                                  max_name_column_width=70)
+            averages = self.prof.key_averages()
+            return averages.table(sort_by="self_device_time_total", row_limit=PROFILE_ROWS,
+                                  max_name_column_width=70) + kernels_by_author(averages)
         import io
         import pstats
 
@@ -152,6 +152,30 @@ class Profiler:
         rows = 2 * PROFILE_ROWS if self.kind == "first" else PROFILE_ROWS
         pstats.Stats(self.prof, stream=text).sort_stats(order).print_stats(rows)
         return text.getvalue()
+
+
+def kernels_by_author(averages: Any, top: int = 40) -> str:
+    """The GPU time of the profiled steps by who wrote the kernels: generated (Kiln's kiln_k*,
+    Inductor's triton_*), copies and fills, and libraries (cuBLAS, attention, PyTorch's own),
+    then the slowest generated kernels by name."""
+    totals = {"generated": 0.0, "copies": 0.0, "libraries": 0.0}
+    generated = []
+    for e in averages:
+        us = getattr(e, "self_device_time_total", 0.0)
+        if us <= 0 or e.key.startswith(("aten::", "Optimizer.", "Compiled", "kiln.")):
+            continue
+        if e.key.startswith(("kiln_k", "triton_")):
+            totals["generated"] += us
+            generated.append((us, e.count, e.key))
+        elif e.key.startswith(("Memcpy", "Memset")):
+            totals["copies"] += us
+        else:
+            totals["libraries"] += us
+    lines = ["", "GPU time by author (ms, all profiled steps): " +
+             ", ".join(f"{k} {v / 1000:.3f}" for k, v in totals.items())]
+    for us, count, key in sorted(generated, reverse=True)[:top]:
+        lines.append(f"  {us / 1000:8.3f} ms {count:5d}x {key[:90]}")
+    return "\n".join(lines) + "\n"
 
 
 class EventLog(logging.Handler):

@@ -83,3 +83,25 @@ def test_the_loss_difference_is_relative_to_eagers_first_loss() -> None:
     assert st.loss_difference({"losses": [4.0, 3.2, 2.0]}, eager) == pytest.approx(0.05)
     assert st.loss_difference({"losses": []}, eager) is None
     assert st.loss_difference({"losses": [1.0]}, None) is None
+
+
+class Averaged:
+    """One row of the profiler's key averages: a name, its GPU time (us) and its calls."""
+
+    def __init__(self, key: str, us: float, count: int = 1) -> None:
+        self.key, self.self_device_time_total, self.count = key, us, count
+
+
+def test_gpu_time_is_split_by_who_wrote_the_kernels() -> None:
+    text = st.kernels_by_author([
+        Averaged("kiln_k3", 2000.0, 6), Averaged("triton_poi_fused_add_0", 500.0, 3),
+        Averaged("Memcpy DtoD (Device -> Device)", 250.0, 60),
+        Averaged("sm80_xmma_gemm_f32f32", 9000.0, 36),
+        Averaged("aten::mm", 9000.0, 36), Averaged("CompiledFunction", 2000.0, 3),
+        Averaged("cpu_only_op", 0.0)])
+    lines = text.strip().splitlines()
+    assert lines[0] == ("GPU time by author (ms, all profiled steps): generated 2.500, "
+                        "copies 0.250, libraries 9.000")
+    assert lines[1].split() == ["2.000", "ms", "6x", "kiln_k3"]
+    assert lines[2].split() == ["0.500", "ms", "3x", "triton_poi_fused_add_0"]
+    assert len(lines) == 3
