@@ -88,12 +88,10 @@ bool Mergeable(Kernel& k, int32_t u, int32_t v) {
 }
 
 // The kernel with variable `drop` removed and every index rewritten through `map`
-// (old variable -> expression over the new variables), extents as `set` leaves them.
-void Rewrite(Kernel& k, int32_t drop, const std::function<void(Kernel&)>& set,
-             const std::function<IndexExpr(int32_t)>& map) {
+// (old variable -> expression over the new variables).
+void Rewrite(Kernel& k, int32_t drop, const std::function<IndexExpr(int32_t)>& map) {
   const size_t np = k.parallel.size();
   const size_t d = static_cast<size_t>(drop);
-  set(k);
   if (d < np) {
     k.parallel.erase(k.parallel.begin() + static_cast<std::ptrdiff_t>(d));
   } else {
@@ -109,19 +107,14 @@ void Rewrite(Kernel& k, int32_t drop, const std::function<void(Kernel&)>& set,
 bool MergePair(Kernel& k, int32_t u) {
   const int32_t v = u + 1;
   if (!Mergeable(k, u, v)) return false;
-  const IndexExpr merged = *k.Extent(u) * *k.Extent(v);
-  const size_t np = k.parallel.size();
-  Rewrite(
-      k, v,
-      [&](Kernel& kk) {
-        const size_t d = static_cast<size_t>(u);
-        (d < np ? kk.parallel[d] : kk.reduction[d - np]) = merged;
-      },
-      [&](int32_t w) {
-        if (w == u) return IndexExpr::Const(0);
-        if (w == v) return IndexExpr::Var(u);
-        return IndexExpr::Var(w > v ? w - 1 : w);
-      });
+  const size_t np = k.parallel.size(), d = static_cast<size_t>(u);
+  IndexExpr& extent = d < np ? k.parallel[d] : k.reduction[d - np];
+  extent = extent * *k.Extent(v);
+  Rewrite(k, v, [&](int32_t w) {
+    if (w == u) return IndexExpr::Const(0);
+    if (w == v) return IndexExpr::Var(u);
+    return IndexExpr::Var(w > v ? w - 1 : w);
+  });
   return true;
 }
 
@@ -129,9 +122,9 @@ bool MergePair(Kernel& k, int32_t u) {
 bool DropUnit(Kernel& k, int32_t u) {
   const IndexExpr& e = *k.Extent(u);
   if (!e.is_const() || e.const_value() != 1) return false;
-  Rewrite(
-      k, u, [](Kernel&) {},
-      [&](int32_t w) { return w == u ? IndexExpr::Const(0) : IndexExpr::Var(w > u ? w - 1 : w); });
+  Rewrite(k, u, [&](int32_t w) {
+    return w == u ? IndexExpr::Const(0) : IndexExpr::Var(w > u ? w - 1 : w);
+  });
   return true;
 }
 
@@ -166,6 +159,7 @@ std::optional<Kernel> CoalesceTo(const Kernel& kernel, const std::vector<IndexEx
   const int32_t np = static_cast<int32_t>(kernel.parallel.size());
   for (const IndexExpr& want : parallel) {
     const int32_t begin = d;
+    if (d == np) return std::nullopt;  // the target has dimensions left over
     IndexExpr product = kernel.parallel[static_cast<size_t>(d++)];
     while (product != want && d < np) product = product * kernel.parallel[static_cast<size_t>(d++)];
     if (product != want) return std::nullopt;

@@ -5,10 +5,10 @@
 // to nearest even and keep NaN a quiet NaN, on NVPTX with the hardware's conversion), and
 // every unary and binary opcode (maximum and minimum propagate NaN, floor division and
 // remainder take Python's signs, integer division by zero never traps, float functions of
-// integers compute in double). Functions LLVM has no
-// intrinsic for become calls to their libm names ("expm1", "expm1f"), which the target
-// resolves; floating-point contraction is never asked for. Also the Philox bits of random
-// ops: the same streams as the reference interpreter.
+// integers compute in double). Functions LLVM has no intrinsic for become calls to their libm
+// names ("expm1", "expm1f"), which the target resolves; floating-point contraction is never
+// asked for. Also the Philox bits of random ops: the same streams as the reference
+// interpreter.
 //
 // Everything is emitted at the builder's insertion point. Target-neutral but for that conversion;
 // one ScalarOps per module and builder, used from one thread.

@@ -180,6 +180,8 @@ TEST(CoalesceDimsTest, AViewIsSeenOverTheSpaceItViews) {
   EXPECT_FALSE(fuse::CoalesceTo(before, {C(2), C(12)}).has_value());
   EXPECT_FALSE(fuse::CoalesceTo(before, {C(5), C(4)}).has_value());
   EXPECT_FALSE(fuse::CoalesceTo(before, {C(2), C(3), C(2), C(2)}).has_value());
+  // Every dimension taken before the target's last one.
+  EXPECT_FALSE(fuse::CoalesceTo(before, {C(24), C(1)}).has_value());
 }
 
 TEST(CoalesceDimsTest, SymbolicExtentsMergeIntoTheirProduct) {
