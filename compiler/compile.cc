@@ -66,10 +66,15 @@ absl::StatusOr<v1::CompiledGraph> Compile(const graph::Graph& graph,
       },
       /*reads_graph=*/true);
   if (!prims.ok()) return prims.status();
+  auto show = [&](absl::string_view phase, const loop::Program& program) {
+    if (context.on_program) context.on_program(phase, program);
+  };
   auto lowered = RunPhase(context, "lower", [&] { return lower::Lower(*prims); });
   if (!lowered.ok()) return lowered.status();
+  show("lower", *lowered);
   auto fused = RunPhase(context, "fuse", [&] { return fuse::Fuse(*std::move(lowered)); });
   if (!fused.ok()) return fused.status();
+  show("fuse", *fused);
   fused = RunPhase(context, "split", [&]() -> absl::StatusOr<loop::Program> {
     return fuse::SplitReductions(*std::move(fused),
                                  [&](const loop::Program& p, const loop::Kernel& k) {
@@ -77,10 +82,12 @@ absl::StatusOr<v1::CompiledGraph> Compile(const graph::Graph& graph,
                                  });
   });
   if (!fused.ok()) return fused.status();
+  show("split", *fused);
   fused = RunPhase(context, "coalesce", [&]() -> absl::StatusOr<loop::Program> {
     return fuse::CoalesceDims(*std::move(fused));
   });
   if (!fused.ok()) return fused.status();
+  show("coalesce", *fused);
   plan::PlanOptions plan_options;
   plan_options.target = options.target();
   plan_options.graph_nodes = static_cast<int32_t>(graph.num_nodes());

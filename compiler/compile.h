@@ -17,6 +17,7 @@
 #include "absl/time/time.h"
 #include "compiler/codegen/registry.h"
 #include "compiler/graph/graph.h"
+#include "compiler/loop/ir.h"
 #include "kiln/v1/artifact.pb.h"
 #include "kiln/v1/compile.pb.h"
 
@@ -29,6 +30,9 @@ struct CompileContext {
   std::function<void(absl::string_view phase, absl::Time start, absl::Time end)> on_phase;
   // Where the target's backend comes from; nullptr: codegen::BuiltinBackends().
   const codegen::BackendRegistry* backends = nullptr;
+  // Shown the loop program after each phase that makes one (lower, fuse, split, coalesce):
+  // for tools that print what the compiler decided (kilnc --dump-loop).
+  std::function<void(absl::string_view phase, const loop::Program& program)> on_program;
 };
 
 // Compiles `graph` for `options.target()` (a name of codegen/target.h) with that target's

@@ -1,5 +1,6 @@
 #include "compiler/fuse/coalesce_dims.h"
 
+#include <algorithm>
 #include <cstddef>
 #include <cstdint>
 #include <functional>
@@ -178,6 +179,70 @@ std::optional<Kernel> CoalesceTo(const Kernel& kernel, const std::vector<IndexEx
 loop::Program CoalesceDims(loop::Program program) {
   for (Kernel& k : program.kernels) k = CoalesceDims(std::move(k));
   return program;
+}
+
+loop::Kernel PadTo(const loop::Kernel& kernel, int64_t extent) {
+  loop::Kernel out = kernel;
+  out.parallel = {IndexExpr::Const(extent)};
+  out.insts.clear();
+  out.segments.clear();
+  const int64_t own = kernel.parallel[0].const_value();
+  out.segment_points = kernel.segment_points;
+  out.segment_points.resize(std::max<size_t>(1, kernel.segments.size()), own);
+  std::vector<int32_t> map(kernel.insts.size(), -1);
+  size_t segment = 0;
+  size_t stage = 0;
+  std::vector<loop::Stage> stages = kernel.stages;
+  for (int32_t i = 0; i < static_cast<int32_t>(kernel.insts.size()); ++i) {
+    while (stage < stages.size() && kernel.stages[stage].begin == i) {
+      stages[stage++].begin = static_cast<int32_t>(out.insts.size());
+    }
+    if (segment < kernel.segments.size() && kernel.segments[segment] == i) {
+      out.segments.push_back(static_cast<int32_t>(out.insts.size()));
+      ++segment;
+    }
+    loop::Inst in = kernel.insts[static_cast<size_t>(i)];
+    loop::RemapOperands(&in, map);
+    if (in.op == loop::Opcode::kLoad || in.op == loop::Opcode::kStore) {
+      auto push = [&](loop::Inst x) {
+        out.insts.push_back(std::move(x));
+        return static_cast<int32_t>(out.insts.size() - 1);
+      };
+      loop::Inst point, bound, below;
+      point.op = loop::Opcode::kIndex;
+      point.type = loop::ScalarType::kI64;
+      point.index = IndexExpr::Var(0);
+      bound.op = loop::Opcode::kConst;
+      bound.type = loop::ScalarType::kI64;
+      bound.iimm = kernel.parallel[0].const_value();
+      below.op = loop::Opcode::kLt;
+      below.type = loop::ScalarType::kBool;
+      below.a = push(point);
+      below.b = push(bound);
+      int32_t mask = push(below);
+      if (in.mask >= 0) {
+        loop::Inst both;
+        both.op = loop::Opcode::kAnd;
+        both.type = loop::ScalarType::kBool;
+        both.a = in.mask;
+        both.b = mask;
+        mask = push(both);
+      }
+      in.mask = mask;
+    }
+    out.insts.push_back(std::move(in));
+    map[static_cast<size_t>(i)] = static_cast<int32_t>(out.insts.size() - 1);
+  }
+  if (out.segments.empty()) out.segments.push_back(0);  // one segment, of `own` points
+  for (; stage < stages.size(); ++stage) {
+    stages[stage].begin = static_cast<int32_t>(out.insts.size());
+  }
+  for (size_t s = 0; s < stages.size(); ++s) {
+    stages[s].end =
+        s + 1 < stages.size() ? stages[s + 1].begin : static_cast<int32_t>(out.insts.size());
+  }
+  out.stages = std::move(stages);
+  return out;
 }
 
 }  // namespace kiln::fuse

@@ -40,4 +40,11 @@ loop::Program CoalesceDims(loop::Program program);
 std::optional<loop::Kernel> CoalesceTo(const loop::Kernel& kernel,
                                        const std::vector<loop::IndexExpr>& parallel);
 
+// A pointwise `kernel` over one constant dimension [n] seen over [extent] (extent > n): every
+// load and store also masked by p0 < n, so the points past n touch no memory and store
+// nothing. Segment starts (loop::Kernel::segments) move with their instructions, and each
+// mask is computed in the segment that uses it; each segment's points (segment_points) stay
+// what they were (n where the kernel had none), a kernel of no segments becoming one segment.
+loop::Kernel PadTo(const loop::Kernel& kernel, int64_t extent);
+
 }  // namespace kiln::fuse

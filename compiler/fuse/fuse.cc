@@ -10,6 +10,7 @@
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "compiler/fuse/coalesce_dims.h"
+#include "compiler/fuse/share_loops.h"
 
 namespace kiln::fuse {
 namespace {
@@ -67,6 +68,21 @@ bool SmallConstantSpace(const std::vector<IndexExpr>& extents) {
     if (points > kMaxIndependentJoinPoints) return false;
   }
   return true;
+}
+
+// Independent pointwise kernels over one constant dimension each, of different extents, join
+// when the larger has at most this many points: the smaller one is seen over the larger
+// space with its memory accesses masked (PadTo), and each keeps threads of its own (segments).
+// An optimizer step's updates of parameters of many shapes become one launch; the masks can
+// keep a kernel from moving vectors, so large ones stay apart.
+constexpr int64_t kMaxPaddedJoinPoints = int64_t{1} << 16;
+// A padded join stops growing a kernel at this many instructions: code generation's time grows
+// faster than a function's length, and one kernel compiles on one thread.
+constexpr size_t kMaxPaddedJoinInsts = 600;
+
+bool PaddedJoinable(const std::vector<IndexExpr>& a, const std::vector<IndexExpr>& b) {
+  return a.size() == 1 && b.size() == 1 && a[0].is_const() && b[0].is_const() && a[0] != b[0] &&
+         std::max(a[0].const_value(), b[0].const_value()) <= kMaxPaddedJoinPoints;
 }
 
 bool SameExtents(const std::vector<IndexExpr>& a, const std::vector<IndexExpr>& b) {
@@ -137,7 +153,15 @@ class Fuser {
     if (o_.vertical) Inline();
     if (o_.merge) {
       Merge();
-      for (Kernel& k : p_.kernels) RecomputeAcrossLoops(k);
+      // Then what is left of small independent kernels over different spaces.
+      padded_ = true;
+      Merge();
+      padded_ = false;
+      for (Kernel& k : p_.kernels) {
+        RecomputeAcrossLoops(k);
+        JoinIndependentLoops(k);
+        ShareValues(k);
+      }
     }
     RemoveDeadStores();
     Compact();
@@ -146,6 +170,17 @@ class Fuser {
 
  private:
   Kernel& K(int32_t k) { return p_.kernels[static_cast<size_t>(k)]; }
+
+  // A pointwise kernel of one stage with its dimensions coalesced into one (CoalesceDims), or
+  // nullopt when it is not of that form or they do not all merge.
+  static std::optional<Kernel> OneDimensional(const Kernel& k) {
+    if (!k.fusible || !k.reduction.empty() || HasLoops(k) || k.stages.size() != 1) {
+      return std::nullopt;
+    }
+    Kernel one = CoalesceDims(k);
+    if (one.parallel.size() != 1) return std::nullopt;
+    return one;
+  }
 
   // --- Vertical inlining of pointwise producers.
   void Inline() {
@@ -322,7 +357,15 @@ class Fuser {
     return s;
   }
 
-  enum class Join { kNone, kParallelStage, kFullStage, kStages, kHorizontal, kIntoFirstLoop };
+  enum class Join {
+    kNone,
+    kParallelStage,
+    kFullStage,
+    kStages,
+    kHorizontal,
+    kPadded,  // kHorizontal over different extents (PaddedJoinable)
+    kIntoFirstLoop
+  };
 
   Join Compatible(const Kernel& a, const Kernel& c) const {
     if (!a.fusible || !c.fusible) return Join::kNone;
@@ -336,6 +379,7 @@ class Fuser {
       }
       if (!a_red && a.reduction.empty() && SameExtents(a.parallel, c.parallel))
         return Join::kHorizontal;
+
       return Join::kNone;
     }
     if (a_red && c_red && SameExtents(a.parallel, c.parallel) &&
@@ -401,7 +445,16 @@ class Fuser {
             seen = CoalesceTo(whole, a.parallel);
           }
           const Kernel& c = seen ? *seen : whole;
-          const Join join = Compatible(a, c);
+          Join join = Compatible(a, c);
+          std::optional<Kernel> a1, c1;  // one-dimensional forms, for a padded join
+          if (join == Join::kNone && padded_) {
+            a1 = OneDimensional(a);
+            c1 = OneDimensional(whole);
+            if (a1 && c1 && PaddedJoinable(a1->parallel, c1->parallel) &&
+                a1->insts.size() + c1->insts.size() <= kMaxPaddedJoinInsts) {
+              join = Join::kPadded;
+            }
+          }
           if (join == Join::kNone) continue;
           // Everything c reads exists at i, or comes from a at the same point.
           const std::set<int32_t> awrites = WriteSet(a);
@@ -443,6 +496,26 @@ class Fuser {
             changed = true;
             break;
           }
+          if (join == Join::kPadded) {
+            // Only kernels that share no buffer join padded: neither reads what the other
+            // writes, at any point.
+            const std::set<int32_t> areads = ReadSet(a), cwrites = WriteSet(c);
+            bool apart = true;
+            for (int32_t b : creads) apart &= awrites.count(b) == 0;
+            for (int32_t b : cwrites) apart &= areads.count(b) == 0 && awrites.count(b) == 0;
+            if (!apart) continue;
+            const int64_t an = a1->parallel[0].const_value();
+            const int64_t cn = c1->parallel[0].const_value();
+            const Kernel padded = cn < an ? PadTo(*c1, an) : *c1;
+            K(s.kernel) = an < cn ? PadTo(*a1, cn) : *std::move(a1);
+            Kernel& joined = K(s.kernel);
+            const int32_t start = static_cast<int32_t>(joined.insts.size());
+            Append(joined, padded, Join::kHorizontal, {});
+            AddSegments(joined, padded, start);
+            p_.steps.erase(p_.steps.begin() + static_cast<std::ptrdiff_t>(j));
+            changed = true;
+            break;
+          }
           const bool small = join == Join::kHorizontal && SmallConstantSpace(c.parallel);
           if (join == Join::kHorizontal && !small) {
             // Siblings join when they share data (or one of them reads nothing), or when the
@@ -457,6 +530,7 @@ class Fuser {
           Append(joined, c, join, stores);
           if (join != Join::kHorizontal || joined.stages.size() != 1) {
             joined.segments.clear();
+            joined.segment_points.clear();
           } else if (small) {
             // Over a small space each joined kernel keeps threads of its own where it can.
             PlaceInSegment(joined, start);
@@ -502,6 +576,9 @@ class Fuser {
   static void PlaceInSegment(Kernel& k, int32_t start) {
     const int32_t n = static_cast<int32_t>(k.insts.size());
     if (k.segments.empty()) k.segments.push_back(0);
+    // The new instructions cover the kernel's points, as does a segment they join.
+    const int64_t all = k.parallel.empty() ? 1 : k.parallel[0].const_value();
+    const bool narrowed = !k.segment_points.empty();
     const size_t count = k.segments.size();
     auto end_of = [&](size_t g) { return g + 1 < count ? k.segments[g + 1] : start; };
     std::vector<int32_t> segment_of(static_cast<size_t>(start), 0);
@@ -519,6 +596,7 @@ class Fuser {
     const auto first_used = std::find(used.begin(), used.end(), true);
     if (first_used == used.end()) {
       k.segments.push_back(start);
+      if (narrowed) k.segment_points.push_back(all);
       return;
     }
     const size_t lo = static_cast<size_t>(first_used - used.begin());
@@ -543,16 +621,27 @@ class Fuser {
     };
     if (meets(moved_stores, passed_touches) || meets(passed_stores, moved_touches)) {
       k.segments.resize(lo + 1);
-      if (k.segments.size() < 2) k.segments.clear();
+      if (narrowed) {
+        k.segment_points.resize(lo + 1);
+        k.segment_points[lo] = all;
+      }
+      if (k.segments.size() < 2) {
+        k.segments.clear();
+        k.segment_points.clear();
+      }
       return;
     }
     // New order: the unused segments, then the used ones, then [start, n).
     std::vector<int32_t> order;
     std::vector<int32_t> segments;
+    std::vector<int64_t> points;
     for (int pass = 0; pass < 2; ++pass) {
       for (size_t g = 0; g < count; ++g) {
         if (used[g] != (pass == 1)) continue;
-        if (pass == 0 || g == lo) segments.push_back(static_cast<int32_t>(order.size()));
+        if (pass == 0 || g == lo) {
+          segments.push_back(static_cast<int32_t>(order.size()));
+          if (narrowed) points.push_back(pass == 0 ? k.segment_points[g] : all);
+        }
         for (int32_t i = k.segments[g]; i < end_of(g); ++i) order.push_back(i);
       }
     }
@@ -570,6 +659,25 @@ class Fuser {
     }
     k.insts = std::move(insts);
     k.segments = segments.size() < 2 ? std::vector<int32_t>{} : std::move(segments);
+    k.segment_points = k.segments.empty() ? std::vector<int64_t>{} : std::move(points);
+  }
+
+  // Joins independent `c`, appended to `k` at instruction `start` over the same one dimension
+  // (a padded join), as segments of their own: c's own segments, or c as one, each with its
+  // points (loop::Kernel::segment_points).
+  static void AddSegments(Kernel& k, const Kernel& c, int32_t start) {
+    const int64_t all = k.parallel[0].const_value();
+    if (k.segments.empty()) k.segments.push_back(0);
+    std::vector<int64_t> points = k.segment_points;
+    points.resize(k.segments.size(), all);
+    const std::vector<int32_t> own = c.segments.empty() ? std::vector<int32_t>{0} : c.segments;
+    for (size_t g = 0; g < own.size(); ++g) {
+      k.segments.push_back(start + own[g]);
+      points.push_back(g < c.segment_points.size() ? c.segment_points[g] : all);
+    }
+    const bool narrowed =
+        std::any_of(points.begin(), points.end(), [&](int64_t p) { return p != all; });
+    k.segment_points = narrowed ? std::move(points) : std::vector<int64_t>{};
   }
 
   // Appends c to a; loads of what a stored at the same index read the stored value instead
@@ -821,15 +929,21 @@ class Fuser {
     }
     // A segment starts where its first kept instruction went; one with none kept is gone.
     std::vector<int32_t> segments;
+    std::vector<int64_t> points;
     for (size_t g = 0; g < k.segments.size(); ++g) {
       for (int32_t i = k.segments[g]; i < k.SegmentEnd(g); ++i) {
         if (map[static_cast<size_t>(i)] < 0) continue;
         segments.push_back(map[static_cast<size_t>(i)]);
+        if (!k.segment_points.empty()) points.push_back(k.segment_points[g]);
         break;
       }
     }
-    if (segments.size() < 2) segments.clear();
+    if (segments.size() < 2) {
+      segments.clear();
+      points.clear();
+    }
     k.segments = std::move(segments);
+    k.segment_points = std::move(points);
     k.insts = std::move(out);
     k.stages = std::move(stages);
   }
@@ -887,6 +1001,7 @@ class Fuser {
   }
 
   Program p_;
+  bool padded_ = false;  // Merge also joins kernels padded (Join::kPadded)
   FuseOptions o_;
 };
 

@@ -309,6 +309,8 @@ std::string ToString(const Program& p, const Kernel& k) {
   absl::StrAppend(&out, "] nodes=[", absl::StrJoin(k.nodes, ","), "]");
   if (!k.segments.empty())
     absl::StrAppend(&out, " segments=[", absl::StrJoin(k.segments, ","), "]");
+  if (!k.segment_points.empty())
+    absl::StrAppend(&out, " segment_points=[", absl::StrJoin(k.segment_points, ","), "]");
   out += "\n";
   for (size_t s = 0; s < k.stages.size(); ++s) {
     const Stage& st = k.stages[s];

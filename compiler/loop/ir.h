@@ -157,6 +157,11 @@ struct Kernel {
   // its own threads (no instruction of one uses a value of another). Empty when the kernel
   // was not so joined.
   std::vector<int32_t> segments;
+  // Where a segment covers only the first points of a one-dimensional kernel (fusion joined
+  // kernels of different extents, fuse::PadTo): each segment's point count, one per segment;
+  // empty when each covers all. Such a segment's loads and stores are masked to its points, so
+  // a target may run it over all of them or over its own only.
+  std::vector<int64_t> segment_points;
   // Where segment g ends: the next one's start, or the end of the instructions.
   int32_t SegmentEnd(size_t g) const {
     return g + 1 < segments.size() ? segments[g + 1] : static_cast<int32_t>(insts.size());

@@ -41,7 +41,9 @@ class KernelEmitter final : public ParallelSpace {
   const loop::Program& program() const override { return p_; }
   const loop::Kernel& kernel() const override { return k_; }
   llvm::Value* launch_param(size_t i) override { return launch_[i]; }
-  llvm::Value* Extent(size_t d) override { return Index(k_.parallel[d]); }
+  llvm::Value* Extent(size_t d) override {
+    return d == 0 && active_points_ >= 0 ? b_.getInt64(active_points_) : Index(k_.parallel[d]);
+  }
   void Bind(size_t d, llvm::Value* index) override { vars_[d] = index; }
   absl::Status Loop(llvm::Value* lo, llvm::Value* hi, llvm::Value* step,
                     const std::function<absl::Status(llvm::Value* iv)>& body,
@@ -82,9 +84,10 @@ class KernelEmitter final : public ParallelSpace {
                                                    llvm::Value* x_i) override;
   llvm::Value* Identity(ReduceKind kind, ScalarType t) override;
 
-  void RestrictTo(int32_t begin, int32_t end) override {
+  void RestrictTo(int32_t begin, int32_t end, int64_t points) override {
     active_begin_ = begin;
     active_end_ = end;
+    active_points_ = k_.parallel.size() == 1 ? points : -1;
   }
 
   absl::Status EmitPoint() override {
@@ -239,6 +242,7 @@ class KernelEmitter final : public ParallelSpace {
   // The instructions EmitPoint and EmitRun emit (RestrictTo).
   int32_t active_begin_ = 0;
   int32_t active_end_ = std::numeric_limits<int32_t>::max();
+  int64_t active_points_ = -1;  // the first parallel extent's narrowing, or -1
 };
 
 absl::Status KernelEmitter::Body(int32_t begin, int32_t end, bool loops) {
@@ -672,6 +676,9 @@ std::vector<bool> KernelEmitter::VariesAlong(int32_t var) const {
 llvm::Value* KernelEmitter::RunsAligned(const PointRuns& runs) {
   llvm::Value* low_bits = b_.getInt64(0);
   for (const VectorAccess& access : runs.vectors) {
+    // Only the accesses emitted (RestrictTo): a segment checks its own buffers, so that its
+    // code keeps no other segment's addresses live.
+    if (access.inst < active_begin_ || access.inst >= active_end_) continue;
     llvm::Value* address =
         b_.CreatePtrToInt(buffers_[static_cast<size_t>(access.buffer)], ops_.I64());
     low_bits = b_.CreateOr(low_bits, b_.CreateAnd(address, b_.getInt64(access.align - 1)));

@@ -52,12 +52,15 @@ class ParallelSpace {
   virtual absl::Status EmitPoint() = 0;
   // Makes EmitPoint and EmitRun emit only the instructions [begin, end): one segment of a
   // kernel joined from independent ones (loop::Kernel::segments), which the ABI gives threads
-  // of its own. Everything again after RestrictTo(0, kernel().insts.size()).
-  virtual void RestrictTo(int32_t begin, int32_t end) = 0;
+  // of its own. `points` (when not negative) narrows a one-dimensional kernel to its first
+  // `points` points, which Extent(0) then answers: the segment's own (segment_points).
+  // Everything again after RestrictTo(0, kernel().insts.size()).
+  virtual void RestrictTo(int32_t begin, int32_t end, int64_t points = -1) = 0;
 
   // An i1, computed at the insertion point from the buffers' addresses and the symbols alone
-  // (so the same for every point): true when every vector access of `runs` is aligned as it
-  // says at the first point of every run (a multiple of runs.lanes along runs.dim).
+  // (so the same for every point): true when every vector access of `runs` among the emitted
+  // instructions (RestrictTo) is aligned as it says at the first point of every run (a
+  // multiple of runs.lanes along runs.dim).
   virtual llvm::Value* RunsAligned(const PointRuns& runs) = 0;
   // Emits the stages of a kernel that does not loop over a reduction for the run of
   // runs.lanes points p<runs.dim> = first, first + 1, ..., the other parallel variables bound.

@@ -331,24 +331,30 @@ absl::Status EmitSegments(ParallelSpace& space, llvm::Value* block, llvm::Value*
   llvm::IRBuilder<>& b = space.builder();
   llvm::LLVMContext& ctx = b.getContext();
   llvm::Function* f = b.GetInsertBlock()->getParent();
-  const int64_t per_segment = SegmentBlocks(space.program(), k);
-  llvm::Value* blocks = b.getInt64(per_segment);
-  llvm::Value* segment = b.CreateUDiv(block, blocks);
-  llvm::Value* first = b.CreateAdd(
-      b.CreateMul(b.CreateURem(block, blocks), b.getInt64(kBlockThreads), "", true, true), thread,
-      "", true, true);
-  llvm::Value* stride = b.getInt64(per_segment * kBlockThreads);
+  const std::vector<int64_t> blocks = SegmentBlocks(space.program(), k);
+  const bool narrowed = k.segment_points.size() == k.segments.size();
   llvm::BasicBlock* done = llvm::BasicBlock::Create(ctx, "segments.done", f);
-  llvm::SwitchInst* dispatch =
-      b.CreateSwitch(segment, done, static_cast<unsigned>(k.segments.size()));
+  // Segment s has blocks [start, start + blocks[s]) of the grid: a chain of compares finds it.
+  int64_t start = 0;
   for (size_t s = 0; s < k.segments.size(); ++s) {
     llvm::BasicBlock* body = llvm::BasicBlock::Create(ctx, "segment", f);
-    dispatch->addCase(b.getInt64(s), body);
+    llvm::BasicBlock* next = llvm::BasicBlock::Create(ctx, "segment.next", f);
+    const int64_t end = start + blocks[s];
+    b.CreateCondBr(b.CreateICmpULT(block, b.getInt64(end)), body, next);
     b.SetInsertPoint(body);
-    space.RestrictTo(k.segments[s], k.SegmentEnd(s));
-    if (absl::Status status = EmitThreadWalk(space, first, stride); !status.ok()) return status;
+    llvm::Value* first = b.CreateAdd(b.CreateMul(b.CreateSub(block, b.getInt64(start)),
+                                                 b.getInt64(kBlockThreads), "", true, true),
+                                     thread, "", true, true);
+    space.RestrictTo(k.segments[s], k.SegmentEnd(s), narrowed ? k.segment_points[s] : -1);
+    if (absl::Status status = EmitThreadWalk(space, first, b.getInt64(blocks[s] * kBlockThreads));
+        !status.ok()) {
+      return status;
+    }
     b.CreateBr(done);
+    b.SetInsertPoint(next);
+    start = end;
   }
+  b.CreateBr(done);
   space.RestrictTo(0, static_cast<int32_t>(k.insts.size()));
   b.SetInsertPoint(done);
   return absl::OkStatus();

@@ -34,8 +34,9 @@ namespace kiln::codegen::nvptx {
 absl::Status EmitThreadWalk(ParallelSpace& space, llvm::Value* first, llvm::Value* stride);
 
 // The walk of a kernel whose segments have blocks of their own (launch.h SegmentsOf): block
-// `block` (ctaid.x) runs segment block / SegmentBlocks, whose thread walk starts at the point
-// of its block within the segment's blocks and `thread` (tid.x).
+// `block` (ctaid.x) runs the segment whose blocks (SegmentBlocks, in segment order) hold it,
+// whose thread walk starts at the point of its block within the segment's blocks and `thread`
+// (tid.x), over the segment's own points where it has them (loop::Kernel::segment_points).
 absl::Status EmitSegments(ParallelSpace& space, llvm::Value* block, llvm::Value* thread);
 
 class GpuKernelAbi final : public KernelAbi {

@@ -77,7 +77,16 @@ IndexExpr ReductionElements(const loop::Kernel& kernel) {
 ReductionSplit SplitOf(const loop::Kernel& kernel) {
   if (kernel.reduction.empty() || !kernel.fusible || !loop::HasLoopStage(kernel)) return {};
   const IndexExpr total = ReductionElements(kernel);
-  if (total.is_const() && total.const_value() < kMinBlockReduction) return {};
+  const IndexExpr points = PointsOf(kernel, 1);
+  const bool few = points.is_const() && points.const_value() * 32 < kFewRowsThreads;
+  if (total.is_const() && total.const_value() < kMinBlockReduction) {
+    // A thread each leaves SMs idle below kFewRowsThreads points.
+    if (!points.is_const() || points.const_value() >= kFewRowsThreads ||
+        total.const_value() < kMinFewRowsReduction) {
+      return {};
+    }
+    return {.threads = kBlockThreads, .points = kBlockThreads / 32};
+  }
   const int32_t np = static_cast<int32_t>(kernel.parallel.size());
   const int32_t innermost_reduction = kernel.num_vars() - 1;
   if (np > 0 && LoopLoadsWalk(kernel, np - 1) && !LoopLoadsWalk(kernel, innermost_reduction)) {
@@ -94,9 +103,15 @@ ReductionSplit SplitOf(const loop::Kernel& kernel) {
   }
   if (!total.is_const()) return {.threads = kBlockThreads};
   const int64_t n = total.const_value();
-  if (n <= kMaxWarpReduction) return {.threads = kBlockThreads, .points = kBlockThreads / 32};
+  int64_t per_thread = 1;
+  if (n <= kMaxWarpReduction) {
+    if (!few || n < kMinRowThreads * kRowElementsPerThread) {
+      return {.threads = kBlockThreads, .points = kBlockThreads / 32};
+    }
+    per_thread = kRowElementsPerThread;
+  }
   int64_t threads = kMinRowThreads;
-  while (threads < n && threads < kBlockThreads) threads *= 2;
+  while (threads * per_thread < n && threads < kBlockThreads) threads *= 2;
   return {.threads = threads};
 }
 
@@ -124,9 +139,21 @@ int64_t SegmentsOf(const loop::Kernel& kernel) {
   return static_cast<int64_t>(kernel.segments.size());
 }
 
-int64_t SegmentBlocks(const loop::Program& program, const loop::Kernel& kernel) {
-  const IndexExpr points = PointsOf(kernel, VectorLanes(program, kernel));
-  return points.is_const() ? BlocksPerSegment(points.const_value(), SegmentsOf(kernel)) : 0;
+std::vector<int64_t> SegmentBlocks(const loop::Program& program, const loop::Kernel& kernel) {
+  const int32_t lanes = VectorLanes(program, kernel);
+  const IndexExpr points = PointsOf(kernel, lanes);
+  const int64_t segments = SegmentsOf(kernel);
+  if (!points.is_const()) return std::vector<int64_t>(static_cast<size_t>(segments), 0);
+  std::vector<int64_t> blocks;
+  for (int64_t s = 0; s < segments; ++s) {
+    const bool narrowed =
+        segments > 1 && kernel.segment_points.size() == static_cast<size_t>(segments);
+    const int64_t own = !narrowed
+                            ? points.const_value()
+                            : (kernel.segment_points[static_cast<size_t>(s)] + lanes - 1) / lanes;
+    blocks.push_back(BlocksPerSegment(own, segments));
+  }
+  return blocks;
 }
 
 KernelSchedule ScheduleKernel(const loop::Program& program, const loop::Kernel& kernel) {
@@ -150,8 +177,9 @@ KernelSchedule ScheduleKernel(const loop::Program& program, const loop::Kernel& 
   const IndexExpr points = PointsOf(kernel, VectorLanes(program, kernel));
   IndexExpr blocks;
   if (points.is_const()) {
-    const int64_t segments = SegmentsOf(kernel);
-    blocks = IndexExpr::Const(BlocksPerSegment(points.const_value(), segments) * segments);
+    int64_t total = 0;
+    for (int64_t b : SegmentBlocks(program, kernel)) total += b;
+    blocks = IndexExpr::Const(total);
   } else {
     blocks = IndexExpr::FloorDiv(points + IndexExpr::Const(kBlockThreads - 1),
                                  IndexExpr::Const(kBlockThreads), nullptr);

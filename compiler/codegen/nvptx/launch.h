@@ -65,10 +65,20 @@ loop::IndexExpr PointsOf(const loop::Kernel& kernel, int32_t lanes);
 // thread walks the row in turn (a layer norm over rows of 32 took 6.6 us in one thread per
 // row against 2 us for Inductor's kernel).
 inline constexpr int64_t kMinBlockReduction = 32;
+// Unless a thread each would leave SMs idle (fewer points than kFewRowsThreads): then rows of
+// this many or more get a warp each too. ResNet-18's last batch norms sum 16 elements into each
+// of 512 channels, which a thread each ran on 2 of 132 SMs; EfficientNet's into 1,152, on 5.
+inline constexpr int64_t kMinFewRowsReduction = 8;
 // Rows up to this long are reduced by one warp each (shuffles only, no barrier); longer ones
 // by a block of kMinRowThreads to kBlockThreads threads.
 inline constexpr int64_t kMaxWarpReduction = 1024;
 inline constexpr int64_t kMinRowThreads = 64;
+// Rows of kMinRowThreads * kRowElementsPerThread or more elements get a block each, not a warp,
+// when a warp each would give the kernel fewer threads than kFewRowsThreads (a block on each SM):
+// batch norm's per-channel sums of 64 rows of 1,024 took 8 blocks, each thread walking 32
+// elements, where 64 blocks of 256 threads walk 4 each.
+inline constexpr int64_t kFewRowsThreads = kStreamingMultiprocessors * kBlockThreads;
+inline constexpr int64_t kRowElementsPerThread = 4;
 // Points a block takes together when its lanes walk neighbouring points (a column
 // reduction). A reduction large enough to be cut into parts (ReductionParts) takes
 // kColumnPoints: a warp's 32 lanes then read 128 contiguous bytes of one row of f32, a whole
@@ -111,13 +121,15 @@ struct ReductionSplit {
 };
 
 // How `kernel`'s threads share its points. A kernel splits its reductions when it reduces over
-// kMinBlockReduction or more elements (or a symbolic count) and its loops store nowhere data
+// kMinBlockReduction or more elements (kMinFewRowsReduction when a thread a point would leave
+// SMs idle, or a symbolic count) and its loops store nowhere data
 // decides (a scatter adds into rows in order, so its threads must own whole columns). Its
 // reductions are columns when some load of a looping stage walks memory contiguously along the
 // innermost parallel dimension (of kMinColumnPoints or more points) and none along the innermost
-// reduction dimension. Rows of kMaxWarpReduction or fewer get a warp each; longer rows
-// kMinRowThreads to kBlockThreads threads, a power of two, the fewest that cover a constant
-// reduction.
+// reduction dimension. Rows of kMaxWarpReduction or fewer get a warp each, unless there are so
+// few of them that a block each fills more of the machine (kFewRowsThreads); longer rows, and
+// those, kMinRowThreads to kBlockThreads threads, a power of two, the fewest that cover a
+// constant reduction (at kRowElementsPerThread elements a thread, for the few short ones).
 ReductionSplit SplitOf(const loop::Kernel& kernel);
 
 // The threads of a block of `kernel` when they split its reductions (SplitOf), else 0.
@@ -143,13 +155,14 @@ int64_t ReductionParts(const loop::Kernel& kernel);
 
 // How many segments of `kernel` (loop::Kernel::segments) get blocks of their own: all of
 // them for a kernel of one stage that does not reduce, over a constant space (fusion joins
-// independent kernels only over small constant spaces), else 1. Each segment then has
-// SegmentBlocks blocks, segment s blocks [s * SegmentBlocks, (s + 1) * SegmentBlocks) of the
-// grid, walking the kernel's points as a kernel of its own would: the segments' memory
+// independent kernels only over small constant spaces), else 1. Each segment then has the
+// blocks SegmentBlocks gives it, in segment order along the grid, walking its points as a
+// kernel of its own would: the kernel's points, or its own first ones where fusion joined
+// kernels of different extents (loop::Kernel::segment_points). The segments' memory
 // latencies overlap, where one thread running them one after the other would wait out each.
-// SegmentBlocks is 0 for a kernel over a symbolic space (which has one segment).
+// SegmentBlocks gives 0 blocks for a kernel over a symbolic space (which has one segment).
 int64_t SegmentsOf(const loop::Kernel& kernel);
-int64_t SegmentBlocks(const loop::Program& program, const loop::Kernel& kernel);
+std::vector<int64_t> SegmentBlocks(const loop::Program& program, const loop::Kernel& kernel);
 
 // One thread per point: grid {blocks, 1, 1} (times SegmentsOf), block {kBlockThreads, 1, 1},
 // with points of VectorLanes elements. Split reductions (SplitOf): grid {points / split.points

@@ -54,6 +54,7 @@ struct Command {
   std::string output_path;
   std::string input_ranges_path;
   std::string name_map_path;
+  std::string dump_loop_path;
 };
 
 bool WriteFile(const std::string& path, const std::string& bytes) {
@@ -193,11 +194,21 @@ int Run(const Command& command) {
   context.on_phase = [&](absl::string_view phase, absl::Time start, absl::Time end) {
     phases.emplace_back(std::string(phase), absl::ToDoubleMilliseconds(end - start));
   };
+  std::string loop_dump;
+  if (!command.dump_loop_path.empty()) {
+    context.on_program = [&](absl::string_view phase, const kiln::loop::Program& program) {
+      absl::StrAppend(&loop_dump, "=== after ", phase, "\n", kiln::loop::ToString(program), "\n");
+    };
+  }
   const absl::Time start = absl::Now();
   auto artifact =
       kiln::compiler::Compile(*keyed->graph, options, keyed->record.compile_key(), context);
   const double total_ms = absl::ToDoubleMilliseconds(absl::Now() - start);
   std::printf("compile key  %s\n", keyed->record.compile_key().c_str());
+  // Written whether or not the compile succeeded: what the phases made up to a failure.
+  if (!command.dump_loop_path.empty() && !WriteFile(command.dump_loop_path, loop_dump)) {
+    return kExitFailed;
+  }
   if (!artifact.ok()) {
     std::fprintf(stderr, "kilnc: %s\n", artifact.status().ToString().c_str());
     return kExitFailed;
@@ -227,6 +238,9 @@ int main(int argc, char** argv) {
                  "write each integer input's [low, high) as JSON here");
   app.add_option("--name-map", command.name_map_path,
                  "write the node name behind each canonical name as JSON here");
+  app.add_option("--dump-loop", command.dump_loop_path,
+                 "write the loop program after each phase that makes one (lower, fuse, split, "
+                 "coalesce) here");
   try {
     app.parse(argc, argv);
   } catch (const CLI::CallForHelp& e) {

@@ -184,6 +184,50 @@ TEST(CoalesceDimsTest, AViewIsSeenOverTheSpaceItViews) {
   EXPECT_FALSE(fuse::CoalesceTo(before, {C(24), C(1)}).has_value());
 }
 
+// A kernel over [24] seen over [40]: each load and store masked by p0 < 24 (a load's own
+// mask kept beside it), segment starts moved with their instructions.
+TEST(PadToTest, PointsPastTheKernelsOwnTouchNoMemory) {
+  loop::Kernel k = BiasAdd(1, 1, 24);  // x[p0] + y[p0] over [24]
+  k.parallel = {C(24)};
+  for (Inst& in : k.insts) in.index = V(0);
+  Inst masked = testing::LoadAt(0);
+  masked.index = V(0);
+  masked.mask = 2;  // the add's value, as a stand-in for a bool
+  k.insts.push_back(masked);
+  k.insts.push_back(testing::StoreAt(2, 4));
+  k.stages = {{false, 0, 6}};
+  k.segments = {0, 4};
+  const loop::Kernel padded = fuse::PadTo(k, 40);
+  EXPECT_EQ(padded.parallel, (std::vector<IndexExpr>{C(40)}));
+  ASSERT_EQ(padded.stages.size(), 1u);
+  EXPECT_EQ(padded.stages[0].end, static_cast<int32_t>(padded.insts.size()));
+  int accesses = 0;
+  for (size_t i = 0; i < padded.insts.size(); ++i) {
+    const Inst& in = padded.insts[i];
+    loop::ForEachOperand(in, [&](int32_t v) { EXPECT_LT(v, static_cast<int32_t>(i)); });
+    if (in.op != Opcode::kLoad && in.op != Opcode::kStore) continue;
+    ++accesses;
+    ASSERT_GE(in.mask, 0) << i;
+    // The mask is p0 < 24, or that and the access's own mask.
+    const Inst* m = &padded.insts[static_cast<size_t>(in.mask)];
+    if (m->op == Opcode::kAnd) {
+      EXPECT_EQ(padded.insts[static_cast<size_t>(m->a)].op, Opcode::kAdd);
+      m = &padded.insts[static_cast<size_t>(m->b)];
+    }
+    ASSERT_EQ(m->op, Opcode::kLt);
+    EXPECT_EQ(padded.insts[static_cast<size_t>(m->a)].index, V(0));
+    EXPECT_EQ(padded.insts[static_cast<size_t>(m->b)].iimm, 24);
+    // Each mask lives in the access's segment.
+    const bool second = static_cast<int32_t>(i) >= padded.segments[1];
+    EXPECT_EQ(in.mask >= padded.segments[1], second) << i;
+  }
+  EXPECT_EQ(accesses, 5);
+  ASSERT_EQ(padded.segments.size(), 2u);
+  EXPECT_EQ(padded.segments[0], 0);
+  EXPECT_EQ(padded.insts[static_cast<size_t>(padded.segments[1]) + 4].op, Opcode::kLoad)
+      << "the second segment starts at its masked load's mask";
+}
+
 TEST(CoalesceDimsTest, SymbolicExtentsMergeIntoTheirProduct) {
   loop::Kernel k = BiasAdd(1, 1, 8);
   const IndexExpr s0 = IndexExpr::Sym(0);

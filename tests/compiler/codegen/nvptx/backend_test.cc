@@ -143,7 +143,7 @@ loop::Kernel ReductionKernel(loop::IndexExpr points, loop::IndexExpr length, boo
 TEST(NvptxLaunchTest, RowsUpToAThousandGetAWarpLongerOnesABlock) {
   using loop::IndexExpr;
   auto split = [](int64_t length) {
-    return SplitOf(ReductionKernel(IndexExpr::Const(512), IndexExpr::Const(length)));
+    return SplitOf(ReductionKernel(IndexExpr::Const(2048), IndexExpr::Const(length)));
   };
   for (int64_t length : {32, 64, 100, 1024}) {
     EXPECT_EQ(split(length).threads, kBlockThreads) << length;
@@ -154,8 +154,9 @@ TEST(NvptxLaunchTest, RowsUpToAThousandGetAWarpLongerOnesABlock) {
   EXPECT_EQ(split(1025).threads, kBlockThreads);
   EXPECT_EQ(split(1025).points, 1);
   EXPECT_EQ(split(4096).points, 1);
-  // Short rows stay one thread's; a scatter's threads own whole columns.
-  EXPECT_EQ(split(31).threads, 0);
+  // Short rows of enough points stay one thread's; a scatter's threads own whole columns.
+  EXPECT_EQ(
+      SplitOf(ReductionKernel(IndexExpr::Const(kFewRowsThreads), IndexExpr::Const(31))).threads, 0);
   EXPECT_EQ(ReductionThreads(ReductionKernel(IndexExpr::Const(512), IndexExpr::Const(4096),
                                              /*fusible=*/false)),
             0);
@@ -163,6 +164,24 @@ TEST(NvptxLaunchTest, RowsUpToAThousandGetAWarpLongerOnesABlock) {
   pointwise.parallel = {IndexExpr::Const(1 << 20)};
   pointwise.stages.push_back({false, 0, 0});
   EXPECT_EQ(ReductionThreads(pointwise), 0);
+
+  // Few rows (a warp each would leave SMs idle) of kMinRowThreads * kRowElementsPerThread or
+  // more get a block each, kRowElementsPerThread elements a thread: batch norm's 64 channels.
+  auto few = [](int64_t rows, int64_t length) {
+    return SplitOf(ReductionKernel(IndexExpr::Const(rows), IndexExpr::Const(length)));
+  };
+  EXPECT_EQ(few(64, 1024).threads, kBlockThreads);
+  EXPECT_EQ(few(64, 1024).points, 1);
+  EXPECT_EQ(few(128, 256).threads, kMinRowThreads);
+  EXPECT_EQ(few(128, 256).points, 1);
+  EXPECT_EQ(few(512, 512).threads, 128);
+  EXPECT_EQ(few(1055, 1024).points, 1) << "1,055 warps are fewer than a block on each SM";
+  EXPECT_EQ(few(1056, 1024).points, kBlockThreads / 32);
+  EXPECT_EQ(few(64, 255).points, kBlockThreads / 32) << "too short for a block";
+  EXPECT_EQ(few(512, 16).slices(), 32) << "a warp each, where a thread each used 2 SMs";
+  EXPECT_EQ(few(512, 7).threads, 0);
+  EXPECT_EQ(few(1152, 16).slices(), 32);
+  EXPECT_EQ(few(kFewRowsThreads, 16).threads, 0) << "enough points for a thread each";
 
   // A warp per row: eight rows a block.
   const KernelSchedule rows = ScheduleKernel(

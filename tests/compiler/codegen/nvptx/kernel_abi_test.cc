@@ -107,17 +107,18 @@ TEST(NvptxRunsPtxTest, KernelsWithoutRunsKeepScalarAccesses) {
   EXPECT_THAT(ptx, HasSubstr("st.global.f32"));
 }
 
-// A softmax over rows of 1,024 fp32 reads each row in three passes (max, sum of exponentials,
-// the quotients). A warp takes each row, 32 elements a lane in an unrolled loop, and the
+// A softmax over 2,048 rows of 1,024 fp32 reads each row in three passes (max, sum of
+// exponentials, the quotients). There are rows enough for a warp each to fill the machine: a
+// warp takes each row, 32 elements a lane in an unrolled loop, and the
 // later passes reuse the first pass's loads: 32 loads a lane, none repeated, and no barrier.
 TEST(NvptxSplitReductionPtxTest, ARowReadInEveryPassIsLoadedOnce) {
   testing::GraphBuilder g;
-  const std::string x = g.Input(testing::TensorDesc({512, 1024}));
+  const std::string x = g.Input(testing::TensorDesc({2048, 1024}));
   v1::Argument dim, half;
   dim.set_int_value(-1);
   half.set_bool_value(false);
   const std::string y = g.Node("aten._softmax.default", {testing::Ref(x), dim, half},
-                               testing::TensorDesc({512, 1024}));
+                               testing::TensorDesc({2048, 1024}));
   const std::string ptx = PtxOf(g.Finish({y}));
   EXPECT_EQ(Count(ptx, "ld.global.nc.f32"), 32) << ptx;
   EXPECT_EQ(Count(ptx, "st.global.f32"), 32);
@@ -431,12 +432,15 @@ TEST(NvptxRunsHostTest, TheWalkComputesWhatTheCpuKernelComputes) {
 // Two kernels that share nothing over a small constant space, joined by fusion: a scaled
 // copy of one input (runs of four floats) and the square of another (a strided read, no
 // runs).
-loop::Program SegmentedProgram(int64_t n) {
+// `m` (default n) is the second kernel's extent: a different one makes fusion join them padded,
+// the second segment over its own m points.
+loop::Program SegmentedProgram(int64_t n, int64_t m = -1) {
   using loop::Inst;
   using loop::Opcode;
+  if (m < 0) m = n;
   loop::Program p;
-  const int32_t in0 = testing::AddInput(p, n), in1 = testing::AddInput(p, n, 2);
-  const int32_t out0 = testing::AddOutput(p, n), out1 = testing::AddOutput(p, n);
+  const int32_t in0 = testing::AddInput(p, n), in1 = testing::AddInput(p, m, 2);
+  const int32_t out0 = testing::AddOutput(p, n), out1 = testing::AddOutput(p, m);
   Inst three;
   three.op = Opcode::kConst;
   three.fimm = 3.0;
@@ -447,7 +451,7 @@ loop::Program SegmentedProgram(int64_t n) {
   Inst square = scale;
   square.b = 0;
   testing::AddKernel(p, "k2", n, {testing::LoadAt(in0), three, scale, testing::StoreAt(out0, 2)});
-  testing::AddKernel(p, "k3", n,
+  testing::AddKernel(p, "k3", m,
                      {testing::LoadAt(in1, 2), three, square, testing::StoreAt(out1, 2)});
   absl::StatusOr<loop::Program> fused = fuse::Fuse(std::move(p));
   EXPECT_TRUE(fused.ok()) << fused.status();
@@ -459,17 +463,22 @@ using SegmentsEntry = void (*)(void** params, int64_t block, int64_t thread);
 // Every block of a segmented kernel's grid, each of its threads run in turn on the host,
 // computes what the x86-64 kernel (which runs the segments one after the other) computes.
 TEST(NvptxSegmentsHostTest, EachSegmentsBlocksComputeItsPoints) {
-  for (int64_t n : {int64_t{64}, int64_t{5000}}) {
-    SCOPED_TRACE(n);
-    const loop::Program program = SegmentedProgram(n);
+  // (n, m): segments over the same points; then a second segment over fewer points than the
+  // first (3 runs of 4 elements fit one block), or more.
+  for (const auto& [n, m] :
+       {std::pair<int64_t, int64_t>{64, 64}, {5000, 5000}, {5000, 12}, {12, 5000}}) {
+    SCOPED_TRACE(absl::StrCat(n, " and ", m));
+    const loop::Program program = SegmentedProgram(n, m);
     ASSERT_EQ(program.kernels.size(), 1u) << loop::ToString(program);
     const loop::Kernel& kernel = program.kernels[0];
-    ASSERT_EQ(kernel.segments, (std::vector<int32_t>{0, 4})) << loop::ToString(program);
-    ASSERT_EQ(SegmentsOf(kernel), 2);
-    const int64_t per_segment = SegmentBlocks(program, kernel);
-    EXPECT_EQ(per_segment, n == 64 ? 1 : 5) << "runs of 4: 1,250 of them for 5,000 elements";
+    ASSERT_EQ(SegmentsOf(kernel), 2) << loop::ToString(program);
+    const std::vector<int64_t> blocks = SegmentBlocks(program, kernel);
+    const auto blocks_for = [](int64_t points) { return points == 64 || points == 12 ? 1 : 5; };
+    EXPECT_EQ(blocks, (std::vector<int64_t>{blocks_for(n), blocks_for(m)}))
+        << "runs of 4: 1,250 of them for 5,000 elements";
+    EXPECT_EQ(kernel.segment_points.empty(), n == m);
     const KernelSchedule schedule = ScheduleKernel(program, kernel);
-    EXPECT_EQ(schedule.grid[0], loop::IndexExpr::Const(2 * per_segment));
+    EXPECT_EQ(schedule.grid[0], loop::IndexExpr::Const(blocks[0] + blocks[1]));
 
     std::vector<int64_t> symbols;
     const std::vector<int64_t> shifts(program.buffers.size(), 0);
@@ -483,7 +492,7 @@ TEST(NvptxSegmentsHostTest, EachSegmentsBlocksComputeItsPoints) {
     ASSERT_NE(entry, nullptr);
     const Buffers got(program, symbols, shifts);
     std::vector<void*> params = ParamsFor(kernel, got, symbols);
-    for (int64_t block = 0; block < 2 * per_segment; ++block) {
+    for (int64_t block = 0; block < blocks[0] + blocks[1]; ++block) {
       for (int64_t thread = 0; thread < kBlockThreads; ++thread) {
         entry(params.data(), block, thread);
       }

@@ -1,0 +1,202 @@
+// Loops that need nothing of each other run as one, and a kernel computes each value once.
+
+#include "compiler/fuse/share_loops.h"
+
+#include <cstdint>
+#include <vector>
+
+#include "gtest/gtest.h"
+#include "tests/compiler/graph_testing.h"
+
+namespace kiln {
+namespace {
+
+using loop::IndexExpr;
+using loop::Inst;
+using loop::Kernel;
+using loop::Opcode;
+
+IndexExpr V(int32_t v) { return IndexExpr::Var(v); }
+IndexExpr C(int64_t c) { return IndexExpr::Const(c); }
+
+Inst Load(int32_t buffer, IndexExpr index) {
+  Inst in;
+  in.op = Opcode::kLoad;
+  in.buffer = buffer;
+  in.index = std::move(index);
+  return in;
+}
+
+Inst Store(int32_t buffer, IndexExpr index, int32_t value) {
+  Inst in;
+  in.op = Opcode::kStore;
+  in.buffer = buffer;
+  in.index = std::move(index);
+  in.a = value;
+  return in;
+}
+
+Inst Binary(Opcode op, int32_t a, int32_t b) {
+  Inst in;
+  in.op = op;
+  in.a = a;
+  in.b = b;
+  return in;
+}
+
+Inst Reduce(int32_t a) {
+  Inst r;
+  r.op = Opcode::kReduce;
+  r.a = a;
+  return r;
+}
+
+// Per-point rows x[p0, r] of 8 points by 64: row element `x`, a per-point value `w`.
+IndexExpr Row() { return V(0) * C(64) + V(1); }
+
+Kernel Rows() {
+  Kernel k;
+  k.parallel = {C(8)};
+  k.reduction = {C(64)};
+  return k;
+}
+
+int LoopStages(const Kernel& k) {
+  int n = 0;
+  for (const loop::Stage& s : k.stages) n += s.loops ? 1 : 0;
+  return n;
+}
+
+int Count(const Kernel& k, Opcode op, int32_t buffer = -1) {
+  int n = 0;
+  for (const Inst& in : k.insts) n += in.op == op && (buffer < 0 || in.buffer == buffer);
+  return n;
+}
+
+// Batch norm's backward: sum(g) and sum(g * (x - mean)) over the same rows, in two loops that
+// both load g; then the sums stored, the second scaled by a per-point weight.
+Kernel BatchNormSums() {
+  Kernel k = Rows();
+  const int32_t g = 0, x = 1, mean = 2, w = 3, out0 = 4, out1 = 5;
+  k.insts = {
+      Load(g, Row()),              // %0
+      Reduce(0),                   // %1 sum(g)
+      Store(out0, V(0), 1),        // %2
+      Load(x, Row()),              // %3
+      Load(mean, V(0)),            // %4
+      Binary(Opcode::kSub, 3, 4),  // %5
+      Load(g, Row()),              // %6 g again
+      Binary(Opcode::kMul, 6, 5),  // %7
+      Reduce(7),                   // %8
+      Load(w, V(0)),               // %9
+      Binary(Opcode::kMul, 8, 9),  // %10
+      Store(out1, V(0), 10),       // %11
+  };
+  k.stages = {{true, 0, 2}, {false, 2, 3}, {true, 3, 9}, {false, 9, 12}};
+  return k;
+}
+
+TEST(JoinIndependentLoopsTest, BatchNormSumsRunInOneLoopThatLoadsEachRowOnce) {
+  Kernel k = BatchNormSums();
+  fuse::JoinIndependentLoops(k);
+  EXPECT_EQ(LoopStages(k), 1);
+  ASSERT_EQ(k.stages.size(), 3u);
+  EXPECT_TRUE(k.stages[0].loops);
+  EXPECT_EQ(k.stages[0].end, 8) << "both loops' instructions in the first";
+  EXPECT_EQ(Count(k, Opcode::kReduce), 2);
+  // The stores follow in their order, reading the reduce results.
+  EXPECT_EQ(k.insts[8].op, Opcode::kStore);
+  EXPECT_EQ(k.insts[8].buffer, 4);
+  EXPECT_EQ(k.insts[static_cast<size_t>(k.insts[8].a)].op, Opcode::kReduce);
+  EXPECT_EQ(k.insts.back().buffer, 5);
+  EXPECT_EQ(k.insts[static_cast<size_t>(k.insts[static_cast<size_t>(k.insts.back().a)].a)].op,
+            Opcode::kReduce);
+
+  fuse::ShareValues(k);
+  EXPECT_EQ(Count(k, Opcode::kLoad, 0), 1) << "g is loaded once";
+  EXPECT_EQ(Count(k, Opcode::kReduce), 2);
+  // Every operand is an earlier instruction.
+  for (size_t i = 0; i < k.insts.size(); ++i) {
+    loop::ForEachOperand(k.insts[i], [&](int32_t v) { EXPECT_LT(v, static_cast<int32_t>(i)); });
+  }
+}
+
+// A softmax's sum of exponentials needs the max of the loop before: the loops stay apart.
+TEST(JoinIndependentLoopsTest, ALoopThatUsesAnEarlierReduceStaysApart) {
+  Kernel k = Rows();
+  Inst exp;
+  exp.op = Opcode::kExp;
+  exp.a = 3;
+  k.insts = {Load(0, Row()), Reduce(0),        Load(0, Row()), Binary(Opcode::kSub, 2, 1), exp,
+             Reduce(4),      Store(1, V(0), 5)};
+  k.stages = {{true, 0, 2}, {true, 2, 6}, {false, 6, 7}};
+  const Kernel before = k;
+  fuse::JoinIndependentLoops(k);
+  EXPECT_EQ(LoopStages(k), 2);
+  EXPECT_EQ(k.insts.size(), before.insts.size());
+  // The second loop's value is not visible from the first: its load of x stays.
+  fuse::ShareValues(k);
+  EXPECT_EQ(Count(k, Opcode::kLoad, 0), 2);
+}
+
+// A loop that reads what a stage between the two stores, or stores what the first loop
+// reads, must run after it.
+TEST(JoinIndependentLoopsTest, ALoopTiedThroughMemoryStaysApart) {
+  Kernel between = BatchNormSums();
+  between.insts[2].buffer = 1;  // the first sum is stored into x, which the second loop reads
+  between.insts[2].index = V(0) * C(64);
+  fuse::JoinIndependentLoops(between);
+  EXPECT_EQ(LoopStages(between), 2);
+
+  // Loop one sums g; loop two copies x into `copy` and sums x.
+  auto copying = [](int32_t copy) {
+    Kernel k = Rows();
+    k.insts = {Load(0, Row()), Reduce(0), Load(1, Row()), Store(copy, Row(), 2), Reduce(2)};
+    k.stages = {{true, 0, 2}, {true, 2, 5}};
+    return k;
+  };
+  Kernel elsewhere = copying(6);
+  fuse::JoinIndependentLoops(elsewhere);
+  EXPECT_EQ(LoopStages(elsewhere), 1);
+  Kernel over_g = copying(0);
+  fuse::JoinIndependentLoops(over_g);
+  EXPECT_EQ(LoopStages(over_g), 2) << "its copy would overwrite g while the first loop reads it";
+}
+
+TEST(ShareValuesTest, LoadsOfStoredBuffersAndLoopValuesAreNotSharedWhereTheyMayDiffer) {
+  Kernel k = Rows();
+  k.insts = {
+      Load(0, V(0)),   // %0 per point, seen by later stages
+      Load(1, Row()),  // %1 a buffer the kernel stores
+      Reduce(1),       // %2
+      Load(0, V(0)),   // %3 = %0
+      Load(1, Row()),  // %4 not shared: buffer 1 is stored
+      Binary(Opcode::kAdd, 4, 3),
+      Reduce(5),  // %6
+      Store(1, V(0) * C(64), 6),
+      Binary(Opcode::kAdd, 2, 0),
+      Binary(Opcode::kAdd, 2, 3),  // = %8 once %3 is %0
+      Store(2, V(0), 9),
+  };
+  k.stages = {{false, 0, 1}, {true, 1, 3}, {true, 3, 7}, {false, 7, 11}};
+  fuse::ShareValues(k);
+  EXPECT_EQ(Count(k, Opcode::kLoad, 0), 1);
+  EXPECT_EQ(Count(k, Opcode::kLoad, 1), 2);
+  EXPECT_EQ(Count(k, Opcode::kAdd), 2);
+  ASSERT_EQ(k.stages.size(), 4u);
+  EXPECT_EQ(k.stages[2].end - k.stages[2].begin, 3) << "the loop keeps its load, add, reduce";
+  EXPECT_EQ(k.insts.back().op, Opcode::kStore);
+}
+
+TEST(ShareValuesTest, KernelsOfIndependentSegmentsAreLeftAlone) {
+  Kernel k;
+  k.parallel = {C(16)};
+  k.insts = {Load(0, V(0)), Store(1, V(0), 0), Load(0, V(0)), Store(2, V(0), 2)};
+  k.stages = {{false, 0, 4}};
+  k.segments = {0, 2};
+  fuse::ShareValues(k);
+  EXPECT_EQ(k.insts.size(), 4u);
+}
+
+}  // namespace
+}  // namespace kiln
