@@ -80,8 +80,7 @@ ReductionSplit SplitOf(const loop::Kernel& kernel) {
   const IndexExpr points = PointsOf(kernel, 1);
   const bool few = points.is_const() && points.const_value() * 32 < kFewRowsThreads;
   if (total.is_const() && total.const_value() < kMinBlockReduction) {
-    // A thread each leaves SMs idle below kFewRowsThreads points.
-    if (!points.is_const() || points.const_value() >= kFewRowsThreads ||
+    if (!points.is_const() || points.const_value() >= kFewPointThreads ||
         total.const_value() < kMinFewRowsReduction) {
       return {};
     }

@@ -65,10 +65,13 @@ loop::IndexExpr PointsOf(const loop::Kernel& kernel, int32_t lanes);
 // thread walks the row in turn (a layer norm over rows of 32 took 6.6 us in one thread per
 // row against 2 us for Inductor's kernel).
 inline constexpr int64_t kMinBlockReduction = 32;
-// Unless a thread each would leave SMs idle (fewer points than kFewRowsThreads): then rows of
-// this many or more get a warp each too. ResNet-18's last batch norms sum 16 elements into each
-// of 512 channels, which a thread each ran on 2 of 132 SMs; EfficientNet's into 1,152, on 5.
+// Unless a thread each would leave SMs idle (fewer points than kFewPointThreads, two warps on
+// each SM): then rows of this many or more get a warp each too. ResNet-18's last batch norms
+// sum 16 elements into each of 512 channels, which a thread each ran on 2 of 132 SMs;
+// EfficientNet's into 1,152, on 5. A 3x3 max pool's 32,768 windows keep a thread each: a
+// warp each ran 4 times slower, 23 of its lanes idle.
 inline constexpr int64_t kMinFewRowsReduction = 8;
+inline constexpr int64_t kFewPointThreads = kStreamingMultiprocessors * 64;
 // Rows up to this long are reduced by one warp each (shuffles only, no barrier); longer ones
 // by a block of kMinRowThreads to kBlockThreads threads.
 inline constexpr int64_t kMaxWarpReduction = 1024;
@@ -121,8 +124,8 @@ struct ReductionSplit {
 };
 
 // How `kernel`'s threads share its points. A kernel splits its reductions when it reduces over
-// kMinBlockReduction or more elements (kMinFewRowsReduction when a thread a point would leave
-// SMs idle, or a symbolic count) and its loops store nowhere data
+// kMinBlockReduction or more elements (kMinFewRowsReduction for fewer than kFewPointThreads
+// points, or a symbolic count) and its loops store nowhere data
 // decides (a scatter adds into rows in order, so its threads must own whole columns). Its
 // reductions are columns when some load of a looping stage walks memory contiguously along the
 // innermost parallel dimension (of kMinColumnPoints or more points) and none along the innermost

@@ -156,7 +156,8 @@ TEST(NvptxLaunchTest, RowsUpToAThousandGetAWarpLongerOnesABlock) {
   EXPECT_EQ(split(4096).points, 1);
   // Short rows of enough points stay one thread's; a scatter's threads own whole columns.
   EXPECT_EQ(
-      SplitOf(ReductionKernel(IndexExpr::Const(kFewRowsThreads), IndexExpr::Const(31))).threads, 0);
+      SplitOf(ReductionKernel(IndexExpr::Const(kFewPointThreads), IndexExpr::Const(31))).threads,
+      0);
   EXPECT_EQ(ReductionThreads(ReductionKernel(IndexExpr::Const(512), IndexExpr::Const(4096),
                                              /*fusible=*/false)),
             0);
@@ -181,7 +182,8 @@ TEST(NvptxLaunchTest, RowsUpToAThousandGetAWarpLongerOnesABlock) {
   EXPECT_EQ(few(512, 16).slices(), 32) << "a warp each, where a thread each used 2 SMs";
   EXPECT_EQ(few(512, 7).threads, 0);
   EXPECT_EQ(few(1152, 16).slices(), 32);
-  EXPECT_EQ(few(kFewRowsThreads, 16).threads, 0) << "enough points for a thread each";
+  EXPECT_EQ(few(kFewPointThreads, 16).threads, 0) << "enough points for a thread each";
+  EXPECT_EQ(few(32768, 9).threads, 0) << "a 3x3 max pool's windows";
 
   // A warp per row: eight rows a block.
   const KernelSchedule rows = ScheduleKernel(
