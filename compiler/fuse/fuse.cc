@@ -379,7 +379,6 @@ class Fuser {
       }
       if (!a_red && a.reduction.empty() && SameExtents(a.parallel, c.parallel))
         return Join::kHorizontal;
-
       return Join::kNone;
     }
     if (a_red && c_red && SameExtents(a.parallel, c.parallel) &&
@@ -432,6 +431,8 @@ class Fuser {
         if (p_.steps[j].kind != Step::Kind::kKernel) continue;
         const Kernel& whole = K(p_.steps[j].kernel);
         const std::set<int32_t> creads = ReadSet(whole);
+        // Its one-dimensional form for padded joins, made once for every candidate i.
+        const std::optional<Kernel> c1 = padded_ ? OneDimensional(whole) : std::nullopt;
         for (size_t i = j; i-- > 0;) {
           const Step& s = p_.steps[i];
           if (s.kind == Step::Kind::kExtern && s.call.collective) break;
@@ -446,11 +447,10 @@ class Fuser {
           }
           const Kernel& c = seen ? *seen : whole;
           Join join = Compatible(a, c);
-          std::optional<Kernel> a1, c1;  // one-dimensional forms, for a padded join
-          if (join == Join::kNone && padded_) {
+          std::optional<Kernel> a1;  // a's one-dimensional form, for a padded join
+          if (join == Join::kNone && c1) {
             a1 = OneDimensional(a);
-            c1 = OneDimensional(whole);
-            if (a1 && c1 && PaddedJoinable(a1->parallel, c1->parallel) &&
+            if (a1 && PaddedJoinable(a1->parallel, c1->parallel) &&
                 a1->insts.size() + c1->insts.size() <= kMaxPaddedJoinInsts) {
               join = Join::kPadded;
             }
