@@ -88,6 +88,11 @@ absl::StatusOr<v1::CompiledGraph> Compile(const graph::Graph& graph,
   });
   if (!fused.ok()) return fused.status();
   show("coalesce", *fused);
+  fused = RunPhase(context, "specialize", [&]() -> absl::StatusOr<loop::Program> {
+    return (*backend)->Specialize(*std::move(fused));
+  });
+  if (!fused.ok()) return fused.status();
+  show("specialize", *fused);
   plan::PlanOptions plan_options;
   plan_options.target = options.target();
   plan_options.graph_nodes = static_cast<int32_t>(graph.num_nodes());

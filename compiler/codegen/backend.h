@@ -85,6 +85,11 @@ class Backend {
     return 1;
   }
 
+  // The program as this backend's code runs it: rewrites that hold only for the code it
+  // generates (checks its schedules make always true), made after the portable phases;
+  // Schedule and Generate are given what it returns. The default changes nothing.
+  virtual loop::Program Specialize(loop::Program program) const { return program; }
+
   // One schedule per kernel of `program`, in order.
   virtual absl::StatusOr<std::vector<KernelSchedule>> Schedule(
       const loop::Program& program) const = 0;

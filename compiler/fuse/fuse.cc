@@ -357,6 +357,14 @@ class Fuser {
     return s;
   }
 
+  // Whether `a` stores into any of `buffers`.
+  static bool StoresAny(const Kernel& a, const std::set<int32_t>& buffers) {
+    for (const Inst& in : a.insts) {
+      if (Writes(in) && buffers.count(in.buffer)) return true;
+    }
+    return false;
+  }
+
   enum class Join {
     kNone,
     kParallelStage,
@@ -438,12 +446,20 @@ class Fuser {
           if (s.kind == Step::Kind::kExtern && s.call.collective) break;
           if (s.kind != Step::Kind::kKernel) continue;
           const Kernel& a = K(s.kernel);
-          // A pointwise kernel over a view of a's pointwise space ([B, T, N] of [B*T, N]) is
-          // seen over a's space where its indices allow.
+          // A pointwise kernel over a view of a's space ([B, T, N] of [B*T, N]) is seen over
+          // a's space where its indices allow: a pointwise a's, or, when it reads what a
+          // reduction stores, the reduction's rows and their elements, or its rows alone (a
+          // log-softmax's backward, seen over the rows it sums).
           std::optional<Kernel> seen;
-          if (!SameExtents(a.parallel, whole.parallel) && a.reduction.empty() &&
-              whole.reduction.empty()) {
-            seen = CoalesceTo(whole, a.parallel);
+          if (!SameExtents(a.parallel, whole.parallel) && whole.reduction.empty()) {
+            if (a.reduction.empty()) {
+              seen = CoalesceTo(whole, a.parallel);
+            } else if (HasLoops(a) && StoresAny(a, creads)) {
+              std::vector<IndexExpr> full = a.parallel;
+              full.insert(full.end(), a.reduction.begin(), a.reduction.end());
+              if (!SameExtents(full, whole.parallel)) seen = CoalesceTo(whole, full);
+              if (!seen) seen = CoalesceTo(whole, a.parallel);
+            }
           }
           const Kernel& c = seen ? *seen : whole;
           Join join = Compatible(a, c);

@@ -252,6 +252,23 @@ loop::Inst StoreAt(int32_t buffer, int32_t value) {
   return in;
 }
 
+loop::Inst ConstF32(double value) {
+  loop::Inst in;
+  in.op = loop::Opcode::kConst;
+  in.type = loop::ScalarType::kF32;
+  in.fimm = value;
+  return in;
+}
+
+loop::Inst Binary(loop::Opcode op, int32_t a, int32_t b) {
+  loop::Inst in;
+  in.op = op;
+  in.type = loop::ScalarType::kF32;
+  in.a = a;
+  in.b = b;
+  return in;
+}
+
 void AddKernel(loop::Program& p, const std::string& node, int64_t size,
                std::vector<loop::Inst> insts, bool fusible) {
   loop::Kernel k;

@@ -57,6 +57,9 @@ int32_t AddOutput(loop::Program& p, int64_t size);
 // A load of `buffer` at p0 * stride; a store of SSA value `value` into `buffer` at p0.
 loop::Inst LoadAt(int32_t buffer, int64_t stride = 1);
 loop::Inst StoreAt(int32_t buffer, int32_t value);
+// An f32 constant; `op` (a binary opcode) of SSA values a and b, of type f32.
+loop::Inst ConstF32(double value);
+loop::Inst Binary(loop::Opcode op, int32_t a, int32_t b);
 // A kernel over [size] computing `insts` in one stage, launched as the program's next step.
 void AddKernel(loop::Program& p, const std::string& node, int64_t size,
                std::vector<loop::Inst> insts, bool fusible = true);

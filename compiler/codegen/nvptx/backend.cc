@@ -7,6 +7,7 @@
 #include "compiler/codegen/nvptx/launch.h"
 #include "compiler/codegen/nvptx/libdevice.h"
 #include "compiler/codegen/nvptx/nvjitlink.h"
+#include "compiler/codegen/nvptx/specialize.h"
 #include "compiler/codegen/target.h"
 
 namespace kiln::codegen::nvptx {
@@ -25,6 +26,10 @@ class NvptxBackend final : public codegen::Backend {
   int64_t ReductionParts(const loop::Program& program, const loop::Kernel& kernel) const override {
     (void)program;
     return nvptx::ReductionParts(kernel);
+  }
+
+  loop::Program Specialize(loop::Program program) const override {
+    return nvptx::Specialize(std::move(program));
   }
 
   absl::StatusOr<std::vector<KernelSchedule>> Schedule(

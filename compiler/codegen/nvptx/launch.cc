@@ -8,9 +8,35 @@ namespace kiln::codegen::nvptx {
 
 using loop::IndexExpr;
 
+namespace {
+
+// Whether `kernel` has few points (each segment's own, where it has them) and a segment of many
+// instructions: what VectorLanes runs a point a thread.
+bool SmallAndLong(const loop::Kernel& kernel) {
+  const size_t segments = std::max<size_t>(1, kernel.segments.size());
+  int64_t points = 0;
+  if (kernel.segment_points.size() == segments) {
+    for (const int64_t p : kernel.segment_points) points += p;
+  } else {
+    const IndexExpr all = PointsOf(kernel, 1);
+    if (!all.is_const()) return false;
+    points = all.const_value() * static_cast<int64_t>(segments);
+  }
+  if (points > kMaxScalarPoints) return false;
+  for (size_t s = 0; s < segments; ++s) {
+    const int32_t begin = kernel.segments.empty() ? 0 : kernel.segments[s];
+    const int32_t end =
+        kernel.segments.empty() ? static_cast<int32_t>(kernel.insts.size()) : kernel.SegmentEnd(s);
+    if (static_cast<size_t>(end - begin) >= kMinScalarInsts) return true;
+  }
+  return false;
+}
+
+}  // namespace
+
 int32_t VectorLanes(const loop::Program& program, const loop::Kernel& kernel) {
   if (kernel.parallel.empty() || !kernel.reduction.empty() || loop::HasLoopStage(kernel) ||
-      !kernel.fusible) {
+      !kernel.fusible || SmallAndLong(kernel)) {
     return 1;
   }
   const int32_t dim = static_cast<int32_t>(kernel.parallel.size() - 1);

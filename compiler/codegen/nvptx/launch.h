@@ -53,7 +53,19 @@ inline constexpr int32_t kVectorBytes = 16;
 // widest takes two such accesses (8 f32 beside bf16, 4 f64): longer runs would only hold more
 // registers per thread. A constant innermost extent shorter than that shortens the run to the
 // largest power of two that fits.
+//
+// A small kernel whose points compute much gets no runs (kMaxScalarPoints, kMinScalarInsts):
+// a run's code is a point's times its lanes, one straight line each thread fetches anew, and
+// such a kernel's time goes to fetching it rather than to memory. AdamW's update over 192
+// parameters took 3.5 us in runs of 4 (48 threads, half their cycles stalled on instruction
+// fetch), as long as Inductor's kernel for every parameter of the model.
 int32_t VectorLanes(const loop::Program& program, const loop::Kernel& kernel);
+
+// Kernels of at most this many points (counting each segment's own) and at least
+// kMinScalarInsts instructions in a segment run a point a thread (VectorLanes): half the
+// threads the machine holds at once, so every point still gets a thread of its own.
+inline constexpr int64_t kMaxScalarPoints = kStreamingMultiprocessors * 1024;
+inline constexpr size_t kMinScalarInsts = 32;
 
 // The number of points of `kernel` when each covers `lanes` elements of its innermost
 // dimension: the product of its parallel extents, the innermost one divided by `lanes`

@@ -214,8 +214,8 @@ int Run(const Command& command) {
     return kExitFailed;
   }
   PrintSummary(*artifact);
-  for (const auto& [phase, ms] : phases) std::printf("phase %-9s %8.2f ms\n", phase.c_str(), ms);
-  std::printf("total        %8.2f ms\n", total_ms);
+  for (const auto& [phase, ms] : phases) std::printf("phase %-10s %8.2f ms\n", phase.c_str(), ms);
+  std::printf("%-16s %8.2f ms\n", "total", total_ms);
   if (!command.output_path.empty() &&
       !WriteFile(command.output_path, kiln::DeterministicBytes(*artifact))) {
     return kExitFailed;

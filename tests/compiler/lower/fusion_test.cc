@@ -120,6 +120,33 @@ TEST(FusionTest, AMatmulBiasJoinsThePointwiseOpOverItsView) {
       (std::vector<loop::IndexExpr>{loop::IndexExpr::Const(512), loop::IndexExpr::Const(1024)}));
 }
 
+// GPT-2's loss backward: the log-softmax backward sums each row of [128, 512], and its
+// result is converted to bf16 through a view, [2, 64, 512]. Seen over the rows and their
+// elements, the conversion is the reduction kernel's last loop: one kernel, where the
+// gradient was stored in f32 and read back.
+TEST(FusionTest, AViewAfterARowReductionJoinsItsLastLoop) {
+  const Compiled c = Build("gpt2_bf16.bw.json.gz");
+  const std::string softmax = c.NodeName("_log_softmax_backward_data"),
+                    convert = c.NodeName("_to_copy_1");
+  ASSERT_FALSE(softmax.empty());
+  ASSERT_FALSE(convert.empty());
+  EXPECT_NE(KernelOf(c.unfused, softmax), KernelOf(c.unfused, convert));
+  ASSERT_EQ(c.fused.kernels.size(), 1u) << loop::ToString(c.fused);
+  const loop::Kernel& k = c.fused.kernels[0];
+  EXPECT_EQ(KernelOf(c.fused, convert), 0);
+  EXPECT_EQ(k.parallel, (std::vector<loop::IndexExpr>{loop::IndexExpr::Const(128)}));
+  EXPECT_EQ(k.reduction, (std::vector<loop::IndexExpr>{loop::IndexExpr::Const(512)}));
+  int stores = 0;
+  for (const loop::Inst& in : k.insts) {
+    if (in.op != loop::Opcode::kStore) continue;
+    ++stores;
+    EXPECT_EQ(c.fused.buffers[static_cast<size_t>(in.buffer)].dtype, graph::DType::kBFloat16)
+        << "only the converted gradient is stored:\n"
+        << loop::ToString(c.fused);
+  }
+  EXPECT_EQ(stores, 1);
+}
+
 // ResNet-18's batch norm backwards (with the ReLU backward and residual adds before them) sum
 // the gradient and the gradient times the centred input per channel: one loop that loads each
 // input once, where the two sums were two loops reading the same tensors twice.

@@ -28,6 +28,7 @@
 #include "absl/strings/strip.h"
 #include "compiler/codegen/nvptx/backend.h"
 #include "compiler/codegen/nvptx/launch.h"
+#include "compiler/codegen/nvptx/specialize.h"
 #include "compiler/codegen/target.h"
 #include "compiler/compile.h"
 #include "compiler/fuse/coalesce_dims.h"
@@ -141,13 +142,14 @@ TEST_P(CorpusTest, CompilesForSm90WhereItCompilesForX86) {
       << "the analysis is of the plan, not the target's code";
 
   // The fused program, and as sm_90 runs it: reductions that would leave the GPU idle cut
-  // into parts (x86-64 cuts none), then dimensions that index as one merged.
+  // into parts (x86-64 cuts none), then dimensions that index as one merged, then the
+  // target's own rewrites.
   absl::StatusOr<loop::Program> fused = testing::FuseGraph(*proto);
   ASSERT_TRUE(fused.ok()) << fused.status();
-  const loop::Program program = fuse::CoalesceDims(
+  const loop::Program program = codegen::nvptx::Specialize(fuse::CoalesceDims(
       fuse::SplitReductions(*fused, [](const loop::Program&, const loop::Kernel& k) {
         return codegen::nvptx::ReductionParts(k);
-      }));
+      })));
   EXPECT_EQ(cpu->kernels_size(), static_cast<int>(fused->kernels.size()));
   ASSERT_EQ(gpu->kernels_size(), static_cast<int>(program.kernels.size()));
 

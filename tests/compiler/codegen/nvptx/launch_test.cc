@@ -72,6 +72,50 @@ TEST(NvptxVectorLanesTest, ShapesThatKeepRunsFromAligning) {
   EXPECT_EQ(LanesOf(testing::AddGraph({4, "s0"})), 4);
 }
 
+// A kernel over [n] that loads, multiplies `muls` times and stores: a point's code is
+// muls + 3 instructions.
+loop::Program ChainProgram(int64_t n, int muls) {
+  loop::Program p;
+  const int32_t in = testing::AddInput(p, n), out = testing::AddOutput(p, n);
+  std::vector<loop::Inst> insts = {testing::LoadAt(in), testing::ConstF32(2.0)};
+  int32_t last = 0;  // the loaded value, then each product
+  for (int i = 0; i < muls; ++i) {
+    insts.push_back(testing::Binary(loop::Opcode::kMul, last, 1));
+    last = static_cast<int32_t>(insts.size()) - 1;
+  }
+  insts.push_back(testing::StoreAt(out, last));
+  testing::AddKernel(p, "chain", n, std::move(insts));
+  return p;
+}
+
+TEST(NvptxVectorLanesTest, SmallKernelsOfLongPointsRunAPointAThread) {
+  const int64_t few = 4096, many = kMaxScalarPoints * 2;
+  const int longest = static_cast<int>(kMinScalarInsts);
+  auto lanes = [](const loop::Program& p) { return VectorLanes(p, p.kernels[0]); };
+  EXPECT_EQ(lanes(ChainProgram(few, longest)), 1) << "few points, long code";
+  EXPECT_EQ(lanes(ChainProgram(kMaxScalarPoints, longest)), 1);
+  EXPECT_EQ(lanes(ChainProgram(kMaxScalarPoints + 4, longest)), 4) << "memory matters again";
+  EXPECT_EQ(lanes(ChainProgram(many, longest)), 4);
+  EXPECT_EQ(lanes(ChainProgram(few, 4)), 4) << "short code keeps its vectors";
+  // A kernel of segments counts each segment's points and code: AdamW's updates of several
+  // parameters, each its own segment.
+  loop::Program joined = ChainProgram(few, longest);
+  loop::Kernel& k = joined.kernels[0];
+  const loop::Kernel one = k;
+  const int32_t shift = static_cast<int32_t>(one.insts.size());
+  for (loop::Inst in : one.insts) {
+    for (int32_t* operand : {&in.a, &in.b}) {
+      if (*operand >= 0) *operand += shift;
+    }
+    k.insts.push_back(in);
+  }
+  k.stages[0].end = static_cast<int32_t>(k.insts.size());
+  k.segments = {0, shift};
+  EXPECT_EQ(lanes(joined), 1);
+  k.segment_points = {kMaxScalarPoints, 8};
+  EXPECT_EQ(lanes(joined), 4) << "past kMaxScalarPoints over both segments";
+}
+
 TEST(NvptxVectorLanesTest, ReductionsGetNoRuns) {
   absl::StatusOr<loop::Program> program = testing::FuseSharedGraph("nanogpt_fp32.fw.json");
   ASSERT_TRUE(program.ok()) << program.status();
