@@ -1,5 +1,6 @@
 #include "compiler/codegen/x86/link.h"
 
+#include <signal.h>
 #include <stdlib.h>
 #include <unistd.h>
 
@@ -21,6 +22,29 @@ kiln::Mutex& LinkerMutex() {
   static auto* mu = new kiln::Mutex();
   return *mu;
 }
+
+// Keeps the calling thread's alternate signal stack across the linker. LLD's output file
+// registers LLVM's signal handlers, and the first registration in a process gives the calling
+// thread an alternate stack of LLVM's own (malloc'd, never freed). The thread's own stack, the
+// one its runtime made (a sanitizer's, say) and unmaps when the thread ends, goes back in its
+// place; LLVM's handlers run on whichever stack the thread has.
+class SignalStackGuard {
+ public:
+  SignalStackGuard() { kept_ = sigaltstack(nullptr, &before_) == 0; }
+  ~SignalStackGuard() {
+    stack_t now{};
+    if (kept_ && sigaltstack(nullptr, &now) == 0 && now.ss_sp != before_.ss_sp) {
+      before_.ss_flags &= SS_DISABLE;
+      sigaltstack(&before_, nullptr);
+    }
+  }
+  SignalStackGuard(const SignalStackGuard&) = delete;
+  SignalStackGuard& operator=(const SignalStackGuard&) = delete;
+
+ private:
+  stack_t before_{};
+  bool kept_ = false;
+};
 
 }  // namespace
 
@@ -49,6 +73,7 @@ absl::StatusOr<std::string> LinkSharedObject(const std::vector<std::string>& obj
   bool ok;
   {
     kiln::MutexLock lock(&LinkerMutex());
+    SignalStackGuard signal_stack;
     std::vector<const char*> args = {
         "ld.lld",           "-shared", "--build-id=none",    "-z", "noexecstack",  "-z", "now",
         "--hash-style=gnu", "-soname", "libkiln_kernels.so", "-o", so_path.c_str()};
