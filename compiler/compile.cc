@@ -125,6 +125,7 @@ absl::StatusOr<v1::CompiledGraph> Compile(const graph::Graph& graph,
   for (size_t i = 0; i < code->kernels.size(); ++i) {
     const codegen::KernelCode& k = code->kernels[i];
     v1::Kernel* kernel = out.mutable_kernels(static_cast<int>(i));
+    kernel->set_name(k.entry);
     kernel->set_module(k.module);
     kernel->set_vector_width(k.vector_width);
     kernel->set_registers(k.registers);

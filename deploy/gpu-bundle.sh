@@ -35,6 +35,18 @@ for need in "$kilnd" "$build/python/kiln/v1/compile_pb2.py" "$runtime"; do
     exit 1
   fi
 done
+# What runs on the GPU machine is measured there: only an optimized build without sanitizers
+# goes. (A cache whose CMAKE_CXX_FLAGS_RELEASE is empty builds without optimization.)
+cache_value() { sed -n "s/^$1:[A-Z]*=//p" "$build/CMakeCache.txt" 2>/dev/null; }
+build_type=$(cache_value CMAKE_BUILD_TYPE)
+release_flags=$(cache_value CMAKE_CXX_FLAGS_RELEASE)
+sanitize=$(cache_value KILN_SANITIZE)
+if [ "$build_type" != Release ] || [[ ! " $release_flags " =~ \ -O[23s]\  ]] || [ -n "$sanitize" ]; then
+  echo "$build is not an optimized release build (CMAKE_BUILD_TYPE='$build_type'," \
+    "CMAKE_CXX_FLAGS_RELEASE='$release_flags', KILN_SANITIZE='$sanitize'): configure it with" \
+    "cmake --preset release -DCMAKE_CXX_FLAGS_RELEASE='-O3 -DNDEBUG' and build again" >&2
+  exit 1
+fi
 if [ -e "$out" ] && [ -n "$(ls -A "$out")" ] && [ ! -f "$out/env.sh" ]; then
   echo "$out is neither empty nor an earlier bundle; refusing to write into it" >&2
   exit 1

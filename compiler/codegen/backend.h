@@ -41,6 +41,9 @@ struct CodeModule {
 // What code generation decided or learned about one kernel.
 struct KernelCode {
   int32_t module = 0;  // index into GeneratedCode::modules
+  // The entry symbol in that module: "kiln_k<j>", j the first kernel in program order of the
+  // same code (codegen/llvm/kernel_module.h), which kernels of the same code share.
+  std::string entry;
   // Elements per vector operation: x86-64, the widest one of its innermost loop; sm_90, the
   // elements of each thread's run (nvptx/launch.h VectorLanes).
   int32_t vector_width = 1;
@@ -50,8 +53,7 @@ struct KernelCode {
 
 struct GeneratedCode {
   std::vector<CodeModule> modules;
-  // One per program kernel, in order. Kernel i's entry symbol is "kiln_k<i>", its
-  // parameters in plan::ParamsOf order.
+  // One per program kernel, in order; a kernel's parameters are in plan::ParamsOf order.
   std::vector<KernelCode> kernels;
   std::string llvm_ir;  // the optimized IR of every kernel, when asked for
 };

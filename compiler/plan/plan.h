@@ -26,8 +26,9 @@ struct PlanOptions {
 };
 
 // Fills everything of a CompiledGraph but `modules`, `compile_key`, `guards`,
-// `decision_digest` and the kernels' code facts. Kernel i of the result is
-// program.kernels[i] named "kiln_k<i>", launched as schedules[i] says. INVALID_ARGUMENT when
+// `decision_digest` and the kernels' code facts (their module and entry, which replaces the
+// name: codegen/backend.h). Kernel i of the result is program.kernels[i] named "kiln_k<i>",
+// launched as schedules[i] says. INVALID_ARGUMENT when
 // there is not one schedule per kernel; FAILED_PRECONDITION when a symbol cannot be read from
 // any input.
 absl::StatusOr<v1::CompiledGraph> Plan(const loop::Program& program,

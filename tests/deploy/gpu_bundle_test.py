@@ -100,3 +100,29 @@ def test_refuses_a_folder_that_is_not_a_bundle(tmp_path: pathlib.Path) -> None:
                           str(BINARY_DIR)], capture_output=True, text=True)
     assert run.returncode != 0 and "refusing" in run.stderr
     assert (tmp_path / "precious.txt").read_text() == "keep me"
+
+
+@pytest.mark.parametrize("cache, named", [
+    ("CMAKE_BUILD_TYPE:STRING=Release\nCMAKE_CXX_FLAGS_RELEASE:STRING=\n",
+     "CMAKE_CXX_FLAGS_RELEASE=''"),
+    ("CMAKE_BUILD_TYPE:STRING=Debug\nCMAKE_CXX_FLAGS_RELEASE:STRING=-O3 -DNDEBUG\n",
+     "CMAKE_BUILD_TYPE='Debug'"),
+    ("CMAKE_BUILD_TYPE:STRING=Release\nCMAKE_CXX_FLAGS_RELEASE:STRING=-O3 -DNDEBUG\n"
+     "KILN_SANITIZE:STRING=address\n", "KILN_SANITIZE='address'"),
+])
+def test_a_build_that_is_not_optimized_is_refused(tmp_path: pathlib.Path, cache: str,
+                                                  named: str) -> None:
+    """What is bundled is measured on the GPU machine: the script refuses a build folder
+    configured without optimization or with sanitizers, naming the setting, and writes
+    nothing."""
+    build = tmp_path / "build"
+    for part in ("server/kilnd", "python", "client/libkiln_runtime.so"):
+        (build / part).parent.mkdir(parents=True, exist_ok=True)
+        (build / part).symlink_to(BINARY_DIR / part)
+    (build / "CMakeCache.txt").write_text(cache)
+    out = tmp_path / "bundle"
+    run = subprocess.run(["bash", str(ROOT / "deploy/gpu-bundle.sh"), str(out), str(build)],
+                         capture_output=True, text=True)
+    assert run.returncode == 1
+    assert "not an optimized release build" in run.stderr and named in run.stderr, run.stderr
+    assert not out.exists()

@@ -114,8 +114,8 @@ def compiled(model: Any, mode: str) -> Any:
 class Profiler:
     """PyTorch's profiler ("torch": the GPU's work by kernel or op, most time first, summed
     over the profiled steps, and the host's time in each op) or Python's ("python": the
-    host's time by Python function, most time spent in the function itself first; "first":
-    the first step's, most cumulative time first)."""
+    host's time by Python function, most time spent in the function itself first, then most
+    cumulative time first; "first": the first step's, most cumulative time first)."""
 
     def __init__(self, kind: str) -> None:
         import torch
@@ -148,9 +148,14 @@ class Profiler:
         text = io.StringIO()
         # The first step is where time to first step goes: by cumulative time, to see which
         # stage (Dynamo, AOTAutograd, the backend) takes it.
-        order = "cumulative" if self.kind == "first" else "tottime"
-        rows = 2 * PROFILE_ROWS if self.kind == "first" else PROFILE_ROWS
-        pstats.Stats(self.prof, stream=text).sort_stats(order).print_stats(rows)
+        # Later steps: by time in the function itself (where the host's time goes), then by
+        # cumulative time (which of the step's calls it goes in).
+        stats = pstats.Stats(self.prof, stream=text)
+        if self.kind == "first":
+            stats.sort_stats("cumulative").print_stats(2 * PROFILE_ROWS)
+        else:
+            stats.sort_stats("tottime").print_stats(PROFILE_ROWS)
+            stats.sort_stats("cumulative").print_stats(PROFILE_ROWS)
         return text.getvalue()
 
 

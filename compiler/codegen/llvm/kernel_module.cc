@@ -5,6 +5,7 @@
 #include "absl/strings/str_cat.h"
 #include "llvm/IR/Verifier.h"
 #include "llvm/Support/raw_ostream.h"
+#include "proto/base/digest.h"
 #include "proto/base/thread_pool.h"
 
 namespace kiln::codegen {
@@ -13,10 +14,28 @@ absl::StatusOr<KernelModule> KernelModule::Emit(const TargetDescription& target,
                                                 const CodegenOptions& options,
                                                 const loop::Program& program, size_t index,
                                                 const KernelAbi& abi) {
+  return EmitNamed(target, options, program, index, abi, absl::StrCat("kiln_k", index));
+}
+
+absl::StatusOr<std::string> KernelModule::CodeDigest(const TargetDescription& target,
+                                                     const CodegenOptions& options,
+                                                     const loop::Program& program, size_t index,
+                                                     const KernelAbi& abi) {
+  absl::StatusOr<KernelModule> kernel = EmitNamed(target, options, program, index, abi, "kiln_k");
+  if (!kernel.ok()) return kernel.status();
+  std::string ir;
+  llvm::raw_string_ostream os(ir);
+  kernel->module().print(os, nullptr);
+  return Sha256Hex(os.str());
+}
+
+absl::StatusOr<KernelModule> KernelModule::EmitNamed(const TargetDescription& target,
+                                                     const CodegenOptions& options,
+                                                     const loop::Program& program, size_t index,
+                                                     const KernelAbi& abi, std::string name) {
   absl::StatusOr<std::unique_ptr<llvm::TargetMachine>> machine =
       MakeTargetMachine(target, options.opt_level);
   if (!machine.ok()) return machine.status();
-  std::string name = absl::StrCat("kiln_k", index);
   auto context = std::make_unique<llvm::LLVMContext>();
   std::unique_ptr<llvm::Module> module = NewModule(*context, name, **machine);
   if (absl::Status s = EmitKernel(*module, program, program.kernels[index], name, abi); !s.ok()) {

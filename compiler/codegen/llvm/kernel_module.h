@@ -6,6 +6,10 @@
 // (CompileKernels). A target supplies its TargetDescription and KernelAbi, and turns each
 // emitted module into its code: what it links into the module, the optimization it asks for,
 // what it checks, and what it makes of the file LLVM emits are its own.
+//
+// Kernels whose IR is the same but for their names (a transformer's layers, a network's
+// repeated blocks) are compiled once: the code of the first of them in program order serves
+// the others, under its entry symbol.
 
 #include <cstddef>
 #include <memory>
@@ -13,9 +17,11 @@
 #include <utility>
 #include <vector>
 
+#include "absl/container/flat_hash_map.h"
 #include "absl/functional/function_ref.h"
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "absl/strings/str_cat.h"
 #include "compiler/codegen/llvm/codegen_options.h"
 #include "compiler/codegen/llvm/kernel_emitter.h"
 #include "compiler/codegen/llvm/target_machine.h"
@@ -40,6 +46,13 @@ class KernelModule {
                                            const loop::Program& program, size_t index,
                                            const KernelAbi& abi);
 
+  // The SHA-256 of the kernel's IR as Emit makes it, emitted under one name for every kernel:
+  // kernels of equal digests compile to the same code but for their names. INTERNAL as Emit.
+  static absl::StatusOr<std::string> CodeDigest(const TargetDescription& target,
+                                                const CodegenOptions& options,
+                                                const loop::Program& program, size_t index,
+                                                const KernelAbi& abi);
+
   // The kernel's entry symbol.
   const std::string& name() const { return name_; }
   llvm::Module& module() { return *module_; }
@@ -57,6 +70,11 @@ class KernelModule {
   const std::string& llvm_ir() const { return llvm_ir_; }
 
  private:
+  static absl::StatusOr<KernelModule> EmitNamed(const TargetDescription& target,
+                                                const CodegenOptions& options,
+                                                const loop::Program& program, size_t index,
+                                                const KernelAbi& abi, std::string name);
+
   KernelModule(std::string name, const CodegenOptions& options,
                std::unique_ptr<llvm::LLVMContext> context,
                std::unique_ptr<llvm::TargetMachine> machine, std::unique_ptr<llvm::Module> module)
@@ -86,38 +104,70 @@ absl::StatusOr<std::string> EmitEmptyModule(const TargetDescription& target, int
 // run.
 void RunEachKernel(size_t n, int threads, absl::FunctionRef<void(size_t index)> fn);
 
-// What a target made of every kernel of a program.
+// What a target made of every kernel of a program: one code per distinct kernel.
 template <typename T>
 struct CompiledKernels {
-  std::vector<T> kernels;  // one per program kernel, in order
-  std::string llvm_ir;     // every kernel's IR, in order, where the options asked for it
+  std::vector<T> codes;  // in program order of the first kernel of each
+  // For each program kernel, the index of its code in `codes`.
+  std::vector<size_t> code_of;
+  // For each code, the program kernel it was compiled as: its entry symbol is "kiln_k<that>".
+  std::vector<size_t> compiled_as;
+  std::string llvm_ir;  // every code's IR, in order, where the options asked for it
+
+  // The entry symbol of program kernel `kernel`'s code.
+  std::string EntryOf(size_t kernel) const {
+    return absl::StrCat("kiln_k", compiled_as[code_of[kernel]]);
+  }
 };
 
 // Every kernel of `program` emitted for `target` through `abi` (KernelModule::Emit) and turned
-// into a T by `compile`, on options.threads threads; or the failure of the first kernel, in
-// kernel order, that failed. Neither the results nor the failure reported depend on the
-// number of threads. `compile` runs on several threads at once, each time on another kernel.
+// into a T by `compile`, on options.threads threads, once for each distinct kernel (see the
+// file's comment); or the failure of the first kernel, in kernel order, that failed. Neither
+// the results nor the failure reported depend on the number of threads. `compile` runs on
+// several threads at once, each time on another kernel.
 template <typename T>
 absl::StatusOr<CompiledKernels<T>> CompileKernels(
     const TargetDescription& target, const KernelAbi& abi, const loop::Program& program,
     const CodegenOptions& options, absl::FunctionRef<absl::StatusOr<T>(KernelModule&)> compile) {
-  std::vector<absl::StatusOr<T>> compiled(program.kernels.size());
-  std::vector<std::string> ir(program.kernels.size());
-  RunEachKernel(program.kernels.size(), options.threads, [&](size_t i) {
-    absl::StatusOr<KernelModule> kernel = KernelModule::Emit(target, options, program, i, abi);
-    if (!kernel.ok()) {
-      compiled[i] = kernel.status();
-      return;
-    }
-    compiled[i] = compile(*kernel);
-    ir[i] = kernel->llvm_ir();
+  const size_t n = program.kernels.size();
+  // The kernels' digests, emitted in parallel (emitting is a small part of compiling). A
+  // kernel that cannot be emitted is a code of its own, which fails when it is compiled.
+  std::vector<absl::StatusOr<std::string>> digests(n);
+  RunEachKernel(n, options.threads, [&](size_t i) {
+    digests[i] = KernelModule::CodeDigest(target, options, program, i, abi);
   });
   CompiledKernels<T> out;
-  out.kernels.reserve(compiled.size());
-  for (size_t i = 0; i < compiled.size(); ++i) {
-    if (!compiled[i].ok()) return compiled[i].status();
-    out.kernels.push_back(*std::move(compiled[i]));
-    out.llvm_ir += ir[i];
+  out.code_of.resize(n);
+  absl::flat_hash_map<std::string, size_t> code_by_digest;
+  for (size_t i = 0; i < n; ++i) {
+    if (digests[i].ok()) {
+      auto [at, inserted] = code_by_digest.try_emplace(*digests[i], out.compiled_as.size());
+      out.code_of[i] = at->second;
+      if (!inserted) continue;
+    } else {
+      out.code_of[i] = out.compiled_as.size();
+    }
+    out.compiled_as.push_back(i);
+  }
+
+  const size_t codes = out.compiled_as.size();
+  std::vector<absl::StatusOr<T>> compiled(codes);
+  std::vector<std::string> ir(codes);
+  RunEachKernel(codes, options.threads, [&](size_t c) {
+    absl::StatusOr<KernelModule> kernel =
+        KernelModule::Emit(target, options, program, out.compiled_as[c], abi);
+    if (!kernel.ok()) {
+      compiled[c] = kernel.status();
+      return;
+    }
+    compiled[c] = compile(*kernel);
+    ir[c] = kernel->llvm_ir();
+  });
+  out.codes.reserve(codes);
+  for (size_t c = 0; c < codes; ++c) {
+    if (!compiled[c].ok()) return compiled[c].status();
+    out.codes.push_back(*std::move(compiled[c]));
+    out.llvm_ir += ir[c];
   }
   return out;
 }

@@ -45,14 +45,19 @@ class NvptxBackend final : public codegen::Backend {
     absl::StatusOr<CodegenResult> result = GenerateCubins(program, CodegenOptionsFor(options));
     if (!result.ok()) return result.status();
     GeneratedCode out;
-    for (size_t i = 0; i < result->kernels.size(); ++i) {
-      KernelBinary& k = result->kernels[i];
+    // Each code is a cubin followed by its PTX.
+    for (size_t i = 0; i < program.kernels.size(); ++i) {
+      const size_t c = result->code_of[i];
+      const KernelBinary& k = result->codes[c];
       KernelCode code;
-      code.module = static_cast<int32_t>(out.modules.size());
+      code.module = static_cast<int32_t>(2 * c);
+      code.entry = result->entry[i];
       code.vector_width = VectorLanes(program, program.kernels[i]);
       code.registers = k.registers;
       code.static_shared_memory_bytes = k.static_shared_memory_bytes;
       out.kernels.push_back(code);
+    }
+    for (KernelBinary& k : result->codes) {
       out.modules.push_back({v1::BINARY_KIND_CUBIN, std::move(k.cubin)});
       out.modules.push_back({v1::BINARY_KIND_PTX, std::move(k.ptx)});
     }

@@ -77,7 +77,9 @@ absl::StatusOr<CodegenResult> GenerateCubins(const loop::Program& program,
   auto kernels = CompileKernels<KernelBinary>(kTarget, GpuKernelAbi(), program, options, BinaryOf);
   if (!kernels.ok()) return kernels.status();
   CodegenResult result;
-  result.kernels = std::move(kernels->kernels);
+  for (size_t i = 0; i < program.kernels.size(); ++i) result.entry.push_back(kernels->EntryOf(i));
+  result.codes = std::move(kernels->codes);
+  result.code_of = std::move(kernels->code_of);
   result.llvm_ir = std::move(kernels->llvm_ir);
   return result;
 }

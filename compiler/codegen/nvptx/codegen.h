@@ -32,11 +32,19 @@ struct KernelBinary {
 };
 
 struct CodegenResult {
-  std::vector<KernelBinary> kernels;  // one per program kernel, in order
-  std::string llvm_ir;                // when asked for
+  // One per distinct kernel (codegen/llvm/kernel_module.h), in program order of the first
+  // kernel of each.
+  std::vector<KernelBinary> codes;
+  std::vector<size_t> code_of;     // for each program kernel, its code
+  std::vector<std::string> entry;  // for each program kernel, its entry in its code
+  std::string llvm_ir;             // when asked for
+
+  // Program kernel `kernel`'s code.
+  const KernelBinary& CodeOf(size_t kernel) const { return codes[code_of[kernel]]; }
 };
 
-// Kernel i is the PTX entry "kiln_k<i>", with parameters in plan::ParamsOf order.
+// Kernel i is the PTX entry "kiln_k<j>", j <= i the first kernel with the same code, with
+// parameters in plan::ParamsOf order.
 absl::StatusOr<CodegenResult> GenerateCubins(const loop::Program& program,
                                              const CodegenOptions& options = {});
 

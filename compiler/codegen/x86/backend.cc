@@ -37,9 +37,10 @@ class X86Backend final : public codegen::Backend {
     if (!result.ok()) return result.status();
     GeneratedCode out;
     out.modules.push_back({v1::BINARY_KIND_SHARED_OBJECT, std::move(result->shared_object)});
-    for (int32_t width : result->vector_widths) {
+    for (size_t i = 0; i < result->vector_widths.size(); ++i) {
       KernelCode k;
-      k.vector_width = width;
+      k.vector_width = result->vector_widths[i];
+      k.entry = result->entry[i];
       out.kernels.push_back(k);
     }
     out.llvm_ir = std::move(result->llvm_ir);

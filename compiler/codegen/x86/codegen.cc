@@ -128,19 +128,21 @@ absl::StatusOr<KernelObject> ObjectOf(KernelModule& kernel, int opt_level) {
 
 absl::StatusOr<CodegenResult> GenerateSharedObject(const loop::Program& program,
                                                    const CodegenOptions& options) {
-  // Each kernel is its own module, so kernels compile in parallel; the objects are linked in
-  // kernel order, so the bytes do not depend on the number of threads.
+  // Each kernel is its own module, so kernels compile in parallel; the objects (one per
+  // distinct kernel) are linked in kernel order, so the bytes do not depend on the number of
+  // threads.
   auto kernels = CompileKernels<KernelObject>(
       kTarget, CpuKernelAbi(), program, options,
       [&](KernelModule& kernel) { return ObjectOf(kernel, options.opt_level); });
   if (!kernels.ok()) return kernels.status();
   CodegenResult result;
   result.llvm_ir = std::move(kernels->llvm_ir);
-  std::vector<std::string> objects;
-  for (KernelObject& k : kernels->kernels) {
-    result.vector_widths.push_back(k.vector_width);
-    objects.push_back(std::move(k.object));
+  for (size_t i = 0; i < program.kernels.size(); ++i) {
+    result.vector_widths.push_back(kernels->codes[kernels->code_of[i]].vector_width);
+    result.entry.push_back(kernels->EntryOf(i));
   }
+  std::vector<std::string> objects;
+  for (KernelObject& k : kernels->codes) objects.push_back(std::move(k.object));
   if (objects.empty()) {
     auto empty = CheckedObject(EmitEmptyModule(kTarget, options.opt_level, llvm::CGFT_ObjectFile));
     if (!empty.ok()) return empty.status();

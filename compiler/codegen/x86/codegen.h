@@ -31,9 +31,11 @@ struct CodegenResult {
   std::string shared_object;           // ELF bytes
   std::string llvm_ir;                 // when asked for
   std::vector<int32_t> vector_widths;  // per kernel: the widest vector the innermost loop got
+  std::vector<std::string> entry;      // per kernel: its symbol
 };
 
-// Kernel i is named "kiln_k<i>", with parameters in plan::ParamsOf order.
+// Kernel i is the symbol "kiln_k<j>", j <= i the first kernel with the same code
+// (codegen/llvm/kernel_module.h), with parameters in plan::ParamsOf order.
 absl::StatusOr<CodegenResult> GenerateSharedObject(const loop::Program& program,
                                                    const CodegenOptions& options = {});
 

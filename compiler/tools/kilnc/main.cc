@@ -20,6 +20,7 @@
 #include <cstdio>
 #include <fstream>
 #include <map>
+#include <set>
 #include <string>
 #include <utility>
 #include <vector>
@@ -105,7 +106,11 @@ void PrintSummary(const kiln::v1::CompiledGraph& artifact) {
   }
   std::printf("target       %s\n", artifact.target().c_str());
   std::printf("nodes        %d\n", s.nodes());
-  std::printf("kernels      %d (%d fused groups)\n", s.kernels(), s.fused_groups());
+  // Kernels of the same code share its entry (codegen/llvm/kernel_module.h).
+  std::set<std::string> codes;
+  for (const kiln::v1::Kernel& k : artifact.kernels()) codes.insert(k.name());
+  std::printf("kernels      %d (%d fused groups, %zu distinct codes)\n", s.kernels(),
+              s.fused_groups(), codes.size());
   std::printf("extern steps %d\n", s.extern_steps());
   std::printf("fallbacks    %d\n", s.fallback_steps());
   for (const kiln::v1::FallbackNote& f : s.fallbacks()) {
@@ -114,7 +119,10 @@ void PrintSummary(const kiln::v1::CompiledGraph& artifact) {
   std::printf("buffers      %d (arena %lld bytes at the hints, fixed-size outputs %lld bytes)\n",
               artifact.buffers_size(), static_cast<long long>(s.arena_bytes_at_hints()),
               static_cast<long long>(output_bytes));
-  std::printf("module       %zu bytes\n", artifact.modules(0).binary().size());
+  int64_t module_bytes = 0;
+  for (const kiln::v1::CodeModule& m : artifact.modules()) module_bytes += m.binary().size();
+  std::printf("modules      %d (%lld bytes)\n", artifact.modules_size(),
+              static_cast<long long>(module_bytes));
   std::printf("cudagraph    %s\n",
               artifact.cudagraph().capturable() ? "capturable" : "not capturable");
   for (const kiln::v1::CaptureReason& r : artifact.cudagraph().reasons()) {

@@ -44,7 +44,9 @@ TEST_P(SharedGraphTest, MatchesInterpreter) {
 // With several threads the runtime splits each launch's range among them: kernels must not
 // depend on the split.
 TEST_P(SharedGraphTest, MatchesInterpreterWithLaunchesSplit) {
-  if (kSanitized && GetParam().starts_with("nanogpt")) GTEST_SKIP() << "one thread covers it";
+  // Under sanitizers one graph checks the split: the other graphs' kernels were checked on one
+  // thread, and their split is checked in the release build.
+  if (kSanitized && GetParam() != "mlp_fp32.bw.json") GTEST_SKIP() << "one thread covers it";
   const v1::Graph proto = testing::LoadSharedGraph(GetParam());
   auto artifact = testing::CompileForCpu(proto);
   ASSERT_TRUE(artifact.ok()) << artifact.status();

@@ -53,6 +53,13 @@ class CompileKernelsTest : public ::testing::Test {
   const x86::CpuKernelAbi abi_;
 };
 
+// How many distinct codes the program's kernels have.
+int CodesOf(const loop::Program& program) {
+  auto compiled = CompileKernels<int>(HostTarget(), x86::CpuKernelAbi(), program, CodegenOptions(),
+                                      [](KernelModule&) -> absl::StatusOr<int> { return 0; });
+  return compiled.ok() ? static_cast<int>(compiled->codes.size()) : -1;
+}
+
 TEST_F(CompileKernelsTest, ResultsAndIrComeInKernelOrder) {
   for (int threads : {1, 3, 0}) {
     CodegenOptions options;
@@ -67,16 +74,58 @@ TEST_F(CompileKernelsTest, ResultsAndIrComeInKernelOrder) {
           return kernel.name();
         });
     ASSERT_TRUE(compiled.ok()) << compiled.status();
-    ASSERT_EQ(compiled->kernels.size(), program_.kernels.size());
+    ASSERT_EQ(compiled->codes.size(), compiled->compiled_as.size());
     size_t last = 0;
-    for (size_t i = 0; i < program_.kernels.size(); ++i) {
-      const std::string name = absl::StrCat("kiln_k", i);
-      EXPECT_EQ(compiled->kernels[i], name) << "threads " << threads;
+    for (size_t c = 0; c < compiled->codes.size(); ++c) {
+      const std::string name = absl::StrCat("kiln_k", compiled->compiled_as[c]);
+      EXPECT_EQ(compiled->codes[c], name) << "threads " << threads;
       const size_t at = compiled->llvm_ir.find(absl::StrCat("@", name, "("));
       ASSERT_NE(at, std::string::npos) << name << ", threads " << threads;
       EXPECT_GE(at, last) << name << ", threads " << threads;
       last = at;
     }
+  }
+}
+
+// nanoGPT's two layers are the same kernels over other buffers: each is compiled once, as
+// the first kernel of its code, and the rest name that kernel's entry.
+TEST_F(CompileKernelsTest, KernelsOfTheSameCodeCompileOnce) {
+  std::vector<size_t> first_code_of;
+  for (int threads : {1, 3, 0}) {
+    CodegenOptions options;
+    options.threads = threads;
+    std::atomic<int> compiles{0};
+    auto compiled =
+        CompileKernels<std::string>(HostTarget(), abi_, program_, options,
+                                    [&](KernelModule& kernel) -> absl::StatusOr<std::string> {
+                                      ++compiles;
+                                      return kernel.name();
+                                    });
+    ASSERT_TRUE(compiled.ok()) << compiled.status();
+    const size_t codes = compiled->codes.size();
+    EXPECT_EQ(compiles, static_cast<int>(codes));
+    EXPECT_LT(codes, program_.kernels.size());
+    ASSERT_EQ(compiled->code_of.size(), program_.kernels.size());
+    for (size_t i = 0; i < program_.kernels.size(); ++i) {
+      const size_t c = compiled->code_of[i];
+      ASSERT_LT(c, codes);
+      const size_t as = compiled->compiled_as[c];
+      ASSERT_LE(as, i);
+      EXPECT_EQ(compiled->EntryOf(i), absl::StrCat("kiln_k", as));
+      // The same computation: the same instructions, whatever buffers they read and write.
+      const loop::Kernel& mine = program_.kernels[i];
+      const loop::Kernel& its = program_.kernels[as];
+      ASSERT_EQ(mine.insts.size(), its.insts.size()) << i << " as " << as;
+      for (size_t k = 0; k < mine.insts.size(); ++k) {
+        EXPECT_EQ(mine.insts[k].op, its.insts[k].op) << i << " as " << as << ", inst " << k;
+      }
+      EXPECT_EQ(mine.parallel, its.parallel) << i << " as " << as;
+    }
+    for (size_t c = 0; c < codes; ++c) {
+      EXPECT_EQ(compiled->code_of[compiled->compiled_as[c]], c) << "a code's own kernel";
+    }
+    if (first_code_of.empty()) first_code_of = compiled->code_of;
+    EXPECT_EQ(compiled->code_of, first_code_of) << "threads " << threads;
   }
 }
 
@@ -108,8 +157,9 @@ TEST_F(CompileKernelsTest, TheFirstFailureInKernelOrderWins) {
         });
     EXPECT_EQ(compiled.status().code(), absl::StatusCode::kInternal) << "threads " << threads;
     EXPECT_EQ(compiled.status().message(), "kiln_k1") << "threads " << threads;
-    // Every kernel still compiled: which one failed first in time does not decide the answer.
-    EXPECT_EQ(compiled_kernels, static_cast<int>(program_.kernels.size()));
+    // Every kernel's code still compiled: which one failed first in time does not decide the
+    // answer.
+    EXPECT_EQ(compiled_kernels, CodesOf(program_));
   }
 }
 

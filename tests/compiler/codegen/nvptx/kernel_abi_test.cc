@@ -58,7 +58,7 @@ std::string PtxOf(const v1::Graph& graph) {
   const loop::Program program = OneKernelProgram(graph);
   absl::StatusOr<CodegenResult> result = GenerateCubins(program);
   EXPECT_TRUE(result.ok()) << result.status();
-  return result.ok() && !result->kernels.empty() ? result->kernels[0].ptx : "";
+  return result.ok() && !result->codes.empty() ? result->CodeOf(0).ptx : "";
 }
 
 int Count(const std::string& text, const std::string& needle) {
@@ -158,7 +158,7 @@ TEST(NvptxSplitReductionPtxTest, ChannelSumsWalkEachImageAsARow) {
   ASSERT_EQ(program.kernels[0].reduction.size(), 2u);
   absl::StatusOr<CodegenResult> result = GenerateCubins(program);
   ASSERT_TRUE(result.ok()) << result.status();
-  const std::string& ptx = result->kernels[0].ptx;
+  const std::string& ptx = result->CodeOf(0).ptx;
   EXPECT_EQ(Count(ptx, "ld.global.nc.f32"), 13) << ptx;
 }
 
@@ -178,7 +178,7 @@ TEST(NvptxRunsPtxTest, RowsOfTwoRunsAssemble) {
     alone.kernels = {k};
     absl::StatusOr<CodegenResult> result = GenerateCubins(alone);
     ASSERT_TRUE(result.ok()) << result.status();
-    EXPECT_THAT(result->kernels[0].ptx, HasSubstr(".v4.u32"));
+    EXPECT_THAT(result->CodeOf(0).ptx, HasSubstr(".v4.u32"));
   }
   EXPECT_GT(two_runs, 0);
 }
@@ -301,7 +301,7 @@ std::unique_ptr<Library> HostLibrary(const loop::Program& program, const KernelA
                                   });
   EXPECT_TRUE(objects.ok()) << objects.status();
   if (!objects.ok()) return nullptr;
-  absl::StatusOr<std::string> so = x86::LinkSharedObject(objects->kernels);
+  absl::StatusOr<std::string> so = x86::LinkSharedObject(objects->codes);
   EXPECT_TRUE(so.ok()) << so.status();
   return so.ok() ? Library::Load(*so) : nullptr;
 }
