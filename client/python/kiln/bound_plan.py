@@ -21,7 +21,7 @@ must not see). Ops without such an overload, and results on the CPU, are copied 
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Callable, Optional, Sequence
 
 from kiln import cuda
@@ -96,6 +96,22 @@ class Call:
     # fit yet, with `out_checked` False).
     out_op: Optional[Callable[..., Any]] = None
     out_checked: bool = False
+    # Bound calls without list arguments: the arguments with every view None, and where each
+    # view goes (a position, or a keyword), so a run fills in tensors without walking them.
+    flat_args: Optional[list[Any]] = None
+    flat_kwargs: Optional[dict[str, Any]] = None
+    view_args: list[tuple[Any, BoundView]] = field(default_factory=list)
+
+    def flatten(self) -> None:
+        if any(kind == "list" for kind, _ in self.args + [a for _, a in self.kwargs]):
+            return
+        self.flat_args = [None if kind == "view" else payload for kind, payload in self.args]
+        self.flat_kwargs = {name: None if kind == "view" else payload
+                            for name, (kind, payload) in self.kwargs}
+        self.view_args = [(i, payload) for i, (kind, payload) in enumerate(self.args)
+                          if kind == "view" and payload is not None]
+        self.view_args += [(name, payload) for name, (kind, payload) in self.kwargs
+                           if kind == "view" and payload is not None]
 
 
 @dataclass
@@ -123,8 +139,6 @@ class BoundPlan:
         # Whole multiples of 16 bytes, so any dtype can view the allocation.
         self.output_bytes = [-(-max(0, b.size(s)) // max(16, b.alignment)) * max(16, b.alignment)
                              if b.kind == BUFFER_OUTPUT else 0 for b in runtime.buffers]
-        self.owned_buffers = {b for b, kind in enumerate(self.buffer_kinds)
-                              if kind != BUFFER_INPUT}
         self.arena_offsets = [b.offset(s) if b.kind in (BUFFER_INTERMEDIATE, BUFFER_WORKSPACE)
                               else 0 for b in runtime.buffers]
         self.checks = self._input_checks()
@@ -134,6 +148,18 @@ class BoundPlan:
         self._offset_slot = self._seed_slot + 1
         self.segments = self._segments(group_launches)
         self.constant_slots = [v & _U64 for v in self._constants]
+        # A run's slot table starts as a copy of this one (constants in place) and fills in
+        # the addresses: arena buffers at the arena's start plus their offset, inputs,
+        # outputs, then the RNG seed and offset.
+        self._slot_template = cuda.SlotTable([0] * (self._offset_slot + 1) +
+                                             self.constant_slots)
+        self._arena_slots = [(b, self.arena_offsets[b]) for b, kind in
+                             enumerate(self.buffer_kinds)
+                             if kind in (BUFFER_INTERMEDIATE, BUFFER_WORKSPACE)]
+        self._input_slots = [(b, self.input_of_buffer[b]) for b, kind in
+                             enumerate(self.buffer_kinds) if kind == BUFFER_INPUT]
+        self.output_buffers = [b for b, kind in enumerate(self.buffer_kinds)
+                               if kind == BUFFER_OUTPUT]
         self.outputs = [self._output(o) for o in runtime.outputs]
         self.typed_outputs = self._typed_outputs()
         self.graphed: Any = None  # its kiln.cuda_graphs.GraphedPlan, when runs are captured
@@ -212,9 +238,11 @@ class BoundPlan:
                                   self.runtime.device))
 
     def _call(self, c: Any) -> Call:
-        return Call(c.op, c.target, [self._argument(a) for a in c.args],
-                     [(k, self._argument(a)) for k, a in c.kwargs],
-                     [self._view(o) for o in c.outputs], c.collective)
+        call = Call(c.op, c.target, [self._argument(a) for a in c.args],
+                    [(k, self._argument(a)) for k, a in c.kwargs],
+                    [self._view(o) for o in c.outputs], c.collective)
+        call.flatten()
+        return call
 
     def _segments(self, group_launches: bool) -> list[_Segment]:
         segments: list[_Segment] = []
@@ -266,9 +294,14 @@ class BoundPlan:
             raise InputMismatch(f"the plan takes {len(runtime.inputs)} inputs, {len(inputs)} "
                                 "given")
         device = runtime.device
+        tensor = torch.Tensor
         for c in self.checks:
             x = inputs[c.index]
-            if not isinstance(x, torch.Tensor):
+            # The common case in one expression: a tensor that fits exactly.
+            if isinstance(x, tensor) and x.dtype == c.dtype and x.shape == c.sizes and \
+                    x.stride() == c.strides and x.device == device:
+                continue
+            if not isinstance(x, tensor):
                 raise InputMismatch(f"input {c.name}: expected a tensor, got {type(x).__name__}")
             if x.dtype != c.dtype:
                 raise InputMismatch(f"input {c.name}: dtype {x.dtype}, the plan expects "
@@ -292,32 +325,28 @@ class BoundPlan:
 
         device = self.runtime.device
         arena = torch.empty(self.arena_bytes, dtype=torch.uint8, device=device)
-        roots: list[Any] = []  # the tensor whose storage holds each buffer
-        bases: list[int] = []
-        for b, kind in enumerate(self.buffer_kinds):
-            if kind == BUFFER_INPUT:
-                # An input buffer starts at the tensor's first element, its storage offset
-                # applied; views of it reach back no further.
-                x = inputs[self.input_of_buffer[b]]
-                roots.append(x)
-                bases.append(x.storage_offset() * x.element_size())
-            elif kind == BUFFER_OUTPUT:
-                typed = self.typed_outputs.get(b)
-                roots.append(torch.empty(self.output_bytes[b], dtype=torch.uint8, device=device)
-                             if typed is None else
-                             torch.empty_strided(typed.sizes, typed.strides, dtype=typed.dtype,
-                                                 device=device))
-                bases.append(0)
-            else:
-                roots.append(arena)
-                bases.append(self.arena_offsets[b])
-        storages = [root.untyped_storage() for root in roots]
-        slots = [st.data_ptr() + base for st, base in zip(storages, bases)]
-        slots += [seed & _U64, offset & _U64]
-        slots += self.constant_slots
-        table = cuda.SlotTable(slots)  # one conversion per run, read by every sequence
+        owned: dict[int, Any] = {}  # the allocation of each output buffer
+        for b in self.output_buffers:
+            typed = self.typed_outputs.get(b)
+            owned[b] = (torch.empty(self.output_bytes[b], dtype=torch.uint8, device=device)
+                        if typed is None else
+                        torch.empty_strided(typed.sizes, typed.strides, dtype=typed.dtype,
+                                            device=device))
+        # The slot table: constants as binding left them, then this run's addresses. An input
+        # buffer starts at the tensor's first element (data_ptr: its storage offset applied).
+        table = cuda.SlotTable.copy_of(self._slot_template)
+        values = table.array
+        start = arena.data_ptr()
+        for slot, arena_offset in self._arena_slots:
+            values[slot] = start + arena_offset
+        for b, index in self._input_slots:
+            values[b] = inputs[index].data_ptr()
+        for b, t in owned.items():
+            values[b] = t.data_ptr()
+        values[self._seed_slot] = seed & _U64
+        values[self._offset_slot] = offset & _U64
         stream = torch.cuda.current_stream(device).cuda_stream
-        views = _Views(roots, storages, bases, self.owned_buffers)
+        views = _Views(self, inputs, arena, owned)
 
         for segment in self.segments:
             try:
@@ -326,7 +355,7 @@ class BoundPlan:
                     segment.launches.run(table, stream)
                 elif segment.kind == "call":
                     assert segment.call is not None
-                    self._run_call(segment.call, views, bases)
+                    self._run_call(segment.call, views)
                 elif segment.kind == "copy":
                     assert segment.src is not None and segment.dst is not None
                     views.view(segment.dst).copy_(views.view(segment.src))
@@ -355,7 +384,7 @@ class BoundPlan:
             elif self.typed_outputs.get(payload.buffer) is payload and \
                     payload.buffer not in returned:
                 returned.add(payload.buffer)  # the allocation itself; an alias gets a tensor
-                out.append(roots[payload.buffer])
+                out.append(owned[payload.buffer])
             else:
                 out.append(views.view(payload, escapes=True))
         return out
@@ -368,8 +397,22 @@ class BoundPlan:
             return [self._value(x, views) for x in payload]
         return payload
 
-    def _run_call(self, c: Call, views: "_Views", bases: list[int]) -> None:
-        args = [self._value(a, views) for a in c.args]
+    def _run_call(self, c: Call, views: "_Views") -> None:
+        if c.flat_args is not None and c.flat_kwargs is not None:
+            args = c.flat_args.copy()
+            kwargs = c.flat_kwargs.copy() if c.flat_kwargs else c.flat_kwargs
+            view = views.view
+            for where, v in c.view_args:
+                if where.__class__ is int:
+                    args[where] = view(v)
+                else:
+                    kwargs[where] = view(v)
+            if c.out_op is not None and c.target not in STORAGE_OFFSET_ARG:
+                c.out_op(*args, **kwargs, out=view(c.outputs[0]))
+                return
+        else:
+            args = [self._value(a, views) for a in c.args]
+            kwargs = {name: self._value(a, views) for name, a in c.kwargs}
         if c.target in STORAGE_OFFSET_ARG and len(args) > STORAGE_OFFSET_ARG[c.target]:
             # The graph's storage_offset counts from the start of self's storage; here self
             # lives at an offset inside the arena (or an output allocation).
@@ -377,8 +420,7 @@ class BoundPlan:
             if kind == "view" and self_view is not None and \
                     self.buffer_kinds[self_view.buffer] != BUFFER_INPUT:
                 i = STORAGE_OFFSET_ARG[c.target]
-                args[i] = (args[i] or 0) + bases[self_view.buffer] // self_view.itemsize
-        kwargs = {name: self._value(a, views) for name, a in c.kwargs}
+                args[i] = (args[i] or 0) + views.base(self_view.buffer) // self_view.itemsize
         if c.collective:
             args, kwargs = self.runtime.bind_groups(c.target, args, kwargs)
         if c.out_op is not None:
@@ -407,9 +449,9 @@ class BoundPlan:
             target.copy_(r)
         if not c.out_checked:
             c.out_checked = True
-            c.out_op = self._out_overload(c, results, bases)
+            c.out_op = self._out_overload(c, results, views)
 
-    def _out_overload(self, c: Call, results: list[Any], bases: list[int]) -> Optional[Any]:
+    def _out_overload(self, c: Call, results: list[Any], views: "_Views") -> Optional[Any]:
         """The op's out= overload when later runs may write straight into the plan's view
         (see the module's docstring), else None."""
         if c.collective or len(c.outputs) != 1 or c.outputs[0] is None or len(results) != 1:
@@ -419,10 +461,10 @@ class BoundPlan:
             return None
         if self.buffer_kinds[out.buffer] == BUFFER_INPUT:
             return None
-        start, end = out.byte_range(self._base(out.buffer, bases))
+        start, end = out.byte_range(self._base(out.buffer, views))
         for v in _tensor_views(c.args + [a for _, a in c.kwargs]):
             if self._shares_storage(v.buffer, out.buffer):
-                lo, hi = v.byte_range(self._base(v.buffer, bases))
+                lo, hi = v.byte_range(self._base(v.buffer, views))
                 if lo < end and start < hi:
                     return None
         if not c.target.endswith(".default"):
@@ -443,8 +485,8 @@ class BoundPlan:
         arena = (BUFFER_INTERMEDIATE, BUFFER_WORKSPACE)
         return self.buffer_kinds[a] in arena and self.buffer_kinds[b] in arena
 
-    def _base(self, buffer: int, bases: list[int]) -> int:
-        return bases[buffer] if self.buffer_kinds[buffer] != BUFFER_INPUT else 0
+    def _base(self, buffer: int, views: "_Views") -> int:
+        return views.base(buffer) if self.buffer_kinds[buffer] != BUFFER_INPUT else 0
 
 
 def _tensor_views(args: list[tuple[str, Any]]) -> list[BoundView]:
@@ -458,25 +500,46 @@ def _tensor_views(args: list[tuple[str, Any]]) -> list[BoundView]:
 
 
 class _Views:
-    """Tensors over one run's buffers. Results that ops return on the CPU (attention's
-    philox seed and offset) are kept by buffer in `host_values`: the plan's buffers are all
-    on the GPU, but the ops that read such values back expect them where they were made."""
+    """Tensors over one run's buffers: an input's is the caller's tensor, an output's the
+    run's allocation of it, every other buffer's a place in the run's arena. Results that
+    ops return on the CPU (attention's philox seed and offset) are kept by buffer in
+    `host_values`: the plan's buffers are all on the GPU, but the ops that read such values
+    back expect them where they were made."""
 
-    def __init__(self, roots: list[Any], storages: list[Any], bases: list[int],
-                 owned: set[int]) -> None:
-        self.roots = roots
-        # Buffers whose root is the run's own flat byte allocation (the arena, an output),
-        # which any dtype can view; an input's root is the caller's tensor.
-        self.owned = owned
-        self.storages = storages
-        self.bases = bases
-        self.host_values: dict[int, Any] = {}
-        self._typed: dict[tuple[int, Any], Any] = {}  # a root viewed as a dtype, by root
+    def __init__(self, plan: BoundPlan, inputs: Sequence[Any], arena: Any,
+                 owned: dict[int, Any]) -> None:
         import torch  # noqa: PLC0415
 
+        self.kinds = plan.buffer_kinds
+        self.input_of_buffer = plan.input_of_buffer
+        self.arena_offsets = plan.arena_offsets
+        self.inputs = inputs
+        self.arena = arena
+        self.owned = owned
+        self.host_values: dict[int, Any] = {}
+        self._typed: dict[tuple[int, Any], Any] = {}  # a root viewed as a dtype, by root
         # The dtype of flat byte roots (the arena, outputs not allocated as themselves), which
         # any dtype can view; a root allocated as its output keeps its own.
         self.flat = torch.uint8
+
+    def root(self, buffer: int) -> Any:
+        """The tensor whose storage holds the buffer."""
+        kind = self.kinds[buffer]
+        if kind == BUFFER_INPUT:
+            return self.inputs[self.input_of_buffer[buffer]]
+        if kind == BUFFER_OUTPUT:
+            return self.owned[buffer]
+        return self.arena
+
+    def base(self, buffer: int) -> int:
+        """Where the buffer starts in its root's storage, in bytes."""
+        kind = self.kinds[buffer]
+        if kind == BUFFER_INPUT:
+            x = self.inputs[self.input_of_buffer[buffer]]
+            return x.storage_offset() * x.element_size()
+        if kind == BUFFER_OUTPUT:
+            return 0
+        return self.arena_offsets[buffer]
 
     @staticmethod
     def at(storage: Any, byte_base: int, dtype: Any, offset: int, sizes: Sequence[int],
@@ -491,24 +554,26 @@ class _Views:
         a copy's end) is an as_strided view of its buffer's root tensor, the cheapest to
         make; one that `escapes` (an output) is a tensor of its own over the storage, as
         autograd and AOTAutograd expect of a graph's outputs (not a view of some base)."""
-        host = self.host_values.get(v.buffer)
+        b = v.buffer
+        host = self.host_values.get(b) if self.host_values else None
         if host is not None:
             return self.at(host.untyped_storage(), 0, v.dtype, v.offset, v.sizes, v.strides)
-        base = self.bases[v.buffer]
+        root = self.root(b)
+        base = self.base(b)
         if not escapes and base % v.itemsize == 0:
-            root = self.roots[v.buffer]
             if root.dtype == v.dtype:
                 typed = root
             else:
                 key = (id(root), v.dtype)
                 typed = self._typed.get(key)
-                if typed is None and v.buffer in self.owned and root.dtype == self.flat:
+                if typed is None and self.kinds[b] != BUFFER_INPUT and root.dtype == self.flat:
                     typed = self._typed[key] = root.view(v.dtype)
             if typed is not None:
                 # as_strided's offset counts from the storage's start, like the view's base.
                 return typed.as_strided(v.sizes, v.strides, base // v.itemsize + v.offset)
-        return self.at(self.storages[v.buffer], base, v.dtype, v.offset, v.sizes, v.strides)
+        return self.at(root.untyped_storage(), base, v.dtype, v.offset, v.sizes, v.strides)
 
     def buffer_view(self, buffer: int, dtype: Any, sizes: Sequence[int],
                     strides: Sequence[int]) -> Any:
-        return self.at(self.storages[buffer], self.bases[buffer], dtype, 0, sizes, strides)
+        return self.at(self.root(buffer).untyped_storage(), self.base(buffer), dtype, 0, sizes,
+                       strides)

@@ -180,6 +180,28 @@ class SlotTable:
         self.array = (ctypes.c_uint64 * max(1, self.count))(
             *(v & 0xFFFFFFFFFFFFFFFF for v in values))
 
+    @classmethod
+    def copy_of(cls, other: "SlotTable") -> "SlotTable":
+        """A table of `other`'s values, to change without changing `other` (one copy of its
+        memory, not a conversion per value)."""
+        table = cls.__new__(cls)
+        table.count = other.count
+        table.array = type(other.array).from_buffer_copy(other.array)
+        return table
+
+
+_thread_status = threading.local()
+
+
+def _sequence_status() -> tuple[ctypes.c_size_t, ctypes.Array]:
+    """This thread's place for a failed sequence's index and message, made once: a run
+    launches its sequences one after another, and each reads them only when it failed."""
+    status = getattr(_thread_status, "value", None)
+    if status is None:
+        status = _thread_status.value = (ctypes.c_size_t(0),
+                                         ctypes.create_string_buffer(_ERROR_BYTES))
+    return status
+
 
 class LaunchSequence:
     """Kernel launches made once and run many times with one call into the library: each
@@ -217,8 +239,7 @@ class LaunchSequence:
         if self.count == 0:
             return
         table = slots if isinstance(slots, SlotTable) else SlotTable(slots)
-        failed = ctypes.c_size_t(self.count)
-        buf = ctypes.create_string_buffer(_ERROR_BYTES)
+        failed, buf = _sequence_status()
         code = self._lib.kiln_cuda_launch_sequence(self._records, self.count, table.array,
                                                    table.count, stream,
                                                    ctypes.byref(failed), buf, _ERROR_BYTES)
