@@ -17,7 +17,8 @@ difference between eager on the GPU and eager on the CPU where that is larger, u
 times (a sum of cancelling bf16 terms is only as exact as any two implementations agree). NaNs must sit
 where eager's do and infinities match. Both sides start from
 the same generator state; graphs that draw random numbers (dropout) compare shapes and
-dtypes only. Where the artifact says the plan is capturable, the run is also captured in a
+dtypes only. A second run of the same runtime (extern results written in place or kept as
+their buffers, as the first run learned) must reproduce the first. Where the artifact says the plan is capturable, the run is also captured in a
 CUDA graph and replayed, and the replay must reproduce the first run. Collective graphs run
 on a single-rank NCCL group. With --timing (graphs without random numbers), each side's
 time per run (CUDA events, median of 20: eager, Kiln, and Inductor compiling the same
@@ -473,6 +474,13 @@ def run_one(path: pathlib.Path, client: Any, builder: Any, ranges: dict, timing:
             entry["cpu_spread"] = [[i, round(x, 6)] for i, x in enumerate(spread) if x > 0]
             ok, worst, message = compare(ref, got, random_graph, precision, skip, spread)
     entry.update(ok=ok, worst=round(worst, 4), message=message)
+    # A second run reuses the bound plan as training does: extern results written in place
+    # or kept as their buffers, which the first run learned. It must give the first's outputs.
+    torch.manual_seed(0)
+    again = runtime.run(clone(inputs), rng_seed=1234, rng_offset=0)
+    torch.cuda.synchronize()
+    entry["rerun_ok"], _, entry["rerun_message"] = compare(got, again, random_graph, precision,
+                                                           skip)
     if not ok and names is not None:
         entry["divergence"] = first_divergence(graph, artifact, runtime, inputs, names,
                                                precision)
@@ -605,6 +613,12 @@ def main() -> int:
     (args.out / "corpus_gpu.json").write_text(json.dumps(report, indent=1))
     passed = sum(1 for e in report if e.get("ok"))
     print(f"{passed} of {len(report)} graphs match eager PyTorch")
+    reran = [e for e in report if "rerun_ok" in e]
+    print(f"{sum(1 for e in reran if e['rerun_ok'])} of {len(reran)} second runs match the "
+          "first")
+    replayed = [e for e in report if "replay_ok" in e]
+    print(f"{sum(1 for e in replayed if e['replay_ok'])} of {len(replayed)} CUDA-graph replays "
+          "match the first run")
     return 0
 
 

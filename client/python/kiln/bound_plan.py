@@ -101,6 +101,10 @@ class Call:
     flat_args: Optional[list[Any]] = None
     flat_kwargs: Optional[dict[str, Any]] = None
     view_args: list[tuple[Any, BoundView]] = field(default_factory=list)
+    # Results a run may keep as their buffers (see BoundPlan._adoptable): by output position,
+    # the strides the first run's result had, once it fitted.
+    may_adopt: set[int] = field(default_factory=set)
+    adopt: dict[int, tuple[int, ...]] = field(default_factory=dict)
 
     def flatten(self) -> None:
         if any(kind == "list" for kind, _ in self.args + [a for _, a in self.kwargs]):
@@ -147,6 +151,10 @@ class BoundPlan:
         self._seed_slot = len(runtime.buffers)
         self._offset_slot = self._seed_slot + 1
         self.segments = self._segments(group_launches)
+        self.buffer_bytes = [b.size(s) for b in runtime.buffers]
+        self._mark_adoptable()
+        # Output buffers a result is kept as: a run allocates them only when it is not.
+        self.adopted_outputs: set[int] = set()
         self.constant_slots = [v & _U64 for v in self._constants]
         # A run's slot table starts as a copy of this one (constants in place) and fills in
         # the addresses: arena buffers at the arena's start plus their offset, inputs,
@@ -277,6 +285,39 @@ class BoundPlan:
         flush()
         return segments
 
+    def _mark_adoptable(self) -> None:
+        """Marks the extern results a run may keep as their buffer's memory instead of
+        copying them into it: a result whose buffer no earlier step touches (so it holds
+        nothing yet), viewed from its start. Whether the result's layout fits is up to the
+        first run (Call.adopt)."""
+        touched: set[int] = set()
+        for segment in self.segments:
+            if segment.kind == "call" and segment.call is not None:
+                c = segment.call
+                if not c.collective:
+                    read = {v.buffer for v in _tensor_views(c.args + [a for _, a in c.kwargs])}
+                    mine = [o.buffer for o in c.outputs if o is not None]
+                    for i, out in enumerate(c.outputs):
+                        if out is not None and out.buffer not in touched and \
+                                out.buffer not in read and mine.count(out.buffer) == 1 and \
+                                self.buffer_kinds[out.buffer] != BUFFER_INPUT and \
+                                out.offset == 0 and all(st >= 0 for st in out.strides):
+                            c.may_adopt.add(i)
+            touched |= self._buffers_of(segment)
+
+    def _buffers_of(self, segment: _Segment) -> set[int]:
+        if segment.kind == "launches":
+            found: set[int] = set()
+            for index in segment.steps:
+                kernel = self.runtime.kernels[self.runtime.steps[index].kernel]
+                found |= {payload for kind, payload in kernel.params if kind == PARAM_BUFFER}
+            return found
+        if segment.kind == "call" and segment.call is not None:
+            c = segment.call
+            return {v.buffer for v in _tensor_views(c.args + [a for _, a in c.kwargs])} | \
+                {o.buffer for o in c.outputs if o is not None}
+        return {v.buffer for v in (segment.src, segment.dst) if v is not None}
+
     def _output(self, o: Any) -> tuple[str, Any]:
         if o.kind == "none":
             return ("none", None)
@@ -326,12 +367,10 @@ class BoundPlan:
         device = self.runtime.device
         arena = torch.empty(self.arena_bytes, dtype=torch.uint8, device=device)
         owned: dict[int, Any] = {}  # the allocation of each output buffer
+        adopted = self.adopted_outputs
         for b in self.output_buffers:
-            typed = self.typed_outputs.get(b)
-            owned[b] = (torch.empty(self.output_bytes[b], dtype=torch.uint8, device=device)
-                        if typed is None else
-                        torch.empty_strided(typed.sizes, typed.strides, dtype=typed.dtype,
-                                            device=device))
+            if b not in adopted:
+                owned[b] = self._allocate_output(b)
         # The slot table: constants as binding left them, then this run's addresses. An input
         # buffer starts at the tensor's first element (data_ptr: its storage offset applied).
         table = cuda.SlotTable.copy_of(self._slot_template)
@@ -346,7 +385,7 @@ class BoundPlan:
         values[self._seed_slot] = seed & _U64
         values[self._offset_slot] = offset & _U64
         stream = torch.cuda.current_stream(device).cuda_stream
-        views = _Views(self, inputs, arena, owned)
+        views = _Views(self, inputs, arena, owned, table)
 
         for segment in self.segments:
             try:
@@ -388,6 +427,15 @@ class BoundPlan:
             else:
                 out.append(views.view(payload, escapes=True))
         return out
+
+    def _allocate_output(self, b: int) -> Any:
+        import torch  # noqa: PLC0415
+
+        device = self.runtime.device
+        typed = self.typed_outputs.get(b)
+        if typed is None:
+            return torch.empty(self.output_bytes[b], dtype=torch.uint8, device=device)
+        return torch.empty_strided(typed.sizes, typed.strides, dtype=typed.dtype, device=device)
 
     def _value(self, a: tuple[str, Any], views: "_Views") -> Any:
         kind, payload = a
@@ -436,20 +484,53 @@ class BoundPlan:
         results = list(result) if isinstance(result, (list, tuple)) else [result]
         if len(c.outputs) == 1 and len(results) != 1:
             results = [result]
-        for out, r in zip(c.outputs, results):
+        for i, (out, r) in enumerate(zip(c.outputs, results)):
             if out is None:
+                continue
+            strides = c.adopt.get(i)
+            if strides is not None and r.stride() == strides and r.dtype == out.dtype and \
+                    r.storage_offset() == 0 and \
+                    r.untyped_storage().nbytes() >= self.buffer_bytes[out.buffer]:
+                views.adopt(out.buffer, r)
                 continue
             if getattr(r, "device", None) is not None and r.device.type == "cpu":
                 views.host_values[out.buffer] = r.contiguous()
                 continue
             views.host_values.pop(out.buffer, None)
-            target = views.view(out)
             if isinstance(r, (list, tuple)):
                 raise ValueError(f"{c.target} returned a list where one tensor was expected")
-            target.copy_(r)
+            if strides is not None:
+                views.allocate(out.buffer)  # not kept this time: its buffer needs memory
+            views.view(out).copy_(r)
         if not c.out_checked:
             c.out_checked = True
             c.out_op = self._out_overload(c, results, views)
+            if c.out_op is None:
+                self._learn_adoption(c, results, list(args) + list(kwargs.values()))
+
+    def _learn_adoption(self, c: Call, results: list[Any], arguments: list[Any]) -> None:
+        """After a call's first run: which of its results later runs keep as their buffers
+        (a GPU tensor of the view's dtype, sizes and strides, from its storage's start, whose
+        storage holds the whole buffer and is neither an argument's nor another result's:
+        an op that returns a view of its input must not have the plan write there)."""
+        device = self.runtime.device
+        flat = [y for x in arguments + results
+                for y in (x if isinstance(x, (list, tuple)) else [x])]
+        storages = [_storage_address(x) for x in flat]
+        for i in sorted(c.may_adopt):
+            if i >= len(results):
+                continue
+            out, r = c.outputs[i], results[i]
+            if storages.count(_storage_address(r)) != 1:
+                continue
+            if getattr(r, "device", None) != device or r.dtype != out.dtype or \
+                    list(r.shape) != out.sizes or list(r.stride()) != out.strides or \
+                    r.storage_offset() != 0 or \
+                    r.untyped_storage().nbytes() < self.buffer_bytes[out.buffer]:
+                continue
+            c.adopt[i] = r.stride()
+            if self.buffer_kinds[out.buffer] == BUFFER_OUTPUT:
+                self.adopted_outputs.add(out.buffer)
 
     def _out_overload(self, c: Call, results: list[Any], views: "_Views") -> Optional[Any]:
         """The op's out= overload when later runs may write straight into the plan's view
@@ -489,6 +570,12 @@ class BoundPlan:
         return views.base(buffer) if self.buffer_kinds[buffer] != BUFFER_INPUT else 0
 
 
+def _storage_address(x: Any) -> Optional[int]:
+    """Where a tensor's storage starts (None for what is not a tensor)."""
+    storage = getattr(x, "untyped_storage", None)
+    return storage().data_ptr() if storage is not None else None
+
+
 def _tensor_views(args: list[tuple[str, Any]]) -> list[BoundView]:
     found: list[BoundView] = []
     for kind, payload in args:
@@ -507,9 +594,11 @@ class _Views:
     back expect them where they were made."""
 
     def __init__(self, plan: BoundPlan, inputs: Sequence[Any], arena: Any,
-                 owned: dict[int, Any]) -> None:
+                 owned: dict[int, Any], table: cuda.SlotTable) -> None:
         import torch  # noqa: PLC0415
 
+        self.plan = plan
+        self.table = table
         self.kinds = plan.buffer_kinds
         self.input_of_buffer = plan.input_of_buffer
         self.arena_offsets = plan.arena_offsets
@@ -524,22 +613,27 @@ class _Views:
 
     def root(self, buffer: int) -> Any:
         """The tensor whose storage holds the buffer."""
-        kind = self.kinds[buffer]
-        if kind == BUFFER_INPUT:
+        if self.kinds[buffer] == BUFFER_INPUT:
             return self.inputs[self.input_of_buffer[buffer]]
-        if kind == BUFFER_OUTPUT:
-            return self.owned[buffer]
-        return self.arena
+        return self.owned.get(buffer, self.arena)
 
     def base(self, buffer: int) -> int:
         """Where the buffer starts in its root's storage, in bytes."""
-        kind = self.kinds[buffer]
-        if kind == BUFFER_INPUT:
+        if self.kinds[buffer] == BUFFER_INPUT:
             x = self.inputs[self.input_of_buffer[buffer]]
             return x.storage_offset() * x.element_size()
-        if kind == BUFFER_OUTPUT:
-            return 0
-        return self.arena_offsets[buffer]
+        return 0 if buffer in self.owned else self.arena_offsets[buffer]
+
+    def adopt(self, buffer: int, tensor: Any) -> None:
+        """An extern's result becomes the buffer's memory: its address goes to the kernels
+        that follow, and views of the buffer are views of it."""
+        self.owned[buffer] = tensor
+        self.table.array[buffer] = tensor.data_ptr()
+
+    def allocate(self, buffer: int) -> None:
+        """Memory for an output buffer that was to be a result kept as it is, but is not."""
+        if self.kinds[buffer] == BUFFER_OUTPUT and buffer not in self.owned:
+            self.adopt(buffer, self.plan._allocate_output(buffer))
 
     @staticmethod
     def at(storage: Any, byte_base: int, dtype: Any, offset: int, sizes: Sequence[int],

@@ -136,8 +136,18 @@ def _embedding_dense_backward(grad: Tensor, indices: Tensor, num_weights: int,
     return empty([num_weights, grad.shape[-1]], dtype=grad.dtype, device=grad.device)
 
 
+# Every result of aten.mm.default, in order; while mm_column_major holds a value, mm returns
+# its product column-major.
+mm_results: list[Tensor] = []
+mm_column_major: list[bool] = []
+
+
 def _mm(a: Tensor, b: Tensor) -> Tensor:
-    return empty([a.shape[0], b.shape[1]], dtype=a.dtype, device=a.device)
+    rows, cols = a.shape[0], b.shape[1]
+    out = (empty_strided([rows, cols], [1, rows], a.dtype, a.device) if mm_column_major else
+           empty([rows, cols], dtype=a.dtype, device=a.device))
+    mm_results.append(out)
+    return out
 
 
 def _mm_out(a: Tensor, b: Tensor, *, out: Tensor) -> Tensor:

@@ -230,6 +230,18 @@ def test_the_embedding_gradient_is_atens_sorting_kernel(padding_idx: int, scale:
     assert (src.shape, src.dtype) == ([10, 4], torch.float32)
 
 
+def test_an_extern_result_that_is_an_output_is_returned_as_it_is_after_the_first_run() -> None:
+    runtime = GpuRuntime(embedding_backward_artifact(-1, False), torch.device("cuda", 0))
+    grad = torch.empty_strided([6, 4], [4, 1], torch.float32, "cuda:0", 8)
+    indices = torch.empty_strided([6], [1], torch.int64, "cuda:0")
+    runtime.run([grad, indices])
+    copies = len(torch.copies)
+    (grad_weight,) = runtime.run([grad, indices])
+    assert len(torch.copies) == copies, "the op's result is the output: no copy"
+    assert (grad_weight.shape, grad_weight.stride(), grad_weight.dtype) == ([10, 4], [4, 1],
+                                                                             torch.float32)
+
+
 def mm_artifact(product_offset: int) -> pb.CompiledGraph:
     """y = k1(mm(k0(a), b)) over a [4, 8] and b [8, 16] float32: k0 writes t (arena offset
     0, 128 bytes), the extern mm writes p at `product_offset` in the arena, k1 reads p and
@@ -307,14 +319,38 @@ def test_an_extern_result_is_written_in_place_once_its_first_run_fits() -> None:
     assert kwargs["out"].data_ptr() == args[0].data_ptr() + 128
 
 
-def test_an_extern_result_over_its_own_arguments_memory_is_copied() -> None:
-    # p at offset 0 overlaps t, mm's first argument: mm must not write where it reads.
+def test_an_extern_result_over_its_own_arguments_memory_is_kept_as_its_buffer() -> None:
+    # p at offset 0 overlaps t, mm's first argument: mm must not write where it reads. The
+    # first run copies mm's result into p; later runs keep the result itself as p, and the
+    # kernel after it reads it there.
+    driver = Driver()
     runtime = GpuRuntime(mm_artifact(0), torch.device("cuda", 0))
     copies = len(torch.copies)
-    for _ in range(2):
+    runtime.run(mm_inputs())
+    assert torch.calls[-1][0] == "aten.mm.default"
+    assert len(torch.copies) == copies + 1
+    before = driver.count()
+    (y,) = runtime.run(mm_inputs())
+    assert torch.calls[-1][0] == "aten.mm.default"
+    assert len(torch.copies) == copies + 1, "no copy: the result is p"
+    (_, k0, _), (_, k1, _) = driver.launch(before), driver.launch(before + 1)
+    result = torch.mm_results[-1]
+    assert k1 == [result.data_ptr(), y.untyped_storage().data_ptr()]
+    assert k0[1] != result.data_ptr()  # t stays in the arena
+
+
+def test_a_result_that_does_not_fit_its_first_runs_layout_is_copied() -> None:
+    runtime = GpuRuntime(mm_artifact(0), torch.device("cuda", 0))
+    runtime.run(mm_inputs())
+    copies = len(torch.copies)
+    torch.mm_column_major.append(True)  # mm now returns its product column-major
+    try:
         runtime.run(mm_inputs())
-        assert torch.calls[-1][0] == "aten.mm.default"
-    assert len(torch.copies) == copies + 2
+    finally:
+        torch.mm_column_major.clear()
+    assert len(torch.copies) == copies + 1
+    dst, src = torch.copies[-1]
+    assert (src.stride(), dst.stride()) == ([1, 4], [16, 1])
 
 
 def test_each_size_of_a_dynamic_dimension_binds_its_own_plan() -> None:
