@@ -10,6 +10,7 @@
 #include "compiler/decompose/decompose.h"
 #include "compiler/fuse/coalesce_dims.h"
 #include "compiler/fuse/fuse.h"
+#include "compiler/fuse/pad_rows.h"
 #include "compiler/fuse/split_reductions.h"
 #include "compiler/lower/lower.h"
 #include "compiler/plan/plan.h"
@@ -72,6 +73,11 @@ absl::StatusOr<v1::CompiledGraph> Compile(const graph::Graph& graph,
   auto lowered = RunPhase(context, "lower", [&] { return lower::Lower(*prims); });
   if (!lowered.ok()) return lowered.status();
   show("lower", *lowered);
+  lowered = RunPhase(context, "pad", [&]() -> absl::StatusOr<loop::Program> {
+    return fuse::PadMatmulRows(*std::move(lowered), (*backend)->MatmulRowAlignment());
+  });
+  if (!lowered.ok()) return lowered.status();
+  show("pad", *lowered);
   auto fused = RunPhase(context, "fuse", [&] { return fuse::Fuse(*std::move(lowered)); });
   if (!fused.ok()) return fused.status();
   show("fuse", *fused);

@@ -87,6 +87,11 @@ class Backend {
     return 1;
   }
 
+  // The byte multiple at which the rows of 16-bit float matrices that matmuls read or write
+  // should start (fuse/pad_rows.h): the libraries the target calls for matmuls run their fast
+  // kernels only on such rows. 0, the default, keeps the graph's layouts.
+  virtual int64_t MatmulRowAlignment() const { return 0; }
+
   // The program as this backend's code runs it: rewrites that hold only for the code it
   // generates (checks its schedules make always true), made after the portable phases;
   // Schedule and Generate are given what it returns. The default changes nothing.

@@ -11,6 +11,7 @@
 #include "compiler/compile.h"
 #include "compiler/decompose/decompose.h"
 #include "compiler/fuse/fuse.h"
+#include "compiler/fuse/pad_rows.h"
 #include "compiler/graph/import.h"
 #include "compiler/lower/lower.h"
 #include "proto/fx/capture_import.h"
@@ -40,15 +41,18 @@ absl::StatusOr<v1::CompiledGraph> CompileForCpu(const v1::Graph& graph) {
 
 namespace {
 
-// The x86-64 backend, asking for `parts` parts of every reduction.
-class CuttingBackend final : public codegen::Backend {
+// The x86-64 backend, asking for `parts` parts of every reduction and matmul rows at
+// multiples of `row_alignment` bytes.
+class TunedBackend final : public codegen::Backend {
  public:
-  explicit CuttingBackend(int64_t parts) : parts_(parts), x86_(codegen::x86::NewBackend()) {}
+  TunedBackend(int64_t parts, int64_t row_alignment)
+      : parts_(parts), row_alignment_(row_alignment), x86_(codegen::x86::NewBackend()) {}
   absl::string_view target() const override { return x86_->target(); }
   std::string KeyFacts() const override { return x86_->KeyFacts(); }
   int64_t ReductionParts(const loop::Program&, const loop::Kernel&) const override {
     return parts_;
   }
+  int64_t MatmulRowAlignment() const override { return row_alignment_; }
   absl::StatusOr<std::vector<codegen::KernelSchedule>> Schedule(
       const loop::Program& program) const override {
     return x86_->Schedule(program);
@@ -60,16 +64,23 @@ class CuttingBackend final : public codegen::Backend {
 
  private:
   int64_t parts_;
+  int64_t row_alignment_;
   std::unique_ptr<codegen::Backend> x86_;
 };
 
 }  // namespace
 
 absl::StatusOr<v1::CompiledGraph> CompileForCpuCut(const v1::Graph& graph, int64_t parts) {
+  return CompileForCpuTuned(graph, parts, 0);
+}
+
+absl::StatusOr<v1::CompiledGraph> CompileForCpuTuned(const v1::Graph& graph, int64_t parts,
+                                                     int64_t row_alignment) {
   auto g = graph::Import(graph);
   if (!g.ok()) return g.status();
   codegen::BackendRegistry backends;
-  if (absl::Status s = backends.Register(std::make_unique<CuttingBackend>(parts)); !s.ok()) {
+  if (absl::Status s = backends.Register(std::make_unique<TunedBackend>(parts, row_alignment));
+      !s.ok()) {
     return s;
   }
   v1::CompileOptions options;
@@ -81,7 +92,7 @@ absl::StatusOr<loop::Program> FuseSharedGraph(const std::string& name) {
   return FuseGraph(LoadSharedGraph(name));
 }
 
-absl::StatusOr<loop::Program> FuseGraph(const v1::Graph& graph) {
+absl::StatusOr<loop::Program> FuseGraph(const v1::Graph& graph, int64_t row_alignment) {
   auto g = graph::Import(graph);
   if (!g.ok()) return g.status();
   const canon::CanonicalGraph canonical(*g);
@@ -89,7 +100,7 @@ absl::StatusOr<loop::Program> FuseGraph(const v1::Graph& graph) {
   if (!prims.ok()) return prims.status();
   auto lowered = lower::Lower(*prims);
   if (!lowered.ok()) return lowered.status();
-  return fuse::Fuse(*std::move(lowered));
+  return fuse::Fuse(fuse::PadMatmulRows(*std::move(lowered), row_alignment));
 }
 
 v1::Graph SmallGraph() {

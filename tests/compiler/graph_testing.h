@@ -32,8 +32,14 @@ absl::StatusOr<v1::CompiledGraph> CompileForCpu(const v1::Graph& graph);
 // `parts` parts: the x86-64 backend as it is, but for ReductionParts.
 absl::StatusOr<v1::CompiledGraph> CompileForCpuCut(const v1::Graph& graph, int64_t parts);
 
-// `graph` imported, decomposed, lowered and fused: what backends get.
-absl::StatusOr<loop::Program> FuseGraph(const v1::Graph& graph);
+// CompileForCpuCut, and the rows of 16-bit float matrices that matmuls read or write padded
+// to multiples of `row_alignment` bytes (fuse/pad_rows.h), as sm_90's backend asks.
+absl::StatusOr<v1::CompiledGraph> CompileForCpuTuned(const v1::Graph& graph, int64_t parts,
+                                                     int64_t row_alignment);
+
+// `graph` imported, decomposed, lowered (matmul rows padded to `row_alignment` bytes, as the
+// target's backend asks: fuse/pad_rows.h) and fused: what backends get.
+absl::StatusOr<loop::Program> FuseGraph(const v1::Graph& graph, int64_t row_alignment = 0);
 
 // The shared graph `name` imported, decomposed, lowered and fused.
 absl::StatusOr<loop::Program> FuseSharedGraph(const std::string& name);

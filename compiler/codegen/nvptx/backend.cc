@@ -28,6 +28,9 @@ class NvptxBackend final : public codegen::Backend {
     return nvptx::ReductionParts(kernel);
   }
 
+  // cuBLAS's tensor-core kernels for fp16 and bf16 want rows at multiples of 16 bytes.
+  int64_t MatmulRowAlignment() const override { return 16; }
+
   loop::Program Specialize(loop::Program program) const override {
     return nvptx::Specialize(std::move(program));
   }

@@ -247,8 +247,8 @@ int main(int argc, char** argv) {
   app.add_option("--name-map", command.name_map_path,
                  "write the node name behind each canonical name as JSON here");
   app.add_option("--dump-loop", command.dump_loop_path,
-                 "write the loop program after each phase that makes one (lower, fuse, split, "
-                 "coalesce) here");
+                 "write the loop program after each phase that makes one (lower, pad, fuse, "
+                 "split, coalesce, specialize) here");
   try {
     app.parse(argc, argv);
   } catch (const CLI::CallForHelp& e) {

@@ -1,0 +1,364 @@
+#include "compiler/fuse/pad_rows.h"
+
+#include <cstddef>
+#include <cstdint>
+#include <map>
+#include <optional>
+#include <string>
+#include <utility>
+#include <vector>
+
+namespace kiln::fuse {
+namespace {
+
+using loop::Atom;
+using loop::CallArg;
+using loop::IndexExpr;
+using loop::Inst;
+using loop::Opcode;
+using loop::TensorRef;
+
+// Rows shorter than this are left alone: their matmuls are small, and padding would add up
+// to an eighth of their memory.
+constexpr int64_t kMinRow = 64;
+
+bool IsMatmul(const std::string& op) { return op == "aten.mm.default" || op == "aten.bmm.default"; }
+
+bool IsSixteenBitFloat(graph::DType d) {
+  return d == graph::DType::kFloat16 || d == graph::DType::kBFloat16;
+}
+
+bool HasDivOrMod(const IndexExpr& e) {
+  for (const loop::Term& t : e.terms()) {
+    for (const Atom& a : t.factors) {
+      if (a.kind != Atom::Kind::kVar && a.kind != Atom::Kind::kSym) return true;
+    }
+  }
+  return false;
+}
+
+// The row length of a matmul operand's view: with one dimension of stride 1, the smallest
+// other stride among dimensions of more than one element; 0 when there is none or a size or
+// stride is not a constant.
+int64_t RowLength(const TensorRef& t) {
+  bool unit = false;
+  int64_t row = 0;
+  for (size_t d = 0; d < t.sizes.size(); ++d) {
+    if (!t.sizes[d].is_const() || !t.strides[d].is_const()) return 0;
+    const int64_t n = t.sizes[d].const_value(), s = t.strides[d].const_value();
+    if (n <= 1) continue;
+    if (s == 1) {
+      unit = true;
+    } else if (s > 1 && (row == 0 || s < row)) {
+      row = s;
+    }
+  }
+  return unit ? row : 0;
+}
+
+// Element index `e` of rows of `c` moved to rows of `cp`; nullopt when the move does not
+// simplify to an index without divisions (the index does not walk whole rows).
+std::optional<IndexExpr> MoveIndex(const IndexExpr& e, int64_t c, int64_t cp,
+                                   const loop::VarExtents& extents) {
+  if (HasDivOrMod(e)) return std::nullopt;
+  const IndexExpr row = IndexExpr::FloorDiv(e, IndexExpr::Const(c), extents);
+  const IndexExpr col = IndexExpr::Mod(e, IndexExpr::Const(c), extents);
+  IndexExpr moved = row * IndexExpr::Const(cp) + col;
+  if (HasDivOrMod(moved)) return std::nullopt;
+  return moved;
+}
+
+// A view of rows of `c` as a view of rows of `cp`: each dimension either steps whole rows or
+// stays inside one; nullopt for a view that crosses rows or is not constant.
+std::optional<TensorRef> MoveView(const TensorRef& t, int64_t c, int64_t cp) {
+  if (!t.offset.is_const()) return std::nullopt;
+  const int64_t offset = t.offset.const_value();
+  if (offset < 0) return std::nullopt;
+  TensorRef out = t;
+  int64_t reach = offset % c;  // the furthest column any element of the view reaches
+  for (size_t d = 0; d < t.sizes.size(); ++d) {
+    if (!t.sizes[d].is_const() || !t.strides[d].is_const()) return std::nullopt;
+    const int64_t n = t.sizes[d].const_value(), s = t.strides[d].const_value();
+    if (s < 0) return std::nullopt;
+    if (s % c == 0) {
+      out.strides[d] = IndexExpr::Const(s / c * cp);
+    } else if (n > 1) {
+      reach += (n - 1) * s;
+    }
+  }
+  if (reach >= c) return std::nullopt;
+  out.offset = IndexExpr::Const(offset / c * cp + offset % c);
+  return out;
+}
+
+// The view [rows, c] of `buffer` with rows `stride` apart from element `offset`.
+TensorRef View2(int32_t buffer, int64_t rows, int64_t c, int64_t stride, int64_t offset,
+                graph::DType dtype) {
+  TensorRef t;
+  t.buffer = buffer;
+  t.sizes = {IndexExpr::Const(rows), IndexExpr::Const(c)};
+  t.strides = {IndexExpr::Const(stride), IndexExpr::Const(1)};
+  t.offset = IndexExpr::Const(offset);
+  t.dtype = dtype;
+  return t;
+}
+
+// Every view of a buffer that extern calls and write-backs hold, to rewrite in place.
+void ViewsOf(CallArg& a, std::vector<TensorRef*>* views) {
+  if (a.kind == CallArg::Kind::kTensor) views->push_back(&a.tensor);
+  for (CallArg& item : a.items) ViewsOf(item, views);
+}
+
+std::vector<TensorRef*> ProgramViews(loop::Program& p) {
+  std::vector<TensorRef*> views;
+  for (loop::Step& step : p.steps) {
+    if (step.kind == loop::Step::Kind::kExtern) {
+      for (CallArg& a : step.call.args) ViewsOf(a, &views);
+      for (auto& [name, a] : step.call.kwargs) ViewsOf(a, &views);
+      for (TensorRef& o : step.call.outputs) views.push_back(&o);
+    } else if (step.kind == loop::Step::Kind::kWriteBack) {
+      views.push_back(&step.src);
+    }
+  }
+  return views;
+}
+
+// The buffers matmuls read or write as unaligned rows of 16-bit floats, with their row
+// length; a buffer whose matmuls disagree on it is left out.
+std::map<int32_t, int64_t> Candidates(const loop::Program& p, int64_t align) {
+  std::map<int32_t, int64_t> rows;
+  std::vector<int32_t> conflicting;
+  auto consider = [&](const TensorRef& t) {
+    if (t.buffer < 0 || p.buffers[t.buffer].kind != loop::Buffer::Kind::kIntermediate) return;
+    if (!IsSixteenBitFloat(p.buffers[t.buffer].dtype)) return;
+    const int64_t c = RowLength(t);
+    const int64_t bytes = loop::ByteSize(loop::ScalarTypeOf(p.buffers[t.buffer].dtype));
+    if (c < kMinRow || (c * bytes) % align == 0) return;
+    auto [it, added] = rows.emplace(t.buffer, c);
+    if (!added && it->second != c) conflicting.push_back(t.buffer);
+  };
+  for (const loop::Step& step : p.steps) {
+    if (step.kind != loop::Step::Kind::kExtern || !IsMatmul(step.call.op)) continue;
+    for (const CallArg& a : step.call.args) {
+      if (a.kind == CallArg::Kind::kTensor) consider(a.tensor);
+    }
+    for (const TensorRef& o : step.call.outputs) consider(o);
+  }
+  for (int32_t b : conflicting) rows.erase(b);
+  for (const loop::Output& o : p.outputs) {
+    if (o.kind == loop::Output::Kind::kTensor) rows.erase(o.tensor.buffer);
+  }
+  return rows;
+}
+
+// Pads buffer `b`'s rows of `c` to `cp` when every access allows it; false (and `p`
+// unchanged) when one does not.
+bool PadBuffer(loop::Program& p, int32_t b, int64_t c, int64_t cp) {
+  loop::Buffer& buffer = p.buffers[b];
+  if (!buffer.elements.is_const() || buffer.elements.const_value() % c != 0) return false;
+  std::vector<std::pair<IndexExpr*, IndexExpr>> indices;
+  for (loop::Kernel& k : p.kernels) {
+    for (Inst& in : k.insts) {
+      if ((in.op != Opcode::kLoad && in.op != Opcode::kStore) || in.buffer != b) continue;
+      if (!in.dyn.empty()) return false;
+      std::optional<IndexExpr> moved = MoveIndex(in.index, c, cp, k.Extents());
+      if (!moved.has_value()) return false;
+      indices.emplace_back(&in.index, *std::move(moved));
+    }
+  }
+  std::vector<std::pair<TensorRef*, TensorRef>> views;
+  for (TensorRef* t : ProgramViews(p)) {
+    if (t->buffer != b) continue;
+    std::optional<TensorRef> moved = MoveView(*t, c, cp);
+    if (!moved.has_value()) return false;
+    views.emplace_back(t, *std::move(moved));
+  }
+  for (auto& [at, moved] : indices) *at = std::move(moved);
+  for (auto& [at, moved] : views) *at = std::move(moved);
+  buffer.elements = IndexExpr::Const(buffer.elements.const_value() / c * cp);
+  return true;
+}
+
+// An index of the elements of view `t`, its dimensions walked by p0, p1, ...: offset plus
+// each stride times its variable.
+IndexExpr ViewIndex(const TensorRef& t) {
+  IndexExpr index = t.offset;
+  for (size_t d = 0; d < t.strides.size(); ++d) {
+    index = index + t.strides[d] * IndexExpr::Var(static_cast<int32_t>(d));
+  }
+  return index;
+}
+
+// A kernel over view `t`'s shape copying each of its elements from `from` to `to`.
+loop::Kernel CopyKernel(const std::string& node, const TensorRef& from, const TensorRef& to,
+                        graph::DType dtype) {
+  loop::Kernel k;
+  k.nodes = {node};
+  k.parallel = from.sizes;
+  if (k.parallel.empty()) k.parallel = {IndexExpr::Const(1)};
+  Inst load;
+  load.op = Opcode::kLoad;
+  load.type = loop::ComputeType(loop::ScalarTypeOf(dtype));
+  load.buffer = from.buffer;
+  load.index = ViewIndex(from);
+  Inst store;
+  store.op = Opcode::kStore;
+  store.type = load.type;
+  store.a = 0;
+  store.buffer = to.buffer;
+  store.index = ViewIndex(to);
+  k.insts = {load, store};
+  k.stages = {{false, 0, 2}};
+  return k;
+}
+
+// The buffers a step writes (a kernel's stores, an extern's results, a write-back's input).
+std::vector<int32_t> Writes(const loop::Program& p, const loop::Step& step) {
+  std::vector<int32_t> out;
+  if (step.kind == loop::Step::Kind::kKernel && step.kernel >= 0) {
+    for (const Inst& in : p.kernels[step.kernel].insts) {
+      if (in.op == Opcode::kStore) out.push_back(in.buffer);
+    }
+  } else if (step.kind == loop::Step::Kind::kExtern) {
+    for (const TensorRef& o : step.call.outputs) out.push_back(o.buffer);
+  } else if (step.kind == loop::Step::Kind::kWriteBack) {
+    for (size_t b = 0; b < p.buffers.size(); ++b) {
+      if (p.buffers[b].kind == loop::Buffer::Kind::kInput &&
+          p.buffers[b].input_index == step.input_index) {
+        out.push_back(static_cast<int32_t>(b));
+      }
+    }
+  }
+  return out;
+}
+
+// The whole rows of `c` elements a constant view touches: the first and how many.
+std::pair<int64_t, int64_t> RowSpan(const TensorRef& t, int64_t c) {
+  int64_t last = t.offset.const_value();
+  for (size_t d = 0; d < t.sizes.size(); ++d) {
+    last += (t.sizes[d].const_value() - 1) * t.strides[d].const_value();
+  }
+  const int64_t first = t.offset.const_value() / c;
+  return {first, last / c + 1 - first};
+}
+
+// A new intermediate buffer of `rows` rows of `cp` elements, like buffer `like`.
+int32_t AddPaddedBuffer(loop::Program& p, int32_t like, int64_t rows, int64_t cp) {
+  loop::Buffer padded;
+  padded.dtype = p.buffers[like].dtype;
+  padded.elements = IndexExpr::Const(rows * cp);
+  padded.name = p.buffers[like].name;
+  p.buffers.push_back(padded);
+  return static_cast<int32_t>(p.buffers.size() - 1);
+}
+
+// View `t` of rows of `c` starting at row `first_row`, moved to buffer `to` of rows of `cp`
+// that starts there.
+TensorRef MovedTo(const TensorRef& t, int64_t c, int64_t cp, int64_t first_row, int32_t to) {
+  TensorRef shifted = t;
+  shifted.offset = IndexExpr::Const(t.offset.const_value() - first_row * c);
+  TensorRef moved = *MoveView(shifted, c, cp);
+  moved.buffer = to;
+  return moved;
+}
+
+// The row length of a matmul view that still needs padding (0 when it does not: aligned,
+// short, not 16-bit floats, or not constant).
+int64_t UnalignedRow(const loop::Program& p, const TensorRef& t, int64_t align) {
+  if (t.buffer < 0 || !IsSixteenBitFloat(p.buffers[t.buffer].dtype) ||
+      t.dtype != p.buffers[t.buffer].dtype) {
+    return 0;
+  }
+  const int64_t c = RowLength(t);
+  const int64_t bytes = loop::ByteSize(loop::ScalarTypeOf(p.buffers[t.buffer].dtype));
+  return c >= kMinRow && (c * bytes) % align != 0 && t.offset.is_const() ? c : 0;
+}
+
+// Matmul views left unaligned (on inputs and outputs of the graph, or buffers whose other
+// accesses do not walk whole rows) go through a padded copy: an operand is copied into
+// aligned rows before the matmul (once for every matmul that reads the same rows before
+// they are written again), a result is written to aligned rows and copied out after it.
+void Stage(loop::Program& p, int64_t align) {
+  struct Staged {
+    int32_t buffer;
+    int64_t c, first_row, rows;
+    int32_t padded;
+  };
+  std::vector<Staged> staged;
+  std::vector<loop::Step> steps;
+  for (loop::Step& step : p.steps) {
+    // A padded copy serves later matmuls until its buffer is written again.
+    for (int32_t b : Writes(p, step)) {
+      std::erase_if(staged, [&](const Staged& s) { return s.buffer == b; });
+    }
+    if (step.kind != loop::Step::Kind::kExtern || !IsMatmul(step.call.op)) {
+      steps.push_back(std::move(step));
+      continue;
+    }
+    const std::string node = step.call.node;
+    std::vector<loop::Step> after;
+    for (CallArg& a : step.call.args) {
+      if (a.kind != CallArg::Kind::kTensor) continue;
+      TensorRef& t = a.tensor;
+      const int64_t c = UnalignedRow(p, t, align);
+      const std::optional<TensorRef> probe = c > 0 ? MoveView(t, c, c) : std::nullopt;
+      if (!probe.has_value()) continue;
+      const auto [first_row, rows] = RowSpan(t, c);
+      const IndexExpr& elements = p.buffers[t.buffer].elements;
+      if (!elements.is_const() || (first_row + rows) * c > elements.const_value()) continue;
+      const int64_t cp = PaddedRow(c, loop::ByteSize(loop::ScalarTypeOf(t.dtype)), align);
+      int32_t padded = -1;
+      for (const Staged& s : staged) {
+        if (s.buffer == t.buffer && s.c == c && s.first_row == first_row && s.rows == rows) {
+          padded = s.padded;
+        }
+      }
+      if (padded < 0) {
+        padded = AddPaddedBuffer(p, t.buffer, rows, cp);
+        TensorRef from = View2(t.buffer, rows, c, c, first_row * c, t.dtype);
+        TensorRef to = View2(padded, rows, c, cp, 0, t.dtype);
+        p.kernels.push_back(CopyKernel(node, from, to, t.dtype));
+        loop::Step copy_step;
+        copy_step.kernel = static_cast<int32_t>(p.kernels.size() - 1);
+        steps.push_back(copy_step);
+        staged.push_back({t.buffer, c, first_row, rows, padded});
+      }
+      t = MovedTo(t, c, cp, first_row, padded);
+    }
+    for (TensorRef& o : step.call.outputs) {
+      const int64_t c = UnalignedRow(p, o, align);
+      const std::optional<TensorRef> probe = c > 0 ? MoveView(o, c, c) : std::nullopt;
+      if (!probe.has_value()) continue;
+      const int64_t cp = PaddedRow(c, loop::ByteSize(loop::ScalarTypeOf(o.dtype)), align);
+      const auto [first_row, rows] = RowSpan(o, c);
+      TensorRef moved = MovedTo(o, c, cp, first_row, AddPaddedBuffer(p, o.buffer, rows, cp));
+      p.kernels.push_back(CopyKernel(node, moved, o, o.dtype));
+      loop::Step copy_step;
+      copy_step.kernel = static_cast<int32_t>(p.kernels.size() - 1);
+      after.push_back(copy_step);
+      o = std::move(moved);
+    }
+    steps.push_back(std::move(step));
+    for (loop::Step& s : after) steps.push_back(std::move(s));
+  }
+  p.steps = std::move(steps);
+}
+
+}  // namespace
+
+int64_t PaddedRow(int64_t c, int64_t item_bytes, int64_t row_alignment_bytes) {
+  const int64_t per_row = row_alignment_bytes / item_bytes;
+  return per_row <= 1 ? c : (c + per_row - 1) / per_row * per_row;
+}
+
+loop::Program PadMatmulRows(loop::Program program, int64_t row_alignment_bytes) {
+  if (row_alignment_bytes <= 0) return program;
+  for (const auto& [b, c] : Candidates(program, row_alignment_bytes)) {
+    const int64_t bytes = loop::ByteSize(loop::ScalarTypeOf(program.buffers[b].dtype));
+    PadBuffer(program, b, c, PaddedRow(c, bytes, row_alignment_bytes));
+  }
+  Stage(program, row_alignment_bytes);
+  return program;
+}
+
+}  // namespace kiln::fuse
