@@ -218,7 +218,7 @@ def train(name: str, mode: str, steps: int, write_event: Callable[..., None],
     run = compiled(model, mode)
     profiled = (range(1, 2) if profile == "first" else
                 range(steps - PROFILE_STEPS + 1, steps + 1) if profile else range(0))
-    prof = None
+    prof, table = None, None
     for step, batch in enumerate(batches, 1):
         if step == profiled.start:
             prof = Profiler(profile)
@@ -236,8 +236,10 @@ def train(name: str, mode: str, steps: int, write_event: Callable[..., None],
         torch.cuda.synchronize()
         write_event(event="step", step=step, loss=value, seconds=time.perf_counter() - start,
                     host_seconds=issued - start)
-    if prof is not None:
-        write_event(event="profile", steps=len(profiled), table=prof.table())
+        if prof is not None and step == profiled[-1]:
+            table = prof.table()  # stops profiling: "first" covers the first step alone
+    if table is not None:
+        write_event(event="profile", steps=len(profiled), table=table)
     stats = torch.cuda.memory_stats()
     write_event(event="done", device=torch.cuda.get_device_name(), torch=torch.__version__,
                 allocator={key: stats.get(key, 0) for key in ALLOCATOR_COUNTERS})
