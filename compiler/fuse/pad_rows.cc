@@ -123,6 +123,18 @@ std::vector<TensorRef*> ProgramViews(loop::Program& p) {
   return views;
 }
 
+// The row length of a matmul view that needs padding (0 when it does not: aligned,
+// short, not 16-bit floats, or not constant).
+int64_t UnalignedRow(const loop::Program& p, const TensorRef& t, int64_t align) {
+  if (t.buffer < 0 || !IsSixteenBitFloat(p.buffers[t.buffer].dtype) ||
+      t.dtype != p.buffers[t.buffer].dtype) {
+    return 0;
+  }
+  const int64_t c = RowLength(t);
+  const int64_t bytes = loop::ByteSize(loop::ScalarTypeOf(p.buffers[t.buffer].dtype));
+  return c >= kMinRow && (c * bytes) % align != 0 && t.offset.is_const() ? c : 0;
+}
+
 // The buffers matmuls read or write as unaligned rows of 16-bit floats, with their row
 // length; a buffer whose matmuls disagree on it is left out.
 std::map<int32_t, int64_t> Candidates(const loop::Program& p, int64_t align) {
@@ -130,10 +142,8 @@ std::map<int32_t, int64_t> Candidates(const loop::Program& p, int64_t align) {
   std::vector<int32_t> conflicting;
   auto consider = [&](const TensorRef& t) {
     if (t.buffer < 0 || p.buffers[t.buffer].kind != loop::Buffer::Kind::kIntermediate) return;
-    if (!IsSixteenBitFloat(p.buffers[t.buffer].dtype)) return;
-    const int64_t c = RowLength(t);
-    const int64_t bytes = loop::ByteSize(loop::ScalarTypeOf(p.buffers[t.buffer].dtype));
-    if (c < kMinRow || (c * bytes) % align == 0) return;
+    const int64_t c = UnalignedRow(p, t, align);
+    if (c == 0) return;
     auto [it, added] = rows.emplace(t.buffer, c);
     if (!added && it->second != c) conflicting.push_back(t.buffer);
   };
@@ -262,16 +272,11 @@ TensorRef MovedTo(const TensorRef& t, int64_t c, int64_t cp, int64_t first_row, 
   return moved;
 }
 
-// The row length of a matmul view that still needs padding (0 when it does not: aligned,
-// short, not 16-bit floats, or not constant).
-int64_t UnalignedRow(const loop::Program& p, const TensorRef& t, int64_t align) {
-  if (t.buffer < 0 || !IsSixteenBitFloat(p.buffers[t.buffer].dtype) ||
-      t.dtype != p.buffers[t.buffer].dtype) {
-    return 0;
-  }
-  const int64_t c = RowLength(t);
-  const int64_t bytes = loop::ByteSize(loop::ScalarTypeOf(p.buffers[t.buffer].dtype));
-  return c >= kMinRow && (c * bytes) % align != 0 && t.offset.is_const() ? c : 0;
+// The row length of a matmul view to stage through a padded copy: unaligned, and inside
+// rows; 0 when it is not.
+int64_t StagedRow(const loop::Program& p, const TensorRef& t, int64_t align) {
+  const int64_t c = UnalignedRow(p, t, align);
+  return c > 0 && MoveView(t, c, c).has_value() ? c : 0;
 }
 
 // Matmul views left unaligned (on inputs and outputs of the graph, or buffers whose other
@@ -300,9 +305,8 @@ void Stage(loop::Program& p, int64_t align) {
     for (CallArg& a : step.call.args) {
       if (a.kind != CallArg::Kind::kTensor) continue;
       TensorRef& t = a.tensor;
-      const int64_t c = UnalignedRow(p, t, align);
-      const std::optional<TensorRef> probe = c > 0 ? MoveView(t, c, c) : std::nullopt;
-      if (!probe.has_value()) continue;
+      const int64_t c = StagedRow(p, t, align);
+      if (c == 0) continue;
       const auto [first_row, rows] = RowSpan(t, c);
       const IndexExpr& elements = p.buffers[t.buffer].elements;
       if (!elements.is_const() || (first_row + rows) * c > elements.const_value()) continue;
@@ -326,9 +330,8 @@ void Stage(loop::Program& p, int64_t align) {
       t = MovedTo(t, c, cp, first_row, padded);
     }
     for (TensorRef& o : step.call.outputs) {
-      const int64_t c = UnalignedRow(p, o, align);
-      const std::optional<TensorRef> probe = c > 0 ? MoveView(o, c, c) : std::nullopt;
-      if (!probe.has_value()) continue;
+      const int64_t c = StagedRow(p, o, align);
+      if (c == 0) continue;
       const int64_t cp = PaddedRow(c, loop::ByteSize(loop::ScalarTypeOf(o.dtype)), align);
       const auto [first_row, rows] = RowSpan(o, c);
       TensorRef moved = MovedTo(o, c, cp, first_row, AddPaddedBuffer(p, o.buffer, rows, cp));

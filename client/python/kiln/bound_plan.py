@@ -101,10 +101,14 @@ class Call:
     flat_args: Optional[list[Any]] = None
     flat_kwargs: Optional[dict[str, Any]] = None
     view_args: list[tuple[Any, BoundView]] = field(default_factory=list)
-    # Results a run may keep as their buffers (see BoundPlan._adoptable): by output position,
+    # Results a run may keep as their buffers (see BoundPlan._mark_adoptable): by output position,
     # the strides the first run's result had, once it fitted.
     may_adopt: set[int] = field(default_factory=set)
     adopt: dict[int, tuple[int, ...]] = field(default_factory=dict)
+
+    def tensor_args(self) -> list[BoundView]:
+        """Every view among the call's arguments, in lists too."""
+        return _tensor_views(self.args + [a for _, a in self.kwargs])
 
     def flatten(self) -> None:
         if any(kind == "list" for kind, _ in self.args + [a for _, a in self.kwargs]):
@@ -295,7 +299,7 @@ class BoundPlan:
             if segment.kind == "call" and segment.call is not None:
                 c = segment.call
                 if not c.collective:
-                    read = {v.buffer for v in _tensor_views(c.args + [a for _, a in c.kwargs])}
+                    read = {v.buffer for v in c.tensor_args()}
                     mine = [o.buffer for o in c.outputs if o is not None]
                     for i, out in enumerate(c.outputs):
                         if out is not None and out.buffer not in touched and \
@@ -314,7 +318,7 @@ class BoundPlan:
             return found
         if segment.kind == "call" and segment.call is not None:
             c = segment.call
-            return {v.buffer for v in _tensor_views(c.args + [a for _, a in c.kwargs])} | \
+            return {v.buffer for v in c.tensor_args()} | \
                 {o.buffer for o in c.outputs if o is not None}
         return {v.buffer for v in (segment.src, segment.dst) if v is not None}
 
@@ -543,7 +547,7 @@ class BoundPlan:
         if self.buffer_kinds[out.buffer] == BUFFER_INPUT:
             return None
         start, end = out.byte_range(self._base(out.buffer, views))
-        for v in _tensor_views(c.args + [a for _, a in c.kwargs]):
+        for v in c.tensor_args():
             if self._shares_storage(v.buffer, out.buffer):
                 lo, hi = v.byte_range(self._base(v.buffer, views))
                 if lo < end and start < hi:
