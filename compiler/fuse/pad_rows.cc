@@ -1,5 +1,6 @@
 #include "compiler/fuse/pad_rows.h"
 
+#include <algorithm>
 #include <cstddef>
 #include <cstdint>
 #include <map>
@@ -17,6 +18,13 @@ using loop::IndexExpr;
 using loop::Inst;
 using loop::Opcode;
 using loop::TensorRef;
+
+// Buffers whose rows of `c` elements lie `cp` apart with the elements between them touched
+// by nothing else: the buffers this phase padded or made. A matmul may read or write there.
+struct PrivateRows {
+  int64_t c = 0, cp = 0;
+};
+using PrivateBuffers = std::map<int32_t, PrivateRows>;
 
 // Rows shorter than this are left alone: their matmuls are small, and padding would add up
 // to an eighth of their memory.
@@ -283,7 +291,7 @@ int64_t StagedRow(const loop::Program& p, const TensorRef& t, int64_t align) {
 // accesses do not walk whole rows) go through a padded copy: an operand is copied into
 // aligned rows before the matmul (once for every matmul that reads the same rows before
 // they are written again), a result is written to aligned rows and copied out after it.
-void Stage(loop::Program& p, int64_t align) {
+void Stage(loop::Program& p, int64_t align, PrivateBuffers& private_rows) {
   struct Staged {
     int32_t buffer;
     int64_t c, first_row, rows;
@@ -319,6 +327,7 @@ void Stage(loop::Program& p, int64_t align) {
       }
       if (padded < 0) {
         padded = AddPaddedBuffer(p, t.buffer, rows, cp);
+        private_rows[padded] = {c, cp};
         TensorRef from = View2(t.buffer, rows, c, c, first_row * c, t.dtype);
         TensorRef to = View2(padded, rows, c, cp, 0, t.dtype);
         p.kernels.push_back(CopyKernel(node, from, to, t.dtype));
@@ -334,12 +343,274 @@ void Stage(loop::Program& p, int64_t align) {
       if (c == 0) continue;
       const int64_t cp = PaddedRow(c, loop::ByteSize(loop::ScalarTypeOf(o.dtype)), align);
       const auto [first_row, rows] = RowSpan(o, c);
-      TensorRef moved = MovedTo(o, c, cp, first_row, AddPaddedBuffer(p, o.buffer, rows, cp));
+      const int32_t padded = AddPaddedBuffer(p, o.buffer, rows, cp);
+      private_rows[padded] = {c, cp};
+      TensorRef moved = MovedTo(o, c, cp, first_row, padded);
       p.kernels.push_back(CopyKernel(node, moved, o, o.dtype));
       loop::Step copy_step;
       copy_step.kernel = static_cast<int32_t>(p.kernels.size() - 1);
       after.push_back(copy_step);
       o = std::move(moved);
+    }
+    steps.push_back(std::move(step));
+    for (loop::Step& s : after) steps.push_back(std::move(s));
+  }
+  p.steps = std::move(steps);
+}
+
+// --- Padded extents ---------------------------------------------------------------------
+//
+// Aligned rows are not enough: cuBLAS also wants the extent along each operand's contiguous
+// dimension to be a multiple of the alignment (a vocabulary of 50,257 logits in rows 50,264
+// apart still runs the slow kernels, 5x slower on an H200). So a matmul whose M, K or N is
+// such an extent runs on the extents rounded up. The extra rows and columns of M and N only
+// make extra results, which nothing reads; the extra K columns of A and rows of B are zeroed
+// before the matmul so that they add nothing. An operand extends in place where its extra
+// elements are padding of a buffer this phase padded or made, or lie past the end of an
+// intermediate buffer (which grows); any other is copied into a buffer of the padded
+// extents first, and a result is copied out after.
+
+enum Dim { kM = 0, kK = 1, kN = 2 };
+
+// The logical dimensions of a matmul operand's last two view dimensions: A is [M, K], B is
+// [K, N], the result [M, N].
+constexpr Dim kRoles[3][2] = {{kM, kK}, {kK, kN}, {kM, kN}};
+
+// Which of the last two dimensions of `t` (0 or 1) has stride 1 and more than one element;
+// -1 when neither does.
+int ContiguousDim(const TensorRef& t, size_t off) {
+  for (int i = 0; i < 2; ++i) {
+    if (t.strides[off + i].const_value() == 1 && t.sizes[off + i].const_value() > 1) return i;
+  }
+  return -1;
+}
+
+bool AllConst(const TensorRef& t) {
+  if (!t.offset.is_const()) return false;
+  for (size_t d = 0; d < t.sizes.size(); ++d) {
+    if (!t.sizes[d].is_const() || !t.strides[d].is_const() || t.strides[d].const_value() < 0) {
+      return false;
+    }
+  }
+  return true;
+}
+
+// The largest element index view `t` reaches.
+int64_t LastElement(const TensorRef& t) {
+  int64_t last = t.offset.const_value();
+  for (size_t d = 0; d < t.sizes.size(); ++d) {
+    last += (t.sizes[d].const_value() - 1) * t.strides[d].const_value();
+  }
+  return last;
+}
+
+bool IsGraphOutput(const loop::Program& p, int32_t buffer) {
+  for (const loop::Output& o : p.outputs) {
+    if (o.kind == loop::Output::Kind::kTensor && o.tensor.buffer == buffer) return true;
+  }
+  return false;
+}
+
+// Whether `t` may grow into `wide` where it is: each grown dimension's extra elements are
+// padding of a private buffer's rows (the contiguous dimension, reaching to the end of the
+// row's own elements) or lie past the end of an intermediate buffer (the other dimension of
+// a single matrix). Sets `*elements` to what the buffer must then hold.
+bool GrowsInPlace(const loop::Program& p, const TensorRef& t, const TensorRef& wide,
+                  const PrivateBuffers& private_rows, int64_t* elements) {
+  const loop::Buffer& buffer = p.buffers[t.buffer];
+  if (!buffer.elements.is_const()) return false;
+  const size_t off = t.sizes.size() - 2;
+  const int64_t offset = t.offset.const_value();
+  *elements = buffer.elements.const_value();
+  for (size_t d = off; d < t.sizes.size(); ++d) {
+    const int64_t n = t.sizes[d].const_value(), n2 = wide.sizes[d].const_value();
+    if (n2 == n) continue;
+    const int64_t stride = t.strides[d].const_value();
+    if (stride == 1) {
+      const auto it = private_rows.find(t.buffer);
+      if (it == private_rows.end()) return false;
+      const auto [c, cp] = it->second;
+      for (size_t e = 0; e < t.sizes.size(); ++e) {
+        if (e != d && t.sizes[e].const_value() > 1 && t.strides[e].const_value() % cp != 0) {
+          return false;
+        }
+      }
+      if (offset % cp + n != c || offset % cp + n2 > cp) return false;
+    } else {
+      const bool single = off == 0 || t.sizes[0].const_value() == 1;
+      if (!single || buffer.kind != loop::Buffer::Kind::kIntermediate ||
+          IsGraphOutput(p, t.buffer) || offset + n * stride < *elements) {
+        return false;
+      }
+    }
+  }
+  *elements = std::max(*elements, LastElement(wide) + 1);
+  return true;
+}
+
+// A kernel over view `t` storing zero to each of its elements.
+loop::Kernel ZeroKernel(const std::string& node, const TensorRef& t) {
+  loop::Kernel k;
+  k.nodes = {node};
+  k.parallel = t.sizes;
+  Inst zero;
+  zero.op = Opcode::kConst;
+  zero.type = loop::ComputeType(loop::ScalarTypeOf(t.dtype));
+  Inst store;
+  store.op = Opcode::kStore;
+  store.type = zero.type;
+  store.a = 0;
+  store.buffer = t.buffer;
+  store.index = ViewIndex(t);
+  k.insts = {zero, store};
+  k.stages = {{false, 0, 2}};
+  return k;
+}
+
+// The part of `wide` (a matmul operand grown along its dimension `d`) past `n` elements.
+TensorRef GrownPart(const TensorRef& wide, size_t d, int64_t n) {
+  TensorRef part = wide;
+  part.sizes[d] = IndexExpr::Const(wide.sizes[d].const_value() - n);
+  part.offset = IndexExpr::Const(wide.offset.const_value() + n * wide.strides[d].const_value());
+  return part;
+}
+
+// A new buffer holding `wide`'s shape densely, its dimension `inner` (of the last two)
+// innermost, viewed whole.
+TensorRef DenseCopyOf(loop::Program& p, const TensorRef& wide, int inner) {
+  const size_t off = wide.sizes.size() - 2;
+  TensorRef dense = wide;
+  dense.offset = IndexExpr::Const(0);
+  int64_t stride = 1;
+  const size_t order[2] = {off + inner, off + 1 - inner};
+  for (size_t d : order) {
+    dense.strides[d] = IndexExpr::Const(stride);
+    stride *= wide.sizes[d].const_value();
+  }
+  for (size_t d = off; d-- > 0;) {
+    dense.strides[d] = IndexExpr::Const(stride);
+    stride *= wide.sizes[d].const_value();
+  }
+  loop::Buffer buffer;
+  buffer.dtype = p.buffers[wide.buffer].dtype;
+  buffer.elements = IndexExpr::Const(stride);
+  buffer.name = p.buffers[wide.buffer].name;
+  p.buffers.push_back(buffer);
+  dense.buffer = static_cast<int32_t>(p.buffers.size() - 1);
+  return dense;
+}
+
+// `wide` cut back to the sizes of `t`.
+TensorRef Window(const TensorRef& wide, const TensorRef& t) {
+  TensorRef w = wide;
+  w.sizes = t.sizes;
+  return w;
+}
+
+bool SameView(const TensorRef& a, const TensorRef& b) {
+  return a.buffer == b.buffer && a.sizes == b.sizes && a.strides == b.strides &&
+         a.offset == b.offset && a.dtype == b.dtype;
+}
+
+loop::Step KernelStep(loop::Program& p, loop::Kernel k) {
+  p.kernels.push_back(std::move(k));
+  loop::Step step;
+  step.kernel = static_cast<int32_t>(p.kernels.size() - 1);
+  return step;
+}
+
+// The matmul's three views (A, B, result) when they are constant 16-bit float matrices of
+// one dtype; empty otherwise.
+std::vector<TensorRef*> MatmulViews(loop::Program& p, loop::Step& step) {
+  if (step.call.args.size() < 2 || step.call.outputs.size() != 1) return {};
+  std::vector<TensorRef*> views;
+  for (int i = 0; i < 2; ++i) {
+    if (step.call.args[i].kind != CallArg::Kind::kTensor) return {};
+    views.push_back(&step.call.args[i].tensor);
+  }
+  views.push_back(&step.call.outputs[0]);
+  const size_t rank = views[0]->sizes.size();
+  for (TensorRef* t : views) {
+    if (t->buffer < 0 || t->sizes.size() != rank || rank < 2 || !AllConst(*t) ||
+        !IsSixteenBitFloat(t->dtype) || t->dtype != views[0]->dtype ||
+        p.buffers[t->buffer].dtype != t->dtype) {
+      return {};
+    }
+  }
+  return views;
+}
+
+void PadExtents(loop::Program& p, int64_t align, PrivateBuffers& private_rows) {
+  struct Copied {
+    TensorRef from;
+    TensorRef wide;  // the dense copy, grown
+  };
+  std::vector<Copied> copies;
+  std::vector<loop::Step> steps;
+  for (loop::Step& step : p.steps) {
+    for (int32_t b : Writes(p, step)) {
+      std::erase_if(copies, [&](const Copied& c) { return c.from.buffer == b; });
+    }
+    std::vector<TensorRef*> views;
+    if (step.kind == loop::Step::Kind::kExtern && IsMatmul(step.call.op)) {
+      views = MatmulViews(p, step);
+    }
+    if (views.empty()) {
+      steps.push_back(std::move(step));
+      continue;
+    }
+    const size_t off = views[0]->sizes.size() - 2;
+    const int64_t extent[3] = {views[0]->sizes[off].const_value(),
+                               views[0]->sizes[off + 1].const_value(),
+                               views[1]->sizes[off + 1].const_value()};
+    const int64_t bytes = loop::ByteSize(loop::ScalarTypeOf(views[0]->dtype));
+    int64_t padded[3] = {extent[0], extent[1], extent[2]};
+    bool any = false;
+    for (int x = 0; x < 3; ++x) {
+      const int inner = ContiguousDim(*views[x], off);
+      if (inner < 0) continue;
+      const Dim dim = kRoles[x][inner];
+      if (extent[dim] >= kMinRow && (extent[dim] * bytes) % align != 0) {
+        padded[dim] = PaddedRow(extent[dim], bytes, align);
+        any = true;
+      }
+    }
+    if (!any) {
+      steps.push_back(std::move(step));
+      continue;
+    }
+    const std::string node = step.call.node;
+    std::vector<loop::Step> after;
+    for (int x = 0; x < 3; ++x) {
+      TensorRef& t = *views[x];
+      TensorRef wide = t;
+      for (int i = 0; i < 2; ++i) wide.sizes[off + i] = IndexExpr::Const(padded[kRoles[x][i]]);
+      if (wide.sizes == t.sizes) continue;
+      int64_t elements = 0;
+      if (GrowsInPlace(p, t, wide, private_rows, &elements)) {
+        p.buffers[t.buffer].elements = IndexExpr::Const(elements);
+      } else if (x == 2) {
+        wide = DenseCopyOf(p, wide, std::max(ContiguousDim(t, off), 0));
+        after.push_back(KernelStep(p, CopyKernel(node, Window(wide, t), t, t.dtype)));
+      } else {
+        const auto it = std::find_if(copies.begin(), copies.end(), [&](const Copied& c) {
+          return SameView(c.from, t) && c.wide.sizes == wide.sizes;
+        });
+        if (it != copies.end()) {
+          wide = it->wide;
+        } else {
+          const TensorRef from = t;
+          wide = DenseCopyOf(p, wide, std::max(ContiguousDim(t, off), 0));
+          steps.push_back(KernelStep(p, CopyKernel(node, from, Window(wide, from), t.dtype)));
+          copies.push_back({from, wide});
+        }
+      }
+      // K's extra columns of A and rows of B add zeros.
+      if (x < 2 && padded[kK] != extent[kK]) {
+        const size_t d = off + (x == 0 ? 1 : 0);
+        steps.push_back(KernelStep(p, ZeroKernel(node, GrownPart(wide, d, extent[kK]))));
+      }
+      t = wide;
     }
     steps.push_back(std::move(step));
     for (loop::Step& s : after) steps.push_back(std::move(s));
@@ -356,11 +627,14 @@ int64_t PaddedRow(int64_t c, int64_t item_bytes, int64_t row_alignment_bytes) {
 
 loop::Program PadMatmulRows(loop::Program program, int64_t row_alignment_bytes) {
   if (row_alignment_bytes <= 0) return program;
+  PrivateBuffers private_rows;
   for (const auto& [b, c] : Candidates(program, row_alignment_bytes)) {
     const int64_t bytes = loop::ByteSize(loop::ScalarTypeOf(program.buffers[b].dtype));
-    PadBuffer(program, b, c, PaddedRow(c, bytes, row_alignment_bytes));
+    const int64_t cp = PaddedRow(c, bytes, row_alignment_bytes);
+    if (PadBuffer(program, b, c, cp)) private_rows[b] = {c, cp};
   }
-  Stage(program, row_alignment_bytes);
+  Stage(program, row_alignment_bytes, private_rows);
+  PadExtents(program, row_alignment_bytes, private_rows);
   return program;
 }
 

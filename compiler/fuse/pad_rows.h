@@ -23,6 +23,14 @@
 // rows before they change), and a result written to aligned rows is copied to its place
 // after it. A copy moves the matrix once at memory speed; the unaligned kernels lose more.
 //
+// Aligned rows are not all: cuBLAS also picks its slow kernels when the extent along an
+// operand's contiguous dimension is unaligned (50,257 logits in rows 50,264 apart still run
+// 5x slower on an H200). So such a matmul then runs on its M, K and N rounded up: the extra
+// columns and rows land in the padding of rows this phase aligned, past the end of an
+// intermediate (which grows), or in a copy of the operand; K's extra part of both operands
+// is zeroed first so that it adds nothing, and M's and N's only make results nobody reads (a
+// result that cannot grow where it is is written to a copy and copied out).
+//
 // The kernels' results are the same values at the same logical positions, bit for bit.
 //
 // Deterministic: buffers are considered in order, and the outcome depends only on the
@@ -35,7 +43,7 @@
 namespace kiln::fuse {
 
 // `program` with the rows of its matmuls' 16-bit float intermediates padded to multiples of
-// `row_alignment_bytes` (a power of two; 0 changes nothing).
+// `row_alignment_bytes` (a power of two; 0 changes nothing), and its matmuls' extents too.
 loop::Program PadMatmulRows(loop::Program program, int64_t row_alignment_bytes);
 
 // The number of elements a row of `c` elements of `item_bytes` each takes once padded to a

@@ -137,10 +137,14 @@ def build_nanogpt(p: float = 0.0, tiny: bool = False) -> tuple:
     return NanoGpt(p=p), [tokens(4, 64, 256), tokens(4, 64, 256)]
 
 
-def build_gpt2(attn: str = "sdpa", p: float = 0.0, tiny: bool = False) -> tuple:
+def build_gpt2(attn: str = "sdpa", p: float = 0.0, tiny: bool = False,
+               vocab: int = 0) -> tuple:
+    """HF GPT-2, small. `vocab` overrides the vocabulary size (GPT-2's own, 50,257, makes
+    the logits' rows unaligned for 16-bit matmuls; 517 does the same at this size)."""
     from transformers import AutoModelForCausalLM, GPT2Config
 
-    vocab, d, layers, t = (64, 32, 1, 16) if tiny else (512, 64, 2, 64)
+    size, d, layers, t = (64, 32, 1, 16) if tiny else (512, 64, 2, 64)
+    vocab = vocab or size
     cfg = GPT2Config(vocab_size=vocab, n_positions=128, n_embd=d, n_layer=layers, n_head=4,
                      resid_pdrop=p, embd_pdrop=p, attn_pdrop=p, bos_token_id=0, eos_token_id=0)
     model = AutoModelForCausalLM.from_config(cfg, attn_implementation=attn)
@@ -377,6 +381,8 @@ CASES = [
     Case("gpt2_eager_attn", "HF GPT-2", "fp32, eager attention (masked softmax)",
          lambda: build_gpt2("eager")),
     Case("gpt2_bf16", "HF GPT-2", "bf16 autocast", build_gpt2, dtype="bf16"),
+    Case("gpt2_vocab_bf16", "HF GPT-2", "bf16 autocast, 517 tokens (unaligned logit rows)",
+         lambda: build_gpt2(vocab=517), dtype="bf16"),
     Case("gpt2_fp16", "HF GPT-2", "fp16 autocast", build_gpt2, dtype="fp16"),
     Case("gpt2_infer", "HF GPT-2", "fp32, inference under no_grad", build_gpt2, mode="infer"),
     Case("llama_fp32", "HF Llama", "fp32 (RMSNorm, RoPE, GQA, SiLU-gated MLP)", build_llama),

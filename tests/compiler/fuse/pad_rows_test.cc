@@ -267,5 +267,154 @@ TEST(PadMatmulRows, AnUnalignedResultIsWrittenToAlignedRowsAndCopiedToItsPlace) 
   EXPECT_EQ(padded.steps[0].call.args[0].tensor.buffer, x);
 }
 
+// --- Padded extents -------------------------------------------------------------------------
+
+int32_t AddBf16(int32_t buffer, loop::Program& p) {
+  p.buffers[buffer].dtype = graph::DType::kBFloat16;
+  return buffer;
+}
+
+// The kernel steps' kernels, in order.
+std::vector<const loop::Kernel*> KernelSteps(const loop::Program& p) {
+  std::vector<const loop::Kernel*> kernels;
+  for (const loop::Step& step : p.steps) {
+    if (step.kind == loop::Step::Kind::kKernel) kernels.push_back(&p.kernels[step.kernel]);
+  }
+  return kernels;
+}
+
+const loop::Step& ExternStep(const loop::Program& p, int which) {
+  int seen = 0;
+  for (const loop::Step& step : p.steps) {
+    if (step.kind == loop::Step::Kind::kExtern && seen++ == which) return step;
+  }
+  static const loop::Step none;
+  return none;
+}
+
+bool StoresZero(const loop::Kernel& k) {
+  return k.insts.size() == 2 && k.insts[0].op == Opcode::kConst && k.insts[0].fimm == 0 &&
+         k.insts[1].op == Opcode::kStore;
+}
+
+// g (an intermediate kernel 0 writes, [4, 100] bf16) times weights w (an input, [100, 8]):
+// K is 100, 200 bytes. The matmul runs with K = 104: g's padded rows hold the extra columns
+// and w is copied into 104 rows; both extra parts are zeroed first.
+TEST(PadMatmulExtents, AnUnalignedInnerExtentIsRoundedUpWithZeros) {
+  loop::Program p;
+  const int32_t w = AddBf16(testing::AddInput(p, kCols * 8), p);
+  const int32_t g = AddBf16(testing::AddBuffer(p, kRows * kCols), p);
+  const int32_t y = AddBf16(testing::AddOutput(p, kRows * 8), p);
+  Inst store = testing::StoreAt(g, 0);
+  store.index = V(0) * C(kCols) + V(1);
+  testing::AddKernel(p, "%1", kRows, {testing::ConstF32(1), store});
+  p.kernels.back().parallel = {C(kRows), C(kCols)};
+  AddMatmul(p, View(g, {kRows, kCols}, {kCols, 1}), View(w, {kCols, 8}, {8, 1}),
+            View(y, {kRows, 8}, {8, 1}));
+
+  const loop::Program padded = fuse::PadMatmulRows(p, 16);
+  const loop::Step& mm = ExternStep(padded, 0);
+  const TensorRef& a = mm.call.args[0].tensor;
+  EXPECT_EQ(a.buffer, g);
+  EXPECT_EQ(a.sizes, (std::vector<IndexExpr>{C(kRows), C(kPadded)}));
+  EXPECT_EQ(a.strides, (std::vector<IndexExpr>{C(kPadded), C(1)}));
+  const TensorRef& b = mm.call.args[1].tensor;
+  ASSERT_EQ(b.buffer, static_cast<int32_t>(p.buffers.size()));
+  EXPECT_EQ(padded.buffers[b.buffer].elements, C(kPadded * 8));
+  EXPECT_EQ(b.sizes, (std::vector<IndexExpr>{C(kPadded), C(8)}));
+  EXPECT_EQ(b.strides, (std::vector<IndexExpr>{C(8), C(1)}));
+  EXPECT_EQ(mm.call.outputs[0].sizes, (std::vector<IndexExpr>{C(kRows), C(8)}));
+
+  // Kernel 0, zeros in g's extra columns, w's copy, zeros in its extra rows, the matmul.
+  const std::vector<const loop::Kernel*> kernels = KernelSteps(padded);
+  ASSERT_EQ(kernels.size(), 4u);
+  EXPECT_TRUE(StoresZero(*kernels[1]));
+  EXPECT_EQ(kernels[1]->insts[1].buffer, g);
+  EXPECT_EQ(kernels[1]->parallel, (std::vector<IndexExpr>{C(kRows), C(kPadded - kCols)}));
+  EXPECT_EQ(kernels[1]->insts[1].index, V(0) * C(kPadded) + V(1) + C(kCols));
+  EXPECT_EQ(kernels[2]->insts[0].buffer, w);
+  EXPECT_EQ(kernels[2]->insts[1].buffer, b.buffer);
+  EXPECT_TRUE(StoresZero(*kernels[3]));
+  EXPECT_EQ(kernels[3]->insts[1].buffer, b.buffer);
+  EXPECT_EQ(kernels[3]->parallel, (std::vector<IndexExpr>{C(kPadded - kCols), C(8)}));
+  EXPECT_EQ(kernels[3]->insts[1].index, V(0) * C(8) + V(1) + C(kCols * 8));
+  EXPECT_EQ(padded.steps.back().kind, loop::Step::Kind::kExtern);
+}
+
+// z = g^T @ u with g's rows padded: M is 100, and the result z, an intermediate, grows by
+// four rows at its end that nothing reads; no zeros are needed.
+TEST(PadMatmulExtents, AnIntermediateResultGrowsPastItsEnd) {
+  loop::Program p;
+  const int32_t u = AddBf16(testing::AddInput(p, kRows * 8), p);
+  const int32_t g = AddBf16(testing::AddBuffer(p, kRows * kCols), p);
+  const int32_t z = AddBf16(testing::AddBuffer(p, kCols * 8), p);
+  const int32_t s = testing::AddOutput(p, kCols * 8);
+  Inst store = testing::StoreAt(g, 0);
+  store.index = V(0) * C(kCols) + V(1);
+  testing::AddKernel(p, "%1", kRows, {testing::ConstF32(1), store});
+  p.kernels.back().parallel = {C(kRows), C(kCols)};
+  AddMatmul(p, View(g, {kCols, kRows}, {1, kCols}), View(u, {kRows, 8}, {8, 1}),
+            View(z, {kCols, 8}, {8, 1}));
+  testing::AddKernel(p, "%3", kCols * 8, {testing::LoadAt(z), testing::StoreAt(s, 0)});
+
+  const loop::Program padded = fuse::PadMatmulRows(p, 16);
+  EXPECT_EQ(padded.buffers.size(), p.buffers.size());
+  EXPECT_EQ(padded.buffers[z].elements, C(kPadded * 8));
+  const loop::Step& mm = ExternStep(padded, 0);
+  EXPECT_EQ(mm.call.args[0].tensor.sizes, (std::vector<IndexExpr>{C(kPadded), C(kRows)}));
+  EXPECT_EQ(mm.call.args[0].tensor.strides, (std::vector<IndexExpr>{C(1), C(kPadded)}));
+  EXPECT_EQ(mm.call.outputs[0].buffer, z);
+  EXPECT_EQ(mm.call.outputs[0].sizes, (std::vector<IndexExpr>{C(kPadded), C(8)}));
+  EXPECT_EQ(KernelSteps(padded).size(), 2u);  // no zeros, no copies
+}
+
+// The same result as a graph output keeps its size: the matmul writes a copy of the rounded
+// extents, and a kernel copies the result's rows to their place.
+TEST(PadMatmulExtents, AGraphOutputResultIsWrittenToACopyAndCopiedOut) {
+  loop::Program p;
+  const int32_t u = AddBf16(testing::AddInput(p, kRows * 8), p);
+  const int32_t g = AddBf16(testing::AddBuffer(p, kRows * kCols), p);
+  const int32_t z = AddBf16(testing::AddOutput(p, kCols * 8), p);
+  Inst store = testing::StoreAt(g, 0);
+  store.index = V(0) * C(kCols) + V(1);
+  testing::AddKernel(p, "%1", kRows, {testing::ConstF32(1), store});
+  p.kernels.back().parallel = {C(kRows), C(kCols)};
+  AddMatmul(p, View(g, {kCols, kRows}, {1, kCols}), View(u, {kRows, 8}, {8, 1}),
+            View(z, {kCols, 8}, {8, 1}));
+
+  const loop::Program padded = fuse::PadMatmulRows(p, 16);
+  EXPECT_EQ(padded.buffers[z].elements, C(kCols * 8));
+  const TensorRef& out = ExternStep(padded, 0).call.outputs[0];
+  ASSERT_EQ(out.buffer, static_cast<int32_t>(p.buffers.size()));
+  EXPECT_EQ(out.sizes, (std::vector<IndexExpr>{C(kPadded), C(8)}));
+  ASSERT_EQ(padded.steps.back().kind, loop::Step::Kind::kKernel);
+  const loop::Kernel& copy = padded.kernels[padded.steps.back().kernel];
+  EXPECT_EQ(copy.parallel, (std::vector<IndexExpr>{C(kCols), C(8)}));
+  EXPECT_EQ(copy.insts[0].buffer, out.buffer);
+  EXPECT_EQ(copy.insts[1].buffer, z);
+}
+
+// Two matmuls over the same weights with the same unaligned K share one copy of them (each
+// zeroes its extra rows again); a write to the weights between them would take a new one.
+TEST(PadMatmulExtents, MatmulsReadingTheSameOperandShareItsCopy) {
+  loop::Program p;
+  const int32_t w = AddBf16(testing::AddInput(p, kCols * 8), p);
+  const int32_t x = AddBf16(testing::AddInput(p, kRows * kCols, kCols + 4), p);
+  const int32_t y1 = AddBf16(testing::AddOutput(p, kRows * 8), p);
+  const int32_t y2 = AddBf16(testing::AddOutput(p, kRows * 8), p);
+  // x's rows are kCols + 4 apart (an input sliced by its producer): copied with the rest.
+  AddMatmul(p, View(x, {kRows, kCols}, {kCols + 4, 1}), View(w, {kCols, 8}, {8, 1}),
+            View(y1, {kRows, 8}, {8, 1}));
+  AddMatmul(p, View(x, {kRows, kCols}, {kCols + 4, 1}), View(w, {kCols, 8}, {8, 1}),
+            View(y2, {kRows, 8}, {8, 1}));
+  const loop::Program padded = fuse::PadMatmulRows(p, 16);
+  const loop::Step& first = ExternStep(padded, 0);
+  const loop::Step& second = ExternStep(padded, 1);
+  EXPECT_EQ(first.call.args[1].tensor.buffer, second.call.args[1].tensor.buffer);
+  EXPECT_NE(first.call.args[1].tensor.buffer, w);
+  EXPECT_NE(first.call.args[0].tensor.buffer, x);
+  EXPECT_EQ(first.call.args[0].tensor.sizes, (std::vector<IndexExpr>{C(kRows), C(kPadded)}));
+}
+
 }  // namespace
 }  // namespace kiln
