@@ -207,9 +207,33 @@ IndexExpr ViewIndex(const TensorRef& t) {
   return index;
 }
 
-// A kernel over view `t`'s shape copying each of its elements from `from` to `to`.
-loop::Kernel CopyKernel(const std::string& node, const TensorRef& from, const TensorRef& to,
-                        graph::DType dtype) {
+// `views` (of one shape) with their dimensions reordered alike, by the first view's strides
+// from the largest to the smallest: a kernel's last parallel variable, the one adjacent
+// threads differ in, then walks adjacent elements.
+void InnermostLast(std::vector<TensorRef*> views) {
+  const TensorRef& first = *views[0];
+  std::vector<size_t> order(first.sizes.size());
+  for (size_t d = 0; d < order.size(); ++d) order[d] = d;
+  std::stable_sort(order.begin(), order.end(), [&](size_t a, size_t b) {
+    return first.strides[a].is_const() && first.strides[b].is_const() &&
+           first.strides[a].const_value() > first.strides[b].const_value();
+  });
+  for (TensorRef* t : views) {
+    TensorRef moved = *t;
+    for (size_t d = 0; d < order.size(); ++d) {
+      moved.sizes[d] = t->sizes[order[d]];
+      moved.strides[d] = t->strides[order[d]];
+    }
+    *t = std::move(moved);
+  }
+}
+
+// A kernel over view `t`'s shape copying each of its elements from `from_view` to `to_view`,
+// the destination's adjacent elements by adjacent threads.
+loop::Kernel CopyKernel(const std::string& node, const TensorRef& from_view,
+                        const TensorRef& to_view, graph::DType dtype) {
+  TensorRef from = from_view, to = to_view;
+  InnermostLast({&to, &from});
   loop::Kernel k;
   k.nodes = {node};
   k.parallel = from.sizes;
@@ -448,8 +472,10 @@ bool GrowsInPlace(const loop::Program& p, const TensorRef& t, const TensorRef& w
   return true;
 }
 
-// A kernel over view `t` storing zero to each of its elements.
-loop::Kernel ZeroKernel(const std::string& node, const TensorRef& t) {
+// A kernel over view `view` storing zero to each of its elements.
+loop::Kernel ZeroKernel(const std::string& node, const TensorRef& view) {
+  TensorRef t = view;
+  InnermostLast({&t});
   loop::Kernel k;
   k.nodes = {node};
   k.parallel = t.sizes;

@@ -416,5 +416,29 @@ TEST(PadMatmulExtents, MatmulsReadingTheSameOperandShareItsCopy) {
   EXPECT_EQ(first.call.args[0].tensor.sizes, (std::vector<IndexExpr>{C(kRows), C(kPadded)}));
 }
 
+// y = x @ w^T with 100 columns of y: w^T's rows grow, in a copy of w that keeps w's layout.
+// The copy walks w's rows innermost, so that adjacent threads move adjacent elements.
+TEST(PadMatmulExtents, ACopyWalksTheContiguousDimensionInnermost) {
+  loop::Program p;
+  const int32_t x = AddBf16(testing::AddInput(p, kRows * 8), p);
+  const int32_t w = AddBf16(testing::AddInput(p, kCols * 8), p);
+  const int32_t y = AddBf16(testing::AddBuffer(p, kRows * kCols), p);
+  const int32_t s = testing::AddOutput(p, kRows * kCols);
+  AddMatmul(p, View(x, {kRows, 8}, {8, 1}), View(w, {8, kCols}, {1, 8}),
+            View(y, {kRows, kCols}, {kCols, 1}));
+  testing::AddKernel(p, "%3", kRows * kCols, {testing::LoadAt(y), testing::StoreAt(s, 0)});
+  const loop::Program padded = fuse::PadMatmulRows(p, 16);
+  const loop::Step& mm = ExternStep(padded, 0);
+  const TensorRef& b = mm.call.args[1].tensor;
+  EXPECT_EQ(b.sizes, (std::vector<IndexExpr>{C(8), C(kPadded)}));
+  EXPECT_EQ(b.strides, (std::vector<IndexExpr>{C(1), C(8)}));
+  const std::vector<const loop::Kernel*> kernels = KernelSteps(padded);
+  ASSERT_GE(kernels.size(), 1u);
+  EXPECT_EQ(kernels[0]->parallel, (std::vector<IndexExpr>{C(kCols), C(8)}));
+  EXPECT_EQ(kernels[0]->insts[0].buffer, w);
+  EXPECT_EQ(kernels[0]->insts[0].index, V(0) * C(8) + V(1));
+  EXPECT_EQ(kernels[0]->insts[1].index, V(0) * C(8) + V(1));
+}
+
 }  // namespace
 }  // namespace kiln
