@@ -185,9 +185,11 @@ class _Capture:
             else:
                 storage = out.untyped_storage()
                 small = storage.nbytes() <= SMALL_OUTPUT_BYTES
+                # What a replay makes the output's tensor from, in one call.
+                meta = {"dtype": out.dtype, "size": tuple(out.shape),
+                        "stride": tuple(out.stride()), "storage_offset": out.storage_offset()}
                 self.outputs.append(("small" if small else "pool", storage.data_ptr(),
-                                     storage.nbytes(), out.dtype, tuple(out.shape),
-                                     tuple(out.stride()), out.storage_offset()))
+                                     storage.nbytes(), meta))
         self.alive: list[Any] = []  # weak references to the last replay's pool views
         del outputs
 
@@ -214,6 +216,8 @@ class _Capture:
             x = inputs[i]
             x.as_strided(self.copies[i].shape, (1,), x.storage_offset()).copy_(self.copies[i])
         device = self.plan.runtime.device
+        construct_storage = torch._C._construct_storage_from_data_pointer
+        construct = getattr(torch._C, "_construct_CUDA_Tensor_From_Storage_And_Metadata", None)
         out: list[Any] = []
         self.alive = []
         storages: dict[int, Any] = {}
@@ -228,14 +232,16 @@ class _Capture:
                 out.append(t.set_(x.untyped_storage(), x.storage_offset() * x.element_size() //
                                   view.itemsize + view.offset, view.sizes, view.strides))
                 continue
-            kind, address, nbytes, dtype, sizes, strides, storage_offset = place
+            kind, address, nbytes, meta = place
             storage = storages.get(address)
             if storage is None:
-                storage = storages[address] = torch._C._construct_storage_from_data_pointer(
-                    address, device, nbytes)
+                storage = storages[address] = construct_storage(address, device, nbytes)
                 if kind == "pool":
                     self.alive.append(StorageWeakRef(storage))
-            t = torch.empty(0, dtype=dtype, device=device).set_(storage, storage_offset, sizes,
-                                                                strides)
+            if construct is not None:
+                t = construct(meta, storage)
+            else:
+                t = torch.empty(0, dtype=meta["dtype"], device=device).set_(
+                    storage, meta["storage_offset"], meta["size"], meta["stride"])
             out.append(t.clone() if kind == "small" else t)
         return out

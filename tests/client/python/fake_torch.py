@@ -236,8 +236,13 @@ class StorageWeakRef:
         return self.ref() is None
 
 
+def _construct_cuda_tensor(meta: dict, storage: UntypedStorage) -> Tensor:
+    return Tensor(storage, meta["dtype"], meta["storage_offset"], meta["size"], meta["stride"])
+
+
 _C = types.SimpleNamespace(_construct_storage_from_data_pointer=lambda address, where, nbytes:
-                           UntypedStorage(nbytes, where, base=address))
+                           UntypedStorage(nbytes, where, base=address),
+                           _construct_CUDA_Tensor_From_Storage_And_Metadata=_construct_cuda_tensor)
 
 
 def initial_seed() -> int:
