@@ -240,9 +240,15 @@ def _construct_cuda_tensor(meta: dict, storage: UntypedStorage) -> Tensor:
     return Tensor(storage, meta["dtype"], meta["storage_offset"], meta["size"], meta["stride"])
 
 
+def _tensors_data_ptrs_at_indices_equal(tensors: list, pointers: list, indices: list) -> bool:
+    assert isinstance(tensors, list)  # PyTorch's takes a list, nothing else
+    return all(tensors[i].data_ptr() == pointers[i] for i in indices)
+
+
 _C = types.SimpleNamespace(_construct_storage_from_data_pointer=lambda address, where, nbytes:
                            UntypedStorage(nbytes, where, base=address),
-                           _construct_CUDA_Tensor_From_Storage_And_Metadata=_construct_cuda_tensor)
+                           _construct_CUDA_Tensor_From_Storage_And_Metadata=_construct_cuda_tensor,
+                           _tensors_data_ptrs_at_indices_equal=_tensors_data_ptrs_at_indices_equal)
 
 
 def initial_seed() -> int:
