@@ -213,8 +213,11 @@ class _Capture:
         same = getattr(torch._C, "_tensors_data_ptrs_at_indices_equal", None)
         if same is None or len(inputs) != len(self._pointers):
             return self.cannot_replay([_address(x) for x in inputs]) is None
-        if not same(inputs if isinstance(inputs, list) else list(inputs), self._pointers,
-                    self._indices):
+        try:
+            if not same(inputs if isinstance(inputs, list) else list(inputs), self._pointers,
+                        self._indices):
+                return False
+        except (RuntimeError, TypeError):  # an input that is no tensor where one was
             return False
         return not any(not ref.expired() for ref in self.alive)
 

@@ -148,3 +148,16 @@ def test_a_backward_reads_its_forwards_saved_tensors_in_place() -> None:
     assert messages == ["captured in a CUDA graph at call 6: 1 of 1 inputs read in place, "
                         "0 copied"]
     assert (g.captures, g.replays, g.refusals) == (1, 3, {})
+
+
+def test_an_input_read_in_place_that_is_no_tensor_any_more_is_not_replayed_over() -> None:
+    r = runtime(graphable(static=True))
+    x = rt.cuda_input(1 << 15)
+    for _ in range(cuda_graphs.WARMUP_CALLS + 2):
+        r.run([x])
+        gc.collect()
+    g = graph_of(r)
+    assert g.replays == 2  # the capture's call and one more
+    assert g._graph is not None and g._graph.can_replay([x])
+    # The one-call check says no instead of raising.
+    assert not g._graph.can_replay([object()])
