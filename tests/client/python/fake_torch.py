@@ -242,7 +242,12 @@ def _construct_cuda_tensor(meta: dict, storage: UntypedStorage) -> Tensor:
 
 def _tensors_data_ptrs_at_indices_equal(tensors: list, pointers: list, indices: list) -> bool:
     assert isinstance(tensors, list)  # PyTorch's takes a list, nothing else
-    return all(tensors[i].data_ptr() == pointers[i] for i in indices)
+    for i in indices:
+        if not isinstance(tensors[i], Tensor):
+            raise RuntimeError("Unable to cast Python instance to C++ type")  # as pybind11's
+        if tensors[i].data_ptr() != pointers[i]:
+            return False
+    return True
 
 
 _C = types.SimpleNamespace(_construct_storage_from_data_pointer=lambda address, where, nbytes:
