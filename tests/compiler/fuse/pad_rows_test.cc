@@ -440,5 +440,46 @@ TEST(PadMatmulExtents, ACopyWalksTheContiguousDimensionInnermost) {
   EXPECT_EQ(kernels[0]->insts[1].index, V(0) * C(8) + V(1));
 }
 
+// A batched matmul over two matrices of [4, 100] rows (an intermediate with rows padded)
+// times weights [2, 100, 8] (an input): K grows in place in each matrix's padded rows and
+// the weights are copied batch by batch into 104 rows each, the extra ones zeroed.
+TEST(PadMatmulExtents, ABatchedMatmulGrowsEachMatrix) {
+  loop::Program p;
+  const int32_t w = AddBf16(testing::AddInput(p, 2 * kCols * 8), p);
+  const int32_t g = AddBf16(testing::AddBuffer(p, 2 * kRows * kCols), p);
+  const int32_t y = AddBf16(testing::AddOutput(p, 2 * kRows * 8), p);
+  Inst store = testing::StoreAt(g, 0);
+  store.index = V(0) * C(kCols) + V(1);
+  testing::AddKernel(p, "%1", 2 * kRows, {testing::ConstF32(1), store});
+  p.kernels.back().parallel = {C(2 * kRows), C(kCols)};
+  loop::Step step;
+  step.kind = loop::Step::Kind::kExtern;
+  step.call.op = "aten.bmm.default";
+  step.call.args = {Tensor(View(g, {2, kRows, kCols}, {kRows * kCols, kCols, 1})),
+                    Tensor(View(w, {2, kCols, 8}, {kCols * 8, 8, 1}))};
+  step.call.outputs = {View(y, {2, kRows, 8}, {kRows * 8, 8, 1})};
+  p.steps.push_back(std::move(step));
+
+  const loop::Program padded = fuse::PadMatmulRows(p, 16);
+  const loop::Step& mm = ExternStep(padded, 0);
+  const TensorRef& a = mm.call.args[0].tensor;
+  EXPECT_EQ(a.buffer, g);
+  EXPECT_EQ(a.sizes, (std::vector<IndexExpr>{C(2), C(kRows), C(kPadded)}));
+  EXPECT_EQ(a.strides, (std::vector<IndexExpr>{C(kRows * kPadded), C(kPadded), C(1)}));
+  const TensorRef& b = mm.call.args[1].tensor;
+  EXPECT_NE(b.buffer, w);
+  EXPECT_EQ(b.sizes, (std::vector<IndexExpr>{C(2), C(kPadded), C(8)}));
+  EXPECT_EQ(b.strides, (std::vector<IndexExpr>{C(kPadded * 8), C(8), C(1)}));
+  // Zeros in g's extra columns (both matrices), w's copy, zeros in its extra rows.
+  const std::vector<const loop::Kernel*> kernels = KernelSteps(padded);
+  ASSERT_EQ(kernels.size(), 4u);
+  EXPECT_TRUE(StoresZero(*kernels[1]));
+  EXPECT_EQ(kernels[1]->parallel, (std::vector<IndexExpr>{C(2), C(kRows), C(kPadded - kCols)}));
+  EXPECT_EQ(kernels[2]->insts[0].buffer, w);
+  EXPECT_TRUE(StoresZero(*kernels[3]));
+  EXPECT_EQ(kernels[3]->parallel, (std::vector<IndexExpr>{C(2), C(kPadded - kCols), C(8)}));
+  EXPECT_EQ(kernels[3]->insts[1].index, V(0) * C(kPadded * 8) + V(1) * C(8) + V(2) + C(kCols * 8));
+}
+
 }  // namespace
 }  // namespace kiln
