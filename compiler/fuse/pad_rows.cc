@@ -228,30 +228,36 @@ void InnermostLast(std::vector<TensorRef*> views) {
   }
 }
 
-// A kernel over view `t`'s shape copying each of its elements from `from_view` to `to_view`,
-// the destination's adjacent elements by adjacent threads.
+// A kernel over view `to`'s shape storing `value` (an instruction that may read p0, p1, ...)
+// to each of its elements.
+loop::Kernel StoreKernel(const std::string& node, Inst value, const TensorRef& to) {
+  loop::Kernel k;
+  k.nodes = {node};
+  k.parallel = to.sizes;
+  if (k.parallel.empty()) k.parallel = {IndexExpr::Const(1)};
+  Inst store;
+  store.op = Opcode::kStore;
+  store.type = value.type;
+  store.a = 0;
+  store.buffer = to.buffer;
+  store.index = ViewIndex(to);
+  k.insts = {std::move(value), store};
+  k.stages = {{false, 0, 2}};
+  return k;
+}
+
+// A kernel copying each element of `from_view` to `to_view` (of one shape), the
+// destination's adjacent elements by adjacent threads.
 loop::Kernel CopyKernel(const std::string& node, const TensorRef& from_view,
                         const TensorRef& to_view, graph::DType dtype) {
   TensorRef from = from_view, to = to_view;
   InnermostLast({&to, &from});
-  loop::Kernel k;
-  k.nodes = {node};
-  k.parallel = from.sizes;
-  if (k.parallel.empty()) k.parallel = {IndexExpr::Const(1)};
   Inst load;
   load.op = Opcode::kLoad;
   load.type = loop::ComputeType(loop::ScalarTypeOf(dtype));
   load.buffer = from.buffer;
   load.index = ViewIndex(from);
-  Inst store;
-  store.op = Opcode::kStore;
-  store.type = load.type;
-  store.a = 0;
-  store.buffer = to.buffer;
-  store.index = ViewIndex(to);
-  k.insts = {load, store};
-  k.stages = {{false, 0, 2}};
-  return k;
+  return StoreKernel(node, std::move(load), to);
 }
 
 // The buffers a step writes (a kernel's stores, an extern's results, a write-back's input).
@@ -472,25 +478,14 @@ bool GrowsInPlace(const loop::Program& p, const TensorRef& t, const TensorRef& w
   return true;
 }
 
-// A kernel over view `view` storing zero to each of its elements.
+// A kernel storing zero to each element of `view`.
 loop::Kernel ZeroKernel(const std::string& node, const TensorRef& view) {
   TensorRef t = view;
   InnermostLast({&t});
-  loop::Kernel k;
-  k.nodes = {node};
-  k.parallel = t.sizes;
   Inst zero;
   zero.op = Opcode::kConst;
   zero.type = loop::ComputeType(loop::ScalarTypeOf(t.dtype));
-  Inst store;
-  store.op = Opcode::kStore;
-  store.type = zero.type;
-  store.a = 0;
-  store.buffer = t.buffer;
-  store.index = ViewIndex(t);
-  k.insts = {zero, store};
-  k.stages = {{false, 0, 2}};
-  return k;
+  return StoreKernel(node, zero, t);
 }
 
 // The part of `wide` (a matmul operand grown along its dimension `d`) past `n` elements.

@@ -274,6 +274,14 @@ int32_t AddBf16(int32_t buffer, loop::Program& p) {
   return buffer;
 }
 
+// Kernel "%1" writing `rows` rows of kCols elements of `g`, row by row.
+void WriteRows(loop::Program& p, int32_t g, int64_t rows) {
+  Inst store = testing::StoreAt(g, 0);
+  store.index = V(0) * C(kCols) + V(1);
+  testing::AddKernel(p, "%1", rows, {testing::ConstF32(1), store});
+  p.kernels.back().parallel = {C(rows), C(kCols)};
+}
+
 // The kernel steps' kernels, in order.
 std::vector<const loop::Kernel*> KernelSteps(const loop::Program& p) {
   std::vector<const loop::Kernel*> kernels;
@@ -305,10 +313,7 @@ TEST(PadMatmulExtents, AnUnalignedInnerExtentIsRoundedUpWithZeros) {
   const int32_t w = AddBf16(testing::AddInput(p, kCols * 8), p);
   const int32_t g = AddBf16(testing::AddBuffer(p, kRows * kCols), p);
   const int32_t y = AddBf16(testing::AddOutput(p, kRows * 8), p);
-  Inst store = testing::StoreAt(g, 0);
-  store.index = V(0) * C(kCols) + V(1);
-  testing::AddKernel(p, "%1", kRows, {testing::ConstF32(1), store});
-  p.kernels.back().parallel = {C(kRows), C(kCols)};
+  WriteRows(p, g, kRows);
   AddMatmul(p, View(g, {kRows, kCols}, {kCols, 1}), View(w, {kCols, 8}, {8, 1}),
             View(y, {kRows, 8}, {8, 1}));
 
@@ -349,10 +354,7 @@ TEST(PadMatmulExtents, AnIntermediateResultGrowsPastItsEnd) {
   const int32_t g = AddBf16(testing::AddBuffer(p, kRows * kCols), p);
   const int32_t z = AddBf16(testing::AddBuffer(p, kCols * 8), p);
   const int32_t s = testing::AddOutput(p, kCols * 8);
-  Inst store = testing::StoreAt(g, 0);
-  store.index = V(0) * C(kCols) + V(1);
-  testing::AddKernel(p, "%1", kRows, {testing::ConstF32(1), store});
-  p.kernels.back().parallel = {C(kRows), C(kCols)};
+  WriteRows(p, g, kRows);
   AddMatmul(p, View(g, {kCols, kRows}, {1, kCols}), View(u, {kRows, 8}, {8, 1}),
             View(z, {kCols, 8}, {8, 1}));
   testing::AddKernel(p, "%3", kCols * 8, {testing::LoadAt(z), testing::StoreAt(s, 0)});
@@ -375,10 +377,7 @@ TEST(PadMatmulExtents, AGraphOutputResultIsWrittenToACopyAndCopiedOut) {
   const int32_t u = AddBf16(testing::AddInput(p, kRows * 8), p);
   const int32_t g = AddBf16(testing::AddBuffer(p, kRows * kCols), p);
   const int32_t z = AddBf16(testing::AddOutput(p, kCols * 8), p);
-  Inst store = testing::StoreAt(g, 0);
-  store.index = V(0) * C(kCols) + V(1);
-  testing::AddKernel(p, "%1", kRows, {testing::ConstF32(1), store});
-  p.kernels.back().parallel = {C(kRows), C(kCols)};
+  WriteRows(p, g, kRows);
   AddMatmul(p, View(g, {kCols, kRows}, {1, kCols}), View(u, {kRows, 8}, {8, 1}),
             View(z, {kCols, 8}, {8, 1}));
 
@@ -448,10 +447,7 @@ TEST(PadMatmulExtents, ABatchedMatmulGrowsEachMatrix) {
   const int32_t w = AddBf16(testing::AddInput(p, 2 * kCols * 8), p);
   const int32_t g = AddBf16(testing::AddBuffer(p, 2 * kRows * kCols), p);
   const int32_t y = AddBf16(testing::AddOutput(p, 2 * kRows * 8), p);
-  Inst store = testing::StoreAt(g, 0);
-  store.index = V(0) * C(kCols) + V(1);
-  testing::AddKernel(p, "%1", 2 * kRows, {testing::ConstF32(1), store});
-  p.kernels.back().parallel = {C(2 * kRows), C(kCols)};
+  WriteRows(p, g, 2 * kRows);
   loop::Step step;
   step.kind = loop::Step::Kind::kExtern;
   step.call.op = "aten.bmm.default";
