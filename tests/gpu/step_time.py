@@ -4,7 +4,7 @@ AOTAutograd and Inductor, cold and warm, on a GPU machine.
 Run from the repository root after `deploy/gpu-bundle.sh .bundle` (carried with the tree):
 
     python3 tests/gpu/step_time.py --bundle .bundle --out $OUT [--only gpt2_124m_fp32,...]
-        [--steps 30] [--cudagraphs]
+        [--steps 30] [--cudagraphs] [--repeat 3]
 
 Per configuration (a model in fp32 or under bf16 autocast), each mode trains it for --steps
 AdamW steps in a fresh process, from the same seed:
@@ -27,7 +27,10 @@ is bound by the host, not the GPU. The steady step is the median from step STEAD
 The report, one table per configuration, puts each figure beside its anchor from the same
 run, as the targets read: Kiln's cold first step against aot_eager's (the compile's cost over
 tracing), Kiln's warm first step against Dynamo's and against Inductor's warm one, and every
-steady step against Inductor's. kilnd's compile counters over each Kiln process show what a
+steady step against Inductor's. Host speed differs between processes even on one machine
+(a fifth, seen on H200 machines), so --repeat N runs the steady-state modes (eager, the warm
+ones and the CUDA-graph ones) N times each, alternating between them, and reports the median
+of their steady steps with the spread. kilnd's compile counters over each Kiln process show what a
 warm process compiled (nothing, when the cache serves it). Writes OUT/step_time.json after
 each configuration and OUT/step_time.txt at the end; a run that fails is a row that says so.
 """
@@ -55,6 +58,9 @@ TIMEOUT_S = 400.0
 OUTPUT_TAIL = 3000
 MODES = ("eager", "dynamo", "aot_eager", "inductor", "inductor_warm", "kiln", "kiln_warm")
 CUDAGRAPH_MODES = ("inductor_cudagraphs", "kiln_cudagraphs")
+# What --repeat runs again: the modes whose steady step the ratios read. A cold mode's first
+# step needs empty caches, which its own first run has filled.
+STEADY_MODES = ("eager", "inductor_warm", "kiln_warm") + CUDAGRAPH_MODES
 RUNS_DIR = "step_time_runs"
 # PyTorch's caching-allocator counters each run records at its end: device allocations and
 # frees (a cudaFree synchronizes the device) and retries after freeing cached blocks, which
@@ -282,6 +288,19 @@ def summarize(events: list[dict], returncode: Optional[int], output: str,
     return run
 
 
+def merge_repeats(runs: list[dict]) -> dict:
+    """One mode's runs as one: the first run's figures, with the steady and host times the
+    medians over the runs that finished, and the steady times' spread."""
+    run = dict(runs[0])
+    finished = [r for r in runs if not r.get("failed") and r.get("steady_s") is not None]
+    if len(runs) > 1 and finished:
+        steady = [r["steady_s"] for r in finished]
+        run["steady_s"] = statistics.median(steady)
+        run["host_s"] = statistics.median(r["host_s"] for r in finished)
+        run["steady_runs_s"] = steady
+    return run
+
+
 def ratio(a: Optional[dict], b: Optional[dict], key: str) -> Optional[float]:
     """a[key] / b[key], when both runs have the figure."""
     if not a or not b or a.get(key) is None or not b.get(key):
@@ -330,8 +349,10 @@ def table(config: str, runs: dict, ratio_values: dict) -> str:
             continue
         server = run.get("server") or {}
         steady, host = run.get("steady_s"), run.get("host_s")
+        spread = run.get("steady_runs_s") or []
+        within = f" ({min(spread) * 1e3:.1f}-{max(spread) * 1e3:.1f})" if spread else ""
         lines.append(f"| {mode} | {_num(run.get('first_s'), '.2f')} | "
-                     f"{_num(steady and steady * 1e3, '.1f')} | "
+                     f"{_num(steady and steady * 1e3, '.1f')}{within} | "
                      f"{_num(host and host * 1e3, '.1f')} | "
                      f"{_num(server.get('compiles'), '.0f') if server else ''} | "
                      f"{_num(server.get('hits'), '.0f') if server else ''} | "
@@ -358,8 +379,10 @@ def compile_counts(before: Optional[dict], after: Optional[dict]) -> Optional[di
 
 
 def run_mode(name: str, mode: str, steps: int, timeout: float, env: dict,
-             server: Optional[KilnServer], out: pathlib.Path, profile: str = "") -> dict:
-    events_path = out / RUNS_DIR / f"{name}.{mode}.jsonl"
+             server: Optional[KilnServer], out: pathlib.Path, profile: str = "",
+             repeat: int = 0) -> dict:
+    events_path = out / RUNS_DIR / (f"{name}.{mode}.jsonl" if repeat == 0 else
+                                    f"{name}.{mode}.{repeat}.jsonl")
     events_path.parent.mkdir(parents=True, exist_ok=True)
     events_path.write_text("")
     before = server.metrics() if server else None
@@ -390,6 +413,8 @@ def main(argv: Optional[list[str]] = None) -> int:
     parser.add_argument("--steps", type=int, default=STEPS)
     parser.add_argument("--cudagraphs", action="store_true")
     parser.add_argument("--timeout", type=float, default=TIMEOUT_S)
+    parser.add_argument("--repeat", type=int, default=1,
+                        help="runs of each steady-state mode (median reported)")
     parser.add_argument("--profile", choices=("torch", "python", "first"), default="",
                         help="profile each run's last steps with PyTorch's or Python's "
                              "profiler, or its first step with Python's (first); "
@@ -407,13 +432,20 @@ def main(argv: Optional[list[str]] = None) -> int:
     for name in names:
         with KilnServer(args.bundle, args.out) as server:
             env = dict(server.env, TORCHINDUCTOR_CACHE_DIR=tempfile.mkdtemp(prefix="inductor-"))
-            runs = {}
-            for mode in modes:
+            repeated: dict[str, list[dict]] = {}
+            rounds = [(mode, 0) for mode in modes] + [
+                (mode, r) for r in range(1, args.repeat) for mode in modes
+                if mode in STEADY_MODES]
+            for mode, r in rounds:
                 uses_kiln = mode.startswith("kiln")
-                runs[mode] = run_mode(name, mode, args.steps, args.timeout, env,
-                                      server if uses_kiln else None, args.out, args.profile)
-                brief = {k: v for k, v in runs[mode].items() if k != "losses"}
-                print(f"{name} {mode}: {json.dumps(brief)[:400]}", flush=True)
+                run = run_mode(name, mode, args.steps, args.timeout, env,
+                               server if uses_kiln else None, args.out,
+                               args.profile if r == 0 else "", repeat=r)
+                repeated.setdefault(mode, []).append(run)
+                brief = {k: v for k, v in run.items() if k != "losses"}
+                print(f"{name} {mode}{f' (run {r + 1})' if r else ''}: "
+                      f"{json.dumps(brief)[:400]}", flush=True)
+            runs = {mode: merge_repeats(repeated[mode]) for mode in modes}
         ratio_values = ratios(runs)
         report["configs"][name] = {"runs": runs, "ratios": ratio_values}
         (args.out / "step_time.json").write_text(json.dumps(report, indent=1))

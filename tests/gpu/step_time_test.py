@@ -105,3 +105,17 @@ def test_gpu_time_is_split_by_who_wrote_the_kernels() -> None:
     assert lines[1].split() == ["2.000", "ms", "6x", "kiln_k3"]
     assert lines[2].split() == ["0.500", "ms", "3x", "triton_poi_fused_add_0"]
     assert len(lines) == 3
+
+
+def test_repeated_runs_report_the_median_steady_step_and_its_spread() -> None:
+    runs = [{"first_s": 9.0, "steady_s": 0.030, "host_s": 0.020},
+            {"first_s": 8.0, "steady_s": 0.020, "host_s": 0.010},
+            {"failed": "timed out after 400 s"},
+            {"first_s": 8.5, "steady_s": 0.025, "host_s": 0.015}]
+    run = st.merge_repeats(runs)
+    assert run["first_s"] == 9.0  # the first run's: later ones start from warm caches
+    assert run["steady_s"] == 0.025 and run["host_s"] == 0.015
+    assert run["steady_runs_s"] == [0.030, 0.020, 0.025]
+    assert st.merge_repeats(runs[:1]) == runs[0]
+    text = st.table("gpt2_124m_bf16", {"kiln_warm": run}, {})
+    assert "| kiln_warm | 9.00 | 25.0 (20.0-30.0) | 15.0 |" in text
