@@ -280,23 +280,36 @@ std::vector<int32_t> Writes(const loop::Program& p, const loop::Step& step) {
   return out;
 }
 
-// The whole rows of `c` elements a constant view touches: the first and how many.
-std::pair<int64_t, int64_t> RowSpan(const TensorRef& t, int64_t c) {
+// The largest element index view `t` reaches.
+int64_t LastElement(const TensorRef& t) {
   int64_t last = t.offset.const_value();
   for (size_t d = 0; d < t.sizes.size(); ++d) {
     last += (t.sizes[d].const_value() - 1) * t.strides[d].const_value();
   }
-  const int64_t first = t.offset.const_value() / c;
-  return {first, last / c + 1 - first};
+  return last;
 }
 
-// A new intermediate buffer of `rows` rows of `cp` elements, like buffer `like`.
-int32_t AddPaddedBuffer(loop::Program& p, int32_t like, int64_t rows, int64_t cp) {
-  loop::Buffer padded;
-  padded.dtype = p.buffers[like].dtype;
-  padded.elements = IndexExpr::Const(rows * cp);
-  padded.name = p.buffers[like].name;
-  p.buffers.push_back(padded);
+// A step running kernel `k`, which joins the program.
+loop::Step KernelStep(loop::Program& p, loop::Kernel k) {
+  p.kernels.push_back(std::move(k));
+  loop::Step step;
+  step.kernel = static_cast<int32_t>(p.kernels.size() - 1);
+  return step;
+}
+
+// The whole rows of `c` elements a constant view touches: the first and how many.
+std::pair<int64_t, int64_t> RowSpan(const TensorRef& t, int64_t c) {
+  const int64_t first = t.offset.const_value() / c;
+  return {first, LastElement(t) / c + 1 - first};
+}
+
+// A new intermediate buffer of `elements` elements, of buffer `like`'s dtype and name.
+int32_t AddBufferLike(loop::Program& p, int32_t like, int64_t elements) {
+  loop::Buffer buffer;
+  buffer.dtype = p.buffers[like].dtype;
+  buffer.elements = IndexExpr::Const(elements);
+  buffer.name = p.buffers[like].name;
+  p.buffers.push_back(buffer);
   return static_cast<int32_t>(p.buffers.size() - 1);
 }
 
@@ -356,14 +369,11 @@ void Stage(loop::Program& p, int64_t align, PrivateBuffers& private_rows) {
         }
       }
       if (padded < 0) {
-        padded = AddPaddedBuffer(p, t.buffer, rows, cp);
+        padded = AddBufferLike(p, t.buffer, rows * cp);
         private_rows[padded] = {c, cp};
         TensorRef from = View2(t.buffer, rows, c, c, first_row * c, t.dtype);
         TensorRef to = View2(padded, rows, c, cp, 0, t.dtype);
-        p.kernels.push_back(CopyKernel(node, from, to, t.dtype));
-        loop::Step copy_step;
-        copy_step.kernel = static_cast<int32_t>(p.kernels.size() - 1);
-        steps.push_back(copy_step);
+        steps.push_back(KernelStep(p, CopyKernel(node, from, to, t.dtype)));
         staged.push_back({t.buffer, c, first_row, rows, padded});
       }
       t = MovedTo(t, c, cp, first_row, padded);
@@ -373,13 +383,10 @@ void Stage(loop::Program& p, int64_t align, PrivateBuffers& private_rows) {
       if (c == 0) continue;
       const int64_t cp = PaddedRow(c, loop::ByteSize(loop::ScalarTypeOf(o.dtype)), align);
       const auto [first_row, rows] = RowSpan(o, c);
-      const int32_t padded = AddPaddedBuffer(p, o.buffer, rows, cp);
+      const int32_t padded = AddBufferLike(p, o.buffer, rows * cp);
       private_rows[padded] = {c, cp};
       TensorRef moved = MovedTo(o, c, cp, first_row, padded);
-      p.kernels.push_back(CopyKernel(node, moved, o, o.dtype));
-      loop::Step copy_step;
-      copy_step.kernel = static_cast<int32_t>(p.kernels.size() - 1);
-      after.push_back(copy_step);
+      after.push_back(KernelStep(p, CopyKernel(node, moved, o, o.dtype)));
       o = std::move(moved);
     }
     steps.push_back(std::move(step));
@@ -423,15 +430,6 @@ bool AllConst(const TensorRef& t) {
     }
   }
   return true;
-}
-
-// The largest element index view `t` reaches.
-int64_t LastElement(const TensorRef& t) {
-  int64_t last = t.offset.const_value();
-  for (size_t d = 0; d < t.sizes.size(); ++d) {
-    last += (t.sizes[d].const_value() - 1) * t.strides[d].const_value();
-  }
-  return last;
 }
 
 bool IsGraphOutput(const loop::Program& p, int32_t buffer) {
@@ -512,12 +510,7 @@ TensorRef DenseCopyOf(loop::Program& p, const TensorRef& wide, int inner) {
     dense.strides[d] = IndexExpr::Const(stride);
     stride *= wide.sizes[d].const_value();
   }
-  loop::Buffer buffer;
-  buffer.dtype = p.buffers[wide.buffer].dtype;
-  buffer.elements = IndexExpr::Const(stride);
-  buffer.name = p.buffers[wide.buffer].name;
-  p.buffers.push_back(buffer);
-  dense.buffer = static_cast<int32_t>(p.buffers.size() - 1);
+  dense.buffer = AddBufferLike(p, wide.buffer, stride);
   return dense;
 }
 
@@ -531,13 +524,6 @@ TensorRef Window(const TensorRef& wide, const TensorRef& t) {
 bool SameView(const TensorRef& a, const TensorRef& b) {
   return a.buffer == b.buffer && a.sizes == b.sizes && a.strides == b.strides &&
          a.offset == b.offset && a.dtype == b.dtype;
-}
-
-loop::Step KernelStep(loop::Program& p, loop::Kernel k) {
-  p.kernels.push_back(std::move(k));
-  loop::Step step;
-  step.kernel = static_cast<int32_t>(p.kernels.size() - 1);
-  return step;
 }
 
 // The matmul's three views (A, B, result) when they are constant 16-bit float matrices of
@@ -561,7 +547,7 @@ std::vector<TensorRef*> MatmulViews(loop::Program& p, loop::Step& step) {
   return views;
 }
 
-void PadExtents(loop::Program& p, int64_t align, PrivateBuffers& private_rows) {
+void PadExtents(loop::Program& p, int64_t align, const PrivateBuffers& private_rows) {
   struct Copied {
     TensorRef from;
     TensorRef wide;  // the dense copy, grown

@@ -162,9 +162,13 @@ class _Capture:
         self.plan = plan
         self.in_place = in_place
         self.addresses = {i: _address(inputs[i]) for i in in_place}
-        # The same, as torch._C._tensors_data_ptrs_at_indices_equal takes them.
+        # The same, as torch._C._tensors_data_ptrs_at_indices_equal takes them, and the
+        # PyTorch calls a replay makes (None where this PyTorch lacks them).
         self._indices = sorted(in_place)
         self._pointers = [self.addresses.get(i, 0) for i in range(len(inputs))]
+        self._same_pointers = getattr(torch._C, "_tensors_data_ptrs_at_indices_equal", None)
+        self._construct = getattr(torch._C, "_construct_CUDA_Tensor_From_Storage_And_Metadata",
+                                  None)
         # Inputs copied before each replay (tensors not read in place), and their copies.
         self.copies: dict[int, Any] = {}
         static = list(inputs)
@@ -208,9 +212,7 @@ class _Capture:
     def can_replay(self, inputs: Sequence[Any]) -> bool:
         """cannot_replay(addresses of `inputs`) is None, in one call into PyTorch where it
         has the one CUDA-graph trees use."""
-        import torch  # noqa: PLC0415
-
-        same = getattr(torch._C, "_tensors_data_ptrs_at_indices_equal", None)
+        same = self._same_pointers
         if same is None or len(inputs) != len(self._pointers):
             return self.cannot_replay([_address(x) for x in inputs]) is None
         try:
@@ -242,7 +244,7 @@ class _Capture:
             x.as_strided(self.copies[i].shape, (1,), x.storage_offset()).copy_(self.copies[i])
         device = self.plan.runtime.device
         construct_storage = torch._C._construct_storage_from_data_pointer
-        construct = getattr(torch._C, "_construct_CUDA_Tensor_From_Storage_And_Metadata", None)
+        construct = self._construct
         out: list[Any] = []
         self.alive = []
         storages: dict[int, Any] = {}
