@@ -11,6 +11,8 @@
 #include <fstream>
 #include <mutex>
 #include <sstream>
+#include <string>
+#include <vector>
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
@@ -230,7 +232,18 @@ absl::StatusOr<std::unique_ptr<KilnServer>> KilnServer::Start(const ServerConfig
   }
   state->cache_service = std::make_unique<CacheService>(
       state->cache.get(), state->authorizer.get(), config.max_blob_bytes,
-      std::min<int64_t>(int64_t{4} << 20, config.max_message_bytes / 2), state->shared.get());
+      std::min<int64_t>(int64_t{4} << 20, config.max_message_bytes / 2), state->shared.get(),
+      [](absl::string_view target) -> absl::StatusOr<std::string> {
+        const canon::Toolchain& t = canon::CurrentToolchain();
+        if (!t.backends.contains(target)) {
+          std::vector<std::string> targets;
+          for (const auto& [name, facts] : t.backends) targets.push_back(name);
+          return absl::InvalidArgumentError(absl::StrCat("no backend for target '", target,
+                                                         "'; this server compiles for ",
+                                                         absl::StrJoin(targets, ", ")));
+        }
+        return canon::ToolchainFingerprint(t, target);
+      });
   AddCacheMetrics(state->metrics, state->cache.get());
   // --- end cache
   CompileServiceOptions compile_options;

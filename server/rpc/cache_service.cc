@@ -86,13 +86,19 @@ absl::StatusOr<std::unique_ptr<cache::Cache>> OpenServerCache(const ServerConfig
   return cache;
 }
 
+std::string ToolchainScopedKey(absl::string_view fingerprint, absl::string_view key) {
+  return absl::StrCat("toolchain:", Sha256Hex(absl::StrCat(fingerprint, "\n", key)));
+}
+
 CacheService::CacheService(cache::Cache* cache, const Authorizer* authorizer,
-                           int64_t max_blob_bytes, int64_t chunk_bytes, SharedCache* shared)
+                           int64_t max_blob_bytes, int64_t chunk_bytes, SharedCache* shared,
+                           ToolchainOf toolchain_of)
     : cache_(cache),
       shared_(shared),
       authorizer_(authorizer),
       max_blob_bytes_(max_blob_bytes),
-      chunk_bytes_(chunk_bytes) {
+      chunk_bytes_(chunk_bytes),
+      toolchain_of_(std::move(toolchain_of)) {
   // GetWhole answers with a byte buffer: gRPC's sync API allows another response type only
   // for a handler that reads the request itself ("streamed unary"); on the wire it is the
   // same unary call.
@@ -266,18 +272,16 @@ grpc::Status CacheService::GetAction(grpc::ServerContext* context,
                                      const v1::GetActionRequest* request,
                                      v1::ActionEntry* response) {
   if (grpc::Status denied = authorizer_->Permit(*context, Role::kRead); !denied.ok()) return denied;
-  if (request->compile_key().empty()) {
-    return ToGrpcStatus(InvalidField("", "compile_key", "must not be empty"));
-  }
+  absl::StatusOr<std::string> key = ActionKey(request->compile_key(), request->toolchain_target());
+  if (!key.ok()) return ToGrpcStatus(key.status());
   // The caller evaluates the guards; for the cache, a key with a complete variant is a hit.
-  absl::StatusOr<v1::ActionEntry> entry = cache_->actions().Get(request->compile_key());
-  if (absl::IsNotFound(entry.status()) && shared_ != nullptr &&
-      shared_->FetchAction(request->compile_key())) {
-    entry = cache_->actions().Get(request->compile_key());
+  absl::StatusOr<v1::ActionEntry> entry = cache_->actions().Get(*key);
+  if (absl::IsNotFound(entry.status()) && shared_ != nullptr && shared_->FetchAction(*key)) {
+    entry = cache_->actions().Get(*key);
   }
   if (absl::IsNotFound(entry.status())) cache_->actions().RecordMiss();
   if (!entry.ok()) return Reply(entry.status(), "compile_key");
-  cache_->actions().RecordHit(request->compile_key());
+  cache_->actions().RecordHit(*key);
   *response = *std::move(entry);
   return grpc::Status::OK;
 }
@@ -287,9 +291,25 @@ grpc::Status CacheService::PutAction(grpc::ServerContext* context,
                                      v1::PutActionResponse* response) {
   if (grpc::Status denied = authorizer_->Permit(*context, Role::kCompile); !denied.ok())
     return denied;
-  absl::Status stored = cache_->actions().Put(request->compile_key(), request->variant());
-  if (stored.ok() && shared_ != nullptr) shared_->WriteAction(request->compile_key());
+  absl::StatusOr<std::string> key = ActionKey(request->compile_key(), request->toolchain_target());
+  if (!key.ok()) return ToGrpcStatus(key.status());
+  absl::Status stored = cache_->actions().Put(*key, request->variant());
+  if (stored.ok() && shared_ != nullptr) shared_->WriteAction(*key);
   return Reply(stored, "variant");
+}
+
+absl::StatusOr<std::string> CacheService::ActionKey(const std::string& compile_key,
+                                                    const std::string& toolchain_target) const {
+  if (compile_key.empty()) return InvalidField("", "compile_key", "must not be empty");
+  if (toolchain_target.empty()) return compile_key;
+  if (!toolchain_of_) {
+    return InvalidField("", "toolchain_target", "this server scopes no keys to a toolchain");
+  }
+  absl::StatusOr<std::string> fingerprint = toolchain_of_(toolchain_target);
+  if (!fingerprint.ok()) {
+    return InvalidField("", "toolchain_target", fingerprint.status().message());
+  }
+  return ToolchainScopedKey(*fingerprint, compile_key);
 }
 
 grpc::Status CacheService::ListActions(grpc::ServerContext* context,

@@ -9,6 +9,7 @@
 // before the kernel's socket write.
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 
@@ -28,14 +29,24 @@ namespace kiln::server {
 absl::StatusOr<std::unique_ptr<cache::Cache>> OpenServerCache(const ServerConfig& config,
                                                               const std::string& path);
 
+// The toolchain fingerprint of the server's code generator for a target (canon's
+// ToolchainFingerprint), or INVALID_ARGUMENT for a target it has no backend for.
+using ToolchainOf = std::function<absl::StatusOr<std::string>(absl::string_view target)>;
+
+// The key a client's action key is stored under when the request names a toolchain target:
+// "toolchain:" and the SHA-256 of the fingerprint and the key, so the same client key under
+// another toolchain is another entry.
+std::string ToolchainScopedKey(absl::string_view fingerprint, absl::string_view key);
+
 class CacheService final : public v1::Cache::Service {
  public:
   // `cache` must outlive the service, and `shared` (the shared cache tier, null when none is
   // configured) too. Blobs larger than `chunk_bytes` are streamed in chunks. Reads need the
   // `read` role, writes `compile` (see auth.h). A read the local cache misses asks the shared
-  // tier; writes go through to it in the background.
+  // tier; writes go through to it in the background. `toolchain_of` scopes the action keys of
+  // requests that name a toolchain target; without it, such requests are refused.
   CacheService(cache::Cache* cache, const Authorizer* authorizer, int64_t max_blob_bytes,
-               int64_t chunk_bytes, SharedCache* shared = nullptr);
+               int64_t chunk_bytes, SharedCache* shared = nullptr, ToolchainOf toolchain_of = {});
 
   grpc::Status Get(grpc::ServerContext* context, const v1::GetRequest* request,
                    grpc::ServerWriter<v1::GetResponse>* writer) override;
@@ -64,12 +75,17 @@ class CacheService final : public v1::Cache::Service {
   grpc::Status CheckDeclared(const v1::PutRequest& first) const;
   // Stores what a Put received, once the sizes agree.
   grpc::Status Store(const v1::Digest& digest, absl::string_view bytes, v1::PutResponse* response);
+  // The key an action request names: its compile key, scoped to the toolchain of its target
+  // when it names one.
+  absl::StatusOr<std::string> ActionKey(const std::string& compile_key,
+                                        const std::string& toolchain_target) const;
 
   cache::Cache* const cache_;
   SharedCache* const shared_;
   const Authorizer* const authorizer_;
   const int64_t max_blob_bytes_;
   const int64_t chunk_bytes_;
+  const ToolchainOf toolchain_of_;
 };
 
 }  // namespace kiln::server

@@ -247,8 +247,13 @@ def train(name: str, mode: str, steps: int, write_event: Callable[..., None],
     if table is not None:
         write_event(event="profile", steps=len(profiled), table=table)
     stats = torch.cuda.memory_stats()
+    from torch._dynamo.utils import counters
+
     write_event(event="done", device=torch.cuda.get_device_name(), torch=torch.__version__,
-                allocator={key: stats.get(key, 0) for key in ALLOCATOR_COUNTERS})
+                allocator={key: stats.get(key, 0) for key in ALLOCATOR_COUNTERS},
+                aot_cache={key.removeprefix("autograd_cache_"): n
+                           for key, n in counters["aot_autograd"].items()
+                           if key.startswith("autograd_cache_")})
 
 
 def worker(name: str, mode: str, steps: int, events_path: pathlib.Path,
@@ -280,6 +285,8 @@ def summarize(events: list[dict], returncode: Optional[int], output: str,
     if done:
         run["device"] = done["device"]
         run["allocator"] = done.get("allocator", {})
+        if done.get("aot_cache"):
+            run["aot_cache"] = done["aot_cache"]  # AOTAutogradCache's hits, misses, bypasses
     else:
         run["failed"] = (error["error"] if error else
                          f"timed out after {timed_out_after:.0f} s" if timed_out_after else

@@ -21,6 +21,11 @@ by heuristics that change between PyTorch releases, and each change would give t
 new graphs, hence new compile keys and a cold cache; the memory it saves (pointwise chains
 recomputed in the backward) is the next thing to weigh against that.
 
+A single-rank process keeps each compiled frame in kilnd as well (kiln.frame_cache): a fresh
+process whose Dynamo graph kilnd already holds loads the frame, AOTAutograd's metadata and
+kilnd's compiled graphs in one entry, and neither traces it with AOTAutograd nor sends its
+graphs again.
+
 A graph kilnd compiled for a CUDA target runs on Kiln's runtime (kiln.gpu_runtime: the
 cubins through the bundled native library, extern and fallback steps through ATen); a
 graph compiled for x86_64 (CPU tensors) runs per `fallback`, since the package has no CPU
@@ -87,6 +92,7 @@ class _Process:
         self._sequences: Any = None
         self._frames = itertools.count()
         self._names: dict[str, int] = {}
+        self._stores: dict[tuple, Any] = {}
 
     def graph_compiler(self, settings: Settings) -> GraphCompiler:
         from kiln.client import CompileClient, RequestBuilder, SequenceNumbers  # noqa: PLC0415
@@ -105,6 +111,18 @@ class _Process:
         # The client's deadline and token are per settings; the channel is shared.
         return GraphCompiler(_WithSettings(client, settings),
                              RequestBuilder(settings, self._sequences), policy)
+
+    def frame_store(self, settings: Settings, target: str) -> Any:
+        """The kiln.frame_store.FrameStore for frames of `target` on settings' kilnd, one per
+        connection, deadline and target."""
+        from kiln.frame_store import FrameStore  # noqa: PLC0415
+
+        key = (settings.connection(), settings.deadline, target)
+        with self._lock:
+            store = self._stores.get(key)
+            if store is None:
+                store = self._stores[key] = FrameStore(settings, target)
+            return store
 
     def frame_name(self, compile_id: Any) -> str:
         """A name for the graph the backend was handed, unique in this process: Dynamo's
@@ -136,26 +154,54 @@ _process = _Process()
 def kiln_backend(gm: Any, example_inputs: Sequence[Any], *,
                  options: Optional[dict] = None, mode: Optional[str] = None) -> Callable:
     """The torch.compile backend: Dynamo's graph goes through AOTAutograd, whose graphs go
-    to kilnd one by one (see the module's docstring). `mode` is accepted and unused."""
+    to kilnd one by one (see the module's docstring), unless kilnd holds the whole frame
+    (kiln.frame_cache). `mode` is accepted and unused."""
     settings = Settings.from_options(options)
     compiler = _process.graph_compiler(settings)
     from torch._dynamo.backends.common import aot_autograd  # noqa: PLC0415
 
+    from kiln import frame_cache  # noqa: PLC0415
+
     frame = _frame_name()
+    _, world_size = _rank_and_world_size()
+    refusal = frame_cache.refusal(settings, world_size)
+    if refusal is not None:
+        log.info("frame %s: not cached in kilnd: %s", frame, refusal)
+        return aot_autograd(**_compilers(compiler, settings, frame, False))(gm, example_inputs)
+    target = settings.target or _target_of(example_inputs)
+    loading = frame_cache.Loading(
+        frame, compiler.policy,
+        lambda decision, inputs, name: _kiln_runner(decision, inputs, name, settings.cudagraphs))
+    with frame_cache.frame_cache(_process.frame_store(settings, target),
+                                 frame_cache.frame_tag(settings, target), loading) as cached:
+        return aot_autograd(**_compilers(compiler, settings, frame, cached))(gm, example_inputs)
+
+
+def _compilers(compiler: GraphCompiler, settings: Settings, frame: str,
+               cached: bool) -> dict[str, Callable]:
+    """AOTAutograd's forward, backward and inference compilers for `frame`; for a frame
+    kept in kilnd (`cached`), each makes a KilnOutputCode, which AOTAutograd's cache stores."""
+    if cached:
+        from torch._functorch.aot_autograd import SerializableAOTDispatchCompiler  # noqa: PLC0415
+
+        from kiln.output_code import KilnOutputCode  # noqa: PLC0415
 
     def compile_kind(kind: str) -> Callable:
         def compile_graph(aot_gm: Any, inputs: Sequence[Any]) -> Callable:
             return _compile_aot_graph(compiler, settings, aot_gm, inputs, f"{frame}.{kind}",
-                                      kind)
+                                      kind, cached)
 
-        return compile_graph
+        return SerializableAOTDispatchCompiler(KilnOutputCode, compile_graph) if cached else (
+            compile_graph)
 
-    return aot_autograd(fw_compiler=compile_kind("fw"), bw_compiler=compile_kind("bw"),
-                        inference_compiler=compile_kind("infer"))(gm, example_inputs)
+    return {"fw_compiler": compile_kind("fw"), "bw_compiler": compile_kind("bw"),
+            "inference_compiler": compile_kind("infer")}
 
 
 def _compile_aot_graph(compiler: GraphCompiler, settings: Settings, gm: Any,
-                       inputs: Sequence[Any], name: str, kind: str) -> Callable:
+                       inputs: Sequence[Any], name: str, kind: str,
+                       output_code: bool = False) -> Callable:
+    """The runner of one AOTAutograd graph; a KilnOutputCode holding it when `output_code`."""
     from kiln.capture import graph_to_capture  # noqa: PLC0415
     from kiln.graph_proto import capture_to_graph  # noqa: PLC0415
 
@@ -167,7 +213,14 @@ def _compile_aot_graph(compiler: GraphCompiler, settings: Settings, gm: Any,
         rank, world_size = _rank_and_world_size()
         decision = compiler.compile(graph, name, settings.target or _target_of(inputs), rank,
                                     world_size)
-    return _runner(decision, gm, inputs, kind, compiler.policy, name, settings.cudagraphs)
+    runner, ran = _runner(decision, gm, inputs, kind, compiler.policy, name, settings.cudagraphs)
+    if not output_code:
+        return runner
+    from kiln.output_code import KilnOutputCode  # noqa: PLC0415
+
+    kilns = ran.runner == KILN
+    return KilnOutputCode(kind, name, runner, ran.artifact if kilns else None, ran.compile_key,
+                          ran.reason)
 
 
 def _kiln_runner(decision: Decision, inputs: Sequence[Any], name: str,
@@ -206,12 +259,15 @@ def _process_groups() -> list[str]:
 
 
 def _runner(decision: Decision, gm: Any, inputs: Sequence[Any], kind: str,
-            policy: FallbackPolicy, name: str, cudagraphs: bool = False) -> Callable:
+            policy: FallbackPolicy, name: str,
+            cudagraphs: bool = False) -> tuple[Callable, Decision]:
+    """The runner `decision` asks for, and the decision it carries out (another when Kiln's
+    runtime cannot load the artifact)."""
     from functorch.compile import make_boxed_func  # noqa: PLC0415
 
     if decision.runner == KILN:
         try:
-            return _kiln_runner(decision, inputs, name, cudagraphs)
+            return _kiln_runner(decision, inputs, name, cudagraphs), decision
         except Exception as e:  # a runtime that cannot load is no reason to stop training
             decision = policy.after_load_failure(e, name)
 
@@ -220,12 +276,12 @@ def _runner(decision: Decision, gm: Any, inputs: Sequence[Any], kind: str,
 
         try:
             return compile_fx_inner(gm, list(inputs), is_backward=kind == "bw",
-                                    is_inference=kind == "infer")
+                                    is_inference=kind == "infer"), decision
         except Exception as e:  # inductor failing is no reason to stop training either
             log.warning("inductor could not compile %s (%s: %s); it runs eagerly", kind,
                         type(e).__name__, e)
     assert decision.runner in (EAGER, INDUCTOR)
-    return make_boxed_func(gm.forward)
+    return make_boxed_func(gm.forward), decision
 
 
 def _frame_name() -> str:

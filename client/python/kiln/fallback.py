@@ -44,11 +44,13 @@ class KilnWarning(UserWarning):
 @dataclass(frozen=True)
 class Decision:
     """How one graph runs: `runner` is "kiln" (kilnd's artifact, whose bytes are
-    `artifact`, on Kiln's runtime), "eager" or "inductor"; `reason` says why, in a line."""
+    `artifact` and whose key is `compile_key`, on Kiln's runtime), "eager" or "inductor";
+    `reason` says why, in a line."""
 
     runner: str
     reason: str
     artifact: bytes = field(default=b"", repr=False, compare=False)
+    compile_key: str = ""
 
 
 class FallbackPolicy:
@@ -93,7 +95,7 @@ class FallbackPolicy:
         reason = f"kilnd compiled it (key {compile_key[:12]}, {outcome})"
         if loadable:
             log.info("graph %s runs on Kiln's runtime: %s", graph, reason)
-            return Decision(KILN, reason, artifact)
+            return Decision(KILN, reason, artifact, compile_key)
         runner = EAGER if self.fallback == ERROR else self.fallback
         words = RUNNER_WORDS[runner]
         self._once(("no runtime",),

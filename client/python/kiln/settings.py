@@ -13,6 +13,7 @@ environment, then defaults.
 | fallback | KILN_FALLBACK | eager (or inductor, error): how a graph runs when kilnd fails |
 | cudagraphs | KILN_CUDAGRAPHS | false: capture CUDA graphs where the plan allows |
 | require_cudagraph | KILN_REQUIRE_CUDAGRAPH | false: a plan that cannot be captured is an error |
+| frame_cache | KILN_FRAME_CACHE | true: keep compiled frames in kilnd, so a fresh process skips AOTAutograd's tracing (single-rank processes; kiln.frame_cache) |
 | deadline | KILN_DEADLINE | 300: seconds one compile request may take |
 | precision | KILN_PRECISION | strict (or allow_tf32, fast_math) |
 | target | KILN_TARGET | from the graph's device: cuda:sm_XY, or x86_64 |
@@ -62,6 +63,7 @@ class Settings:
     fallback: str = "eager"
     cudagraphs: bool = False
     require_cudagraph: bool = False
+    frame_cache: bool = True
     deadline: float = DEFAULT_DEADLINE_SECONDS
     precision: str = "strict"
     target: Optional[str] = None
@@ -120,10 +122,10 @@ class _Reader:
 
         return self.text(name, env, default, check) or default
 
-    def flag(self, name: str, env: str) -> bool:
+    def flag(self, name: str, env: str, default: bool = False) -> bool:
         raw, source = self.value(name, env)
         if raw is None:
-            return False
+            return default
         if isinstance(raw, bool):
             return raw
         if isinstance(raw, str) and raw.strip().lower() in _TRUE + _FALSE:
@@ -211,6 +213,7 @@ class _Reader:
             fallback=self.choice("fallback", "KILN_FALLBACK", FALLBACKS, "eager"),
             cudagraphs=self.flag("cudagraphs", "KILN_CUDAGRAPHS"),
             require_cudagraph=self.flag("require_cudagraph", "KILN_REQUIRE_CUDAGRAPH"),
+            frame_cache=self.flag("frame_cache", "KILN_FRAME_CACHE", default=True),
             deadline=self.seconds("deadline", "KILN_DEADLINE", DEFAULT_DEADLINE_SECONDS),
             precision=self.choice("precision", "KILN_PRECISION", PRECISIONS, "strict"),
             target=self.text("target", "KILN_TARGET", None, _check_target),

@@ -104,7 +104,8 @@ def test_success_on_a_cuda_target_runs_kilns_runtime_and_says_nothing() -> None:
         policy = FallbackPolicy(runner, warn=said.append)
         decision = policy.after_success("ab" * 32, "miss", "frame 0.fw", loadable=True,
                                         artifact=b"bytes")
-        assert decision == Decision(KILN, "kilnd compiled it (key abababababab, miss)")
+        assert decision == Decision(KILN, "kilnd compiled it (key abababababab, miss)",
+                                    compile_key="ab" * 32)
         assert decision.artifact == b"bytes"
         assert said == []
 

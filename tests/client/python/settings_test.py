@@ -15,7 +15,7 @@ def test_defaults_with_an_empty_environment() -> None:
     s = Settings.from_options(None, {})
     assert s.server == DEFAULT_SERVER
     assert (s.fallback, s.precision, s.deadline) == ("eager", "strict", DEFAULT_DEADLINE_SECONDS)
-    assert not s.cudagraphs and not s.require_cudagraph
+    assert not s.cudagraphs and not s.require_cudagraph and s.frame_cache
     assert s.job_id == "" and s.token == "" and s.target is None
     assert s.ca_cert is None and dict(s.backend_options) == {}
 
@@ -23,8 +23,10 @@ def test_defaults_with_an_empty_environment() -> None:
 def test_environment_is_read() -> None:
     env = {"KILN_SERVER": "kiln.internal:7000", "KILN_FALLBACK": "inductor",
            "KILN_CUDAGRAPHS": "yes", "KILN_REQUIRE_CUDAGRAPH": "1", "KILN_DEADLINE": "2.5",
-           "KILN_PRECISION": "allow_tf32", "KILN_TARGET": "cuda:sm_90", "KILN_JOB_ID": "run-7"}
+           "KILN_PRECISION": "allow_tf32", "KILN_TARGET": "cuda:sm_90", "KILN_JOB_ID": "run-7",
+           "KILN_FRAME_CACHE": "off"}
     s = Settings.from_options({}, env)
+    assert not s.frame_cache
     assert s.server == "kiln.internal:7000"
     assert s.fallback == "inductor"
     assert s.cudagraphs and s.require_cudagraph
@@ -63,6 +65,8 @@ def test_job_id_defaults_to_the_launchers_run_id() -> None:
     ({}, {"KILN_FALLBACK": "later"}, "fallback", "KILN_FALLBACK", "'later' is not one of"),
     ({}, {"KILN_CUDAGRAPHS": "maybe"}, "cudagraphs", "KILN_CUDAGRAPHS", "expected a boolean"),
     ({"require_cudagraph": 2}, {}, "require_cudagraph", "options", "expected a boolean"),
+    ({}, {"KILN_FRAME_CACHE": "sometimes"}, "frame_cache", "KILN_FRAME_CACHE",
+     "expected a boolean"),
     ({"deadline": -1}, {}, "deadline", "options", "positive number of seconds"),
     ({}, {"KILN_DEADLINE": "soon"}, "deadline", "KILN_DEADLINE", "expected seconds"),
     ({"deadline": float("inf")}, {}, "deadline", "options", "positive number of seconds"),

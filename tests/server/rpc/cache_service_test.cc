@@ -14,11 +14,13 @@
 #include "cache/db.h"
 #include "client/blob_http_client.h"
 #include "client/cache_client.h"
+#include "compiler/canon/toolchain.h"
 #include "grpcpp/security/server_credentials.h"
 #include "grpcpp/server_builder.h"
 #include "proto/base/digest.h"
 #include "proto/error_detail.h"
 #include "proto/rpc/grpc_status.h"
+#include "server/rpc/cache_service.h"
 #include "tests/testing/kilnd_process.h"
 #include "tests/testing/test_env.h"
 
@@ -373,6 +375,67 @@ TEST_F(CacheServiceTest, ActionsNeedTheirBlobsAndCountHitsAndMisses) {
   EXPECT_EQ(stats.variants(), 1);
   EXPECT_EQ(stats.hits(), 1);
   EXPECT_EQ(stats.misses(), 1);
+}
+
+// A client's own key (a trainer's compiled frame) scoped to the server's toolchain for a
+// target: found again under that target only, and under another toolchain another key.
+TEST_F(CacheServiceTest, ActionsScopedToAToolchainTargetAreKeyedByItsFingerprint) {
+  Start();
+  const std::string frame = "pickled frame";
+  ASSERT_TRUE(client_->Put(frame).ok());
+  std::unique_ptr<v1::Cache::Stub> stub = Stub();
+  auto put = [&](const std::string& target) {
+    grpc::ClientContext context;
+    v1::PutActionRequest request;
+    request.set_compile_key("frame-key");
+    request.set_toolchain_target(target);
+    *request.mutable_variant()->add_artifacts() = DigestOf(frame);
+    v1::PutActionResponse response;
+    return FromGrpcStatus(stub->PutAction(&context, request, &response));
+  };
+  auto get = [&](const std::string& target) -> absl::StatusOr<v1::ActionEntry> {
+    grpc::ClientContext context;
+    v1::GetActionRequest request;
+    request.set_compile_key("frame-key");
+    request.set_toolchain_target(target);
+    v1::ActionEntry entry;
+    grpc::Status status = stub->GetAction(&context, request, &entry);
+    if (!status.ok()) return FromGrpcStatus(status);
+    return entry;
+  };
+  ASSERT_TRUE(put("x86_64").ok());
+  absl::StatusOr<v1::ActionEntry> entry = get("x86_64");
+  ASSERT_TRUE(entry.ok()) << entry.status();
+  ASSERT_EQ(entry->variants_size(), 1);
+  EXPECT_EQ(entry->variants(0).artifacts(0).hash(), DigestOf(frame).hash());
+  const std::string scoped = server::ToolchainScopedKey(
+      canon::ToolchainFingerprint(canon::CurrentToolchain(), "x86_64"), "frame-key");
+  EXPECT_EQ(entry->compile_key(), scoped);
+  EXPECT_TRUE(absl::IsNotFound(client_->GetAction("frame-key").status()));
+  if (canon::CurrentToolchain().backends.contains("cuda:sm_90")) {
+    EXPECT_TRUE(absl::IsNotFound(get("cuda:sm_90").status()));
+  }
+
+  // A target the server has no backend for is named, and nothing is stored.
+  for (const absl::Status& refused : {put("tpu:v5"), get("tpu:v5").status()}) {
+    EXPECT_TRUE(absl::IsInvalidArgument(refused)) << refused;
+    std::optional<v1::ErrorDetail> detail = ErrorDetailOf(refused);
+    ASSERT_TRUE(detail.has_value());
+    ASSERT_EQ(detail->violations_size(), 1);
+    EXPECT_EQ(detail->violations(0).field(), "toolchain_target");
+    EXPECT_NE(refused.message().find("'tpu:v5'"), absl::string_view::npos) << refused;
+    EXPECT_NE(refused.message().find("x86_64"), absl::string_view::npos) << refused;
+  }
+  EXPECT_EQ(Stats().actions(), 1);
+
+  // Another toolchain (another compiler, LLVM or CUDA) keys the same client key elsewhere.
+  canon::Toolchain other = canon::CurrentToolchain();
+  other.compiler_fingerprint = "another compiler";
+  EXPECT_NE(server::ToolchainScopedKey(canon::ToolchainFingerprint(other, "x86_64"), "frame-key"),
+            scoped);
+  EXPECT_NE(server::ToolchainScopedKey(
+                canon::ToolchainFingerprint(canon::CurrentToolchain(), "x86_64"), "other-key"),
+            scoped);
 }
 
 TEST_F(CacheServiceTest, ListActionsPagesThroughKeysAndCountsNoHits) {
