@@ -160,6 +160,20 @@ void AddCacheMetrics(MetricsRegistry& metrics, cache::Cache* cache) {
   }
 }
 
+// The toolchain fingerprint this kilnd's code for `target` carries (CacheService scopes
+// clients' keys with it); INVALID_ARGUMENT naming the targets it has for any other.
+absl::StatusOr<std::string> FingerprintForTarget(absl::string_view target) {
+  const canon::Toolchain& t = canon::CurrentToolchain();
+  if (!t.backends.contains(target)) {
+    std::vector<std::string> targets;
+    for (const auto& [name, facts] : t.backends) targets.push_back(name);
+    return absl::InvalidArgumentError(absl::StrCat("no backend for target '", target,
+                                                   "'; this server compiles for ",
+                                                   absl::StrJoin(targets, ", ")));
+  }
+  return canon::ToolchainFingerprint(t, target);
+}
+
 }  // namespace
 
 KilnServer::KilnServer(std::unique_ptr<State> state) : state_(std::move(state)) {}
@@ -233,17 +247,7 @@ absl::StatusOr<std::unique_ptr<KilnServer>> KilnServer::Start(const ServerConfig
   state->cache_service = std::make_unique<CacheService>(
       state->cache.get(), state->authorizer.get(), config.max_blob_bytes,
       std::min<int64_t>(int64_t{4} << 20, config.max_message_bytes / 2), state->shared.get(),
-      [](absl::string_view target) -> absl::StatusOr<std::string> {
-        const canon::Toolchain& t = canon::CurrentToolchain();
-        if (!t.backends.contains(target)) {
-          std::vector<std::string> targets;
-          for (const auto& [name, facts] : t.backends) targets.push_back(name);
-          return absl::InvalidArgumentError(absl::StrCat("no backend for target '", target,
-                                                         "'; this server compiles for ",
-                                                         absl::StrJoin(targets, ", ")));
-        }
-        return canon::ToolchainFingerprint(t, target);
-      });
+      FingerprintForTarget);
   AddCacheMetrics(state->metrics, state->cache.get());
   // --- end cache
   CompileServiceOptions compile_options;

@@ -45,16 +45,13 @@ class FrameStore:
     Routed by the frame's key, as kiln.fleet routes a single graph: the same frame from
     anywhere reaches the same instance; one that cannot be reached is skipped."""
 
-    def __init__(self, settings: Settings, target: str,
-                 channel: Optional[grpc.Channel] = None) -> None:
+    def __init__(self, settings: Settings, target: str) -> None:
         self.settings = settings
         self.target = target
-        self.servers = [settings.server] if channel is not None else settings.servers
+        self.servers = settings.servers
         self._lock = threading.Lock()
         self._stubs: dict[str, cache_pb2_grpc.CacheStub] = {}
         self._said: set[str] = set()
-        if channel is not None:
-            self._stubs[settings.server] = cache_pb2_grpc.CacheStub(channel)
 
     def get(self, key: str) -> Optional[dict[str, Any]]:
         """The frame stored under `key` as {"data": base64 of its bytes}, or None."""
