@@ -16,7 +16,10 @@ frame_cache() points that cache at kilnd:
   the compile options that change the generated code, so Inductor's entries and Kiln's never
   meet, nor Kiln's under other options;
 - the backward is compiled with the forward (force_non_lazy_backward_lowering), so the entry
-  is written while these settings hold.
+  is written while these settings hold;
+- the key leaves out what only Inductor's code depends on and is slow to find: Triton's
+  version (a hash of its sources) and the custom passes of Inductor's code generators (which
+  imports them all). Together they were over two seconds of a warm start.
 
 A frame whose graphs do not all run kilnd's code (a fallback) is not stored. Processes of
 several ranks do not use the cache: a rank that loads its frame sends no compile request,
@@ -28,7 +31,9 @@ Importing this module needs no PyTorch; frame_cache() imports it.
 from __future__ import annotations
 
 import contextlib
+import functools
 import hashlib
+import json
 import logging
 import threading
 from dataclasses import dataclass
@@ -120,7 +125,7 @@ def _patches(store: Any, tag: str) -> list:
     # Looked up first, so a PyTorch without them raises here and nothing is patched.
     for name in ("get_remote_cache", "_write_to_local_cache"):
         getattr(AOTAutogradCache, name)
-    return [
+    return _key_patches(mock) + [
         functorch_config.patch(enable_autograd_cache=False, enable_remote_autograd_cache=True,
                                bundled_autograd_cache=True,
                                force_non_lazy_backward_lowering=True),
@@ -129,6 +134,42 @@ def _patches(store: Any, tag: str) -> list:
         mock.patch.object(AOTAutogradCache, "_write_to_local_cache",
                           staticmethod(lambda key, content: None)),
     ]
+
+
+def _key_patches(mock: Any) -> list:
+    """What Inductor's cache key machinery computes for Inductor's code alone, left out of a
+    frame's key where this PyTorch has it (a PyTorch without it keys frames as it does)."""
+    from torch._inductor import codecache  # noqa: PLC0415
+
+    patches = []
+    if hasattr(getattr(codecache, "CacheBase", None), "get_system"):
+        patches.append(mock.patch.object(codecache.CacheBase, "get_system",
+                                         staticmethod(_system)))
+    if hasattr(codecache, "init_backend_registration"):
+        patches.append(mock.patch.object(codecache, "init_backend_registration",
+                                         lambda: None))
+    return patches
+
+
+@functools.cache
+def _system() -> dict:
+    """Inductor's description of the system a cache entry was made on, less Triton's
+    version: the GPU's name and the CUDA (or HIP) version PyTorch was built with; empty on a
+    machine without a GPU."""
+    import torch  # noqa: PLC0415
+
+    system: dict = {}
+    try:
+        if torch.cuda.is_available():
+            properties = torch.cuda.get_device_properties(torch.cuda.current_device())
+            if torch.version.cuda is not None:
+                system = {"device": properties.name, "cuda": torch.version.cuda}
+            else:
+                system = {"device": properties.gcnArchName, "hip": torch.version.hip}
+    except (AssertionError, RuntimeError):
+        system = {}
+    system["hash"] = hashlib.sha256(json.dumps(system, sort_keys=True).encode()).hexdigest()
+    return system
 
 
 _said_unavailable = threading.Event()

@@ -47,7 +47,8 @@ def test_frames_are_kept_for_single_rank_processes_that_leave_the_setting_on() -
 
 class StandIn:
     """The modules frame_cache patches: functorch's and torch.compiler's config (a patch
-    that sets attributes and restores them) and AOTAutogradCache."""
+    that sets attributes and restores them), AOTAutogradCache and Inductor's codecache (what
+    its cache key is made of), on a machine with one GPU."""
 
     def __init__(self) -> None:
         self.functorch = self.config(enable_autograd_cache=True,
@@ -66,6 +67,20 @@ class StandIn:
                 raise AssertionError("written to the local disk")
 
         self.cache = AOTAutogradCache
+
+        class CacheBase:
+            @staticmethod
+            def get_system() -> dict:
+                return {"device": {"name": "NVIDIA H100"},
+                        "version": {"triton": "a hash of Triton's sources", "cuda": "13.0"}}
+
+        self.codecache = types.ModuleType("torch._inductor.codecache")
+        self.codecache.CacheBase = CacheBase
+        self.codecache.init_backend_registration = self.register_inductor_backends
+        self.registered = 0
+
+    def register_inductor_backends(self) -> None:
+        self.registered += 1
 
     @staticmethod
     def config(**values: Any) -> types.SimpleNamespace:
@@ -91,6 +106,12 @@ class StandIn:
     def install(self, monkeypatch: pytest.MonkeyPatch) -> None:
         torch = types.ModuleType("torch")
         torch.compiler = types.SimpleNamespace(config=self.compiler)
+        torch.cuda = types.SimpleNamespace(
+            is_available=lambda: True, current_device=lambda: 0,
+            get_device_properties=lambda i: types.SimpleNamespace(name="NVIDIA H100"))
+        torch.version = types.SimpleNamespace(cuda="13.0", hip=None)
+        inductor = types.ModuleType("torch._inductor")
+        inductor.codecache = self.codecache
         functorch = types.ModuleType("torch._functorch")
         functorch.config = self.functorch
         aot = types.ModuleType("torch._functorch._aot_autograd")
@@ -98,7 +119,9 @@ class StandIn:
         autograd_cache.AOTAutogradCache = self.cache
         for name, module in (("torch", torch), ("torch._functorch", functorch),
                              ("torch._functorch._aot_autograd", aot),
-                             ("torch._functorch._aot_autograd.autograd_cache", autograd_cache)):
+                             ("torch._functorch._aot_autograd.autograd_cache", autograd_cache),
+                             ("torch._inductor", inductor),
+                             ("torch._inductor.codecache", self.codecache)):
             monkeypatch.setitem(sys.modules, name, module)
 
 
@@ -111,6 +134,7 @@ def test_while_the_backend_runs_aotautogradcache_reads_kilnd_and_writes_nothing_
         monkeypatch: pytest.MonkeyPatch) -> None:
     stand_in = StandIn()
     stand_in.install(monkeypatch)
+    frame_cache._system.cache_clear()  # the stand-in's GPU, not one an earlier test saw
     store = object()
     with frame_cache.frame_cache(store, "kiln-frame-tag", loading()) as cached:
         assert cached
@@ -121,6 +145,13 @@ def test_while_the_backend_runs_aotautogradcache_reads_kilnd_and_writes_nothing_
         assert stand_in.compiler.cache_key_tag == "kiln-frame-tag"
         assert stand_in.cache.get_remote_cache() is store
         stand_in.cache._write_to_local_cache("key", b"frame")  # does nothing
+        # The key knows the GPU and CUDA but not Triton, and registers no Inductor backends.
+        system = stand_in.codecache.CacheBase.get_system()
+        assert "triton" not in str(system)
+        assert (system["device"], system["cuda"], len(system["hash"])) == (
+            "NVIDIA H100", "13.0", 64)
+        stand_in.codecache.init_backend_registration()
+        assert stand_in.registered == 0
         decision, inputs, name = frame_cache.load("bw", "ab" * 32, b"artifact", ["x"])
         assert (decision.runner, decision.artifact, decision.compile_key) == (
             KILN, b"artifact", "ab" * 32)
@@ -131,6 +162,9 @@ def test_while_the_backend_runs_aotautogradcache_reads_kilnd_and_writes_nothing_
             f.force_non_lazy_backward_lowering) == (True, None, False, False)
     assert stand_in.compiler.cache_key_tag == ""
     assert stand_in.cache.get_remote_cache() is None
+    assert "triton" in stand_in.codecache.CacheBase.get_system()["version"]
+    stand_in.codecache.init_backend_registration()
+    assert stand_in.registered == 1
     with pytest.raises(AssertionError):
         stand_in.cache._write_to_local_cache("key", b"frame")
     with pytest.raises(RuntimeError, match="inside the kiln backend only"):
