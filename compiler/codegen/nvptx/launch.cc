@@ -1,6 +1,7 @@
 #include "compiler/codegen/nvptx/launch.h"
 
 #include <algorithm>
+#include <vector>
 
 #include "compiler/codegen/llvm/point_runs.h"
 
@@ -41,8 +42,11 @@ int32_t VectorLanes(const loop::Program& program, const loop::Kernel& kernel) {
   }
   const int32_t dim = static_cast<int32_t>(kernel.parallel.size() - 1);
   int32_t narrowest = 0, widest = 0;
-  for (const loop::Inst& in : kernel.insts) {
+  std::vector<int32_t> stores;  // the contiguous stores
+  for (size_t i = 0; i < kernel.insts.size(); ++i) {
+    const loop::Inst& in = kernel.insts[i];
     if (!WalksContiguously(in, dim)) continue;
+    if (in.op == loop::Opcode::kStore) stores.push_back(static_cast<int32_t>(i));
     const int32_t size =
         loop::ByteSize(loop::ScalarTypeOf(program.buffers[static_cast<size_t>(in.buffer)].dtype));
     narrowest = narrowest == 0 ? size : std::min(narrowest, size);
@@ -54,8 +58,14 @@ int32_t VectorLanes(const loop::Program& program, const loop::Kernel& kernel) {
     while (lanes > 1 && lanes > extent.const_value()) lanes /= 2;
   }
   if (lanes < 2) return 1;
-  if (PlanPointRuns(program, kernel, dim, lanes, kVectorBytes).vectors.empty()) return 1;
-  return lanes;
+  const PointRuns runs = PlanPointRuns(program, kernel, dim, lanes, kVectorBytes);
+  if (runs.vectors.empty()) return 1;
+  // Every contiguous store must become a vector (see the header).
+  size_t vector_stores = 0;
+  for (const VectorAccess& v : runs.vectors) {
+    vector_stores += std::binary_search(stores.begin(), stores.end(), v.inst);
+  }
+  return vector_stores == stores.size() ? lanes : 1;
 }
 
 IndexExpr PointsOf(const loop::Kernel& kernel, int32_t lanes) {

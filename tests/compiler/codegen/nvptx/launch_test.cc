@@ -72,6 +72,34 @@ TEST(NvptxVectorLanesTest, ShapesThatKeepRunsFromAligning) {
   EXPECT_EQ(LanesOf(testing::AddGraph({4, "s0"})), 4);
 }
 
+// A copy of `rows` rows of `width` elements from rows `from` elements apart into rows `to`
+// elements apart: the padded logits' copies of a 16-bit matmul.
+loop::Program RowCopyProgram(int64_t rows, int64_t width, int64_t from, int64_t to) {
+  loop::Program p;
+  const int32_t in = testing::AddInput(p, rows * from), out = testing::AddOutput(p, rows * to);
+  auto at = [](int64_t stride) {
+    return IndexExpr::Var(0) * IndexExpr::Const(stride) + IndexExpr::Var(1);
+  };
+  loop::Inst load = testing::LoadAt(in), store = testing::StoreAt(out, 0);
+  load.index = at(from);
+  store.index = at(to);
+  testing::AddKernel(p, "copy", rows * width, {load, store});
+  p.kernels[0].parallel = {IndexExpr::Const(rows), IndexExpr::Const(width)};
+  return p;
+}
+
+TEST(NvptxVectorLanesTest, AStoreThatCannotAlignLeavesTheKernelWithoutRuns) {
+  auto lanes = [](const loop::Program& p) { return VectorLanes(p, p.kernels[0]); };
+  EXPECT_EQ(lanes(RowCopyProgram(64, 1000, 1000, 1000)), 4) << "rows 16-byte aligned";
+  EXPECT_EQ(lanes(RowCopyProgram(64, 1000, 1008, 1000)), 4) << "both sides aligned";
+  // Into rows of 1001 (4 bytes off alignment, then 8, 12, ...): the loads would align, but a
+  // run would store its elements one by one, the warp's lanes four elements apart.
+  EXPECT_EQ(lanes(RowCopyProgram(64, 1000, 1008, 1001)), 1);
+  // Out of them: the loads go one by one, the stores as vectors.
+  EXPECT_EQ(lanes(RowCopyProgram(64, 1000, 1001, 1008)), 4);
+  EXPECT_EQ(lanes(RowCopyProgram(64, 1000, 1001, 1001)), 1) << "nothing aligns";
+}
+
 // A kernel over [n] that loads, multiplies `muls` times and stores: a point's code is
 // muls + 3 instructions.
 loop::Program ChainProgram(int64_t n, int muls) {
