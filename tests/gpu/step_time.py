@@ -173,7 +173,9 @@ def kernels_by_author(averages: Any, top: int = 40) -> str:
     generated = []
     for e in averages:
         us = getattr(e, "self_device_time_total", 0.0)
-        if us <= 0 or e.key.startswith(("aten::", "Optimizer.", "Compiled", "kiln.")):
+        # Ranges around kernels (ops, optimizer steps, a compiled graph's call: Kiln's
+        # CompiledFunction, Inductor's "## Call CompiledFxGraph ...") count their kernels again.
+        if us <= 0 or e.key.startswith(("aten::", "Optimizer.", "Compiled", "kiln.", "## ")):
             continue
         if e.key.startswith(("kiln_k", "triton_")):
             totals["generated"] += us

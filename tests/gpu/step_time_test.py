@@ -98,6 +98,7 @@ def test_gpu_time_is_split_by_who_wrote_the_kernels() -> None:
         Averaged("Memcpy DtoD (Device -> Device)", 250.0, 60),
         Averaged("sm80_xmma_gemm_f32f32", 9000.0, 36),
         Averaged("aten::mm", 9000.0, 36), Averaged("CompiledFunction", 2000.0, 3),
+        Averaged("## Call CompiledFxGraph fj3xfvysrc ##", 500.0, 3),
         Averaged("cpu_only_op", 0.0)])
     lines = text.strip().splitlines()
     assert lines[0] == ("GPU time by author (ms, all profiled steps): generated 2.500, "
