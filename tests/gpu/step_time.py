@@ -119,9 +119,11 @@ def compiled(model: Any, mode: str) -> Any:
 
 class Profiler:
     """PyTorch's profiler ("torch": the GPU's work by kernel or op, most time first, summed
-    over the profiled steps, and the host's time in each op) or Python's ("python": the
+    over the profiled steps, and the host's time in each op), Python's ("python": the
     host's time by Python function, most time spent in the function itself first, then most
-    cumulative time first; "first": the first step's, most cumulative time first)."""
+    cumulative time first) or a sampler of the Python stack ("first": the first step's
+    seconds in each function and what it called, most first; stack_sampler.py says why not
+    cProfile)."""
 
     def __init__(self, kind: str) -> None:
         import torch
@@ -130,6 +132,10 @@ class Profiler:
         if kind == "torch":
             self.prof = torch.profiler.profile(activities=[
                 torch.profiler.ProfilerActivity.CPU, torch.profiler.ProfilerActivity.CUDA])
+        elif kind == "first":
+            from stack_sampler import StackSampler
+
+            self.prof = StackSampler()
         else:
             import cProfile
 
@@ -138,6 +144,8 @@ class Profiler:
     def start(self) -> None:
         if self.kind == "torch":
             self.prof.__enter__()
+        elif self.kind == "first":
+            self.prof.start()
         else:
             self.prof.enable()
 
@@ -147,21 +155,18 @@ class Profiler:
             averages = self.prof.key_averages()
             return averages.table(sort_by="self_device_time_total", row_limit=PROFILE_ROWS,
                                   max_name_column_width=70) + kernels_by_author(averages)
+        if self.kind == "first":
+            return self.prof.table(2 * PROFILE_ROWS)
         import io
         import pstats
 
         self.prof.disable()
         text = io.StringIO()
-        # The first step is where time to first step goes: by cumulative time, to see which
-        # stage (Dynamo, AOTAutograd, the backend) takes it.
-        # Later steps: by time in the function itself (where the host's time goes), then by
-        # cumulative time (which of the step's calls it goes in).
+        # By time in the function itself (where the host's time goes), then by cumulative
+        # time (which of the step's calls it goes in).
         stats = pstats.Stats(self.prof, stream=text)
-        if self.kind == "first":
-            stats.sort_stats("cumulative").print_stats(2 * PROFILE_ROWS)
-        else:
-            stats.sort_stats("tottime").print_stats(PROFILE_ROWS)
-            stats.sort_stats("cumulative").print_stats(PROFILE_ROWS)
+        stats.sort_stats("tottime").print_stats(PROFILE_ROWS)
+        stats.sort_stats("cumulative").print_stats(PROFILE_ROWS)
         return text.getvalue()
 
 
@@ -426,7 +431,7 @@ def main(argv: Optional[list[str]] = None) -> int:
                         help="runs of each steady-state mode (median reported)")
     parser.add_argument("--profile", choices=("torch", "python", "first"), default="",
                         help="profile each run's last steps with PyTorch's or Python's "
-                             "profiler, or its first step with Python's (first); "
+                             "profiler, or its first step with a stack sampler (first); "
                              "OUT/profile.CONFIG.MODE.KIND.txt")
     args = parser.parse_args(argv)
     names = [n for n in args.only.split(",") if n]
