@@ -137,18 +137,34 @@ def _patches(store: Any, tag: str) -> list:
 
 
 def _key_patches(mock: Any) -> list:
-    """What Inductor's cache key machinery computes for Inductor's code alone, left out of a
-    frame's key where this PyTorch has it (a PyTorch without it keys frames as it does)."""
+    """While AOTAutogradCache computes a frame's key (autograd_cache_key), Inductor's key
+    machinery leaves out what only Inductor's code depends on, where this PyTorch has it (a
+    PyTorch without it keys frames as it does). Only then: a graph that falls back to Inductor
+    inside the backend is keyed in Inductor's own caches as it always is."""
+    from torch._functorch._aot_autograd import autograd_cache  # noqa: PLC0415
     from torch._inductor import codecache  # noqa: PLC0415
 
-    patches = []
-    if hasattr(getattr(codecache, "CacheBase", None), "get_system"):
-        patches.append(mock.patch.object(codecache.CacheBase, "get_system",
-                                         staticmethod(_system)))
-    if hasattr(codecache, "init_backend_registration"):
-        patches.append(mock.patch.object(codecache, "init_backend_registration",
-                                         lambda: None))
-    return patches
+    def inductor_only() -> list:
+        patches = []
+        if hasattr(getattr(codecache, "CacheBase", None), "get_system"):
+            patches.append(mock.patch.object(codecache.CacheBase, "get_system",
+                                             staticmethod(_system)))
+        if hasattr(codecache, "init_backend_registration"):
+            patches.append(mock.patch.object(codecache, "init_backend_registration",
+                                             lambda: None))
+        return patches
+
+    key_of = getattr(autograd_cache, "autograd_cache_key", None)
+    if key_of is None:
+        return []
+
+    def frame_key(*args: Any, **kwargs: Any) -> Any:
+        with contextlib.ExitStack() as stack:
+            for patch in inductor_only():
+                stack.enter_context(patch)
+            return key_of(*args, **kwargs)
+
+    return [mock.patch.object(autograd_cache, "autograd_cache_key", frame_key)]
 
 
 @functools.cache

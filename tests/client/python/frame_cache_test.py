@@ -78,9 +78,18 @@ class StandIn:
         self.codecache.CacheBase = CacheBase
         self.codecache.init_backend_registration = self.register_inductor_backends
         self.registered = 0
+        self.autograd_cache = types.ModuleType("torch._functorch._aot_autograd.autograd_cache")
+        self.autograd_cache.AOTAutogradCache = self.cache
+        self.autograd_cache.autograd_cache_key = self.autograd_cache_key
 
     def register_inductor_backends(self) -> None:
         self.registered += 1
+
+    def autograd_cache_key(self, gm: Any, args: Any, aot_config: Any,
+                           fx_config: Any) -> tuple[dict, list]:
+        """AOTAutograd's key of a frame: what Inductor's key machinery gives it."""
+        self.codecache.init_backend_registration()
+        return self.codecache.CacheBase.get_system(), [f"{gm} {args}"]
 
     @staticmethod
     def config(**values: Any) -> types.SimpleNamespace:
@@ -115,8 +124,7 @@ class StandIn:
         functorch = types.ModuleType("torch._functorch")
         functorch.config = self.functorch
         aot = types.ModuleType("torch._functorch._aot_autograd")
-        autograd_cache = types.ModuleType("torch._functorch._aot_autograd.autograd_cache")
-        autograd_cache.AOTAutogradCache = self.cache
+        aot.autograd_cache = autograd_cache = self.autograd_cache
         for name, module in (("torch", torch), ("torch._functorch", functorch),
                              ("torch._functorch._aot_autograd", aot),
                              ("torch._functorch._aot_autograd.autograd_cache", autograd_cache),
@@ -145,13 +153,17 @@ def test_while_the_backend_runs_aotautogradcache_reads_kilnd_and_writes_nothing_
         assert stand_in.compiler.cache_key_tag == "kiln-frame-tag"
         assert stand_in.cache.get_remote_cache() is store
         stand_in.cache._write_to_local_cache("key", b"frame")  # does nothing
-        # The key knows the GPU and CUDA but not Triton, and registers no Inductor backends.
-        system = stand_in.codecache.CacheBase.get_system()
+        # A frame's key knows the GPU and CUDA but not Triton, and registers no Inductor
+        # backends.
+        system, lines = stand_in.autograd_cache.autograd_cache_key("gm", [1], None, {})
         assert "triton" not in str(system)
         assert (system["device"], system["cuda"], len(system["hash"])) == (
             "NVIDIA H100", "13.0", 64)
+        assert lines == ["gm [1]"] and stand_in.registered == 0
+        # Inductor compiling a graph that falls back to it keys it as it always does.
+        assert "triton" in stand_in.codecache.CacheBase.get_system()["version"]
         stand_in.codecache.init_backend_registration()
-        assert stand_in.registered == 0
+        assert stand_in.registered == 1
         decision, inputs, name = frame_cache.load("bw", "ab" * 32, b"artifact", ["x"])
         assert (decision.runner, decision.artifact, decision.compile_key) == (
             KILN, b"artifact", "ab" * 32)
@@ -162,9 +174,9 @@ def test_while_the_backend_runs_aotautogradcache_reads_kilnd_and_writes_nothing_
             f.force_non_lazy_backward_lowering) == (True, None, False, False)
     assert stand_in.compiler.cache_key_tag == ""
     assert stand_in.cache.get_remote_cache() is None
-    assert "triton" in stand_in.codecache.CacheBase.get_system()["version"]
-    stand_in.codecache.init_backend_registration()
-    assert stand_in.registered == 1
+    assert stand_in.autograd_cache.autograd_cache_key("gm", [1], None, {})[0]["version"][
+        "triton"]
+    assert stand_in.registered == 2
     with pytest.raises(AssertionError):
         stand_in.cache._write_to_local_cache("key", b"frame")
     with pytest.raises(RuntimeError, match="inside the kiln backend only"):
