@@ -178,9 +178,12 @@ def kernels_by_author(averages: Any, top: int = 40) -> str:
     generated = []
     for e in averages:
         us = getattr(e, "self_device_time_total", 0.0)
-        # Ranges around kernels (ops, optimizer steps, a compiled graph's call: Kiln's
-        # CompiledFunction, Inductor's "## Call CompiledFxGraph ...") count their kernels again.
-        if us <= 0 or e.key.startswith(("aten::", "Optimizer.", "Compiled", "kiln.", "## ")):
+        # Host-side rows count their kernels' time again: ops, optimizer steps, a compiled
+        # graph's call (Kiln's CompiledFunction, Inductor's "## Call CompiledFxGraph ..."),
+        # and Inductor's range around each launch, which bears its kernel's name.
+        device_type = getattr(e, "device_type", None)
+        if (us <= 0 or getattr(device_type, "name", device_type) == "CPU" or
+                e.key.startswith(("aten::", "Optimizer.", "Compiled", "kiln.", "## "))):
             continue
         if e.key.startswith(("kiln_k", "triton_")):
             totals["generated"] += us

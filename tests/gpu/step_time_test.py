@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import types
+
 import pytest
 
 import step_time as st
@@ -88,13 +90,15 @@ def test_the_loss_difference_is_relative_to_eagers_first_loss() -> None:
 class Averaged:
     """One row of the profiler's key averages: a name, its GPU time (us) and its calls."""
 
-    def __init__(self, key: str, us: float, count: int = 1) -> None:
+    def __init__(self, key: str, us: float, count: int = 1, device_type: str = "CUDA") -> None:
         self.key, self.self_device_time_total, self.count = key, us, count
+        self.device_type = types.SimpleNamespace(name=device_type)  # torch's DeviceType
 
 
 def test_gpu_time_is_split_by_who_wrote_the_kernels() -> None:
     text = st.kernels_by_author([
         Averaged("kiln_k3", 2000.0, 6), Averaged("triton_poi_fused_add_0", 500.0, 3),
+        Averaged("triton_poi_fused_add_0", 500.0, 3, "CPU"),  # the range around its launch
         Averaged("Memcpy DtoD (Device -> Device)", 250.0, 60),
         Averaged("sm80_xmma_gemm_f32f32", 9000.0, 36),
         Averaged("aten::mm", 9000.0, 36), Averaged("CompiledFunction", 2000.0, 3),
