@@ -51,7 +51,7 @@ inline constexpr int32_t kVectorBytes = 16;
 // 50,257-token logits copied out of padded rows) gets no runs: in a run, that store would be
 // one per element with a warp's lanes `lanes` elements apart, each instruction writing a
 // sector per lane for two of its bytes. GPT-2 124M bf16's copy of the logits out of their
-// padded rows took 474 us so on an H200, 314 us a point a thread. A load that cannot align
+// padded rows took 474 us so on an H200, 314-325 us a point a thread. A load that cannot align
 // keeps the runs: its lanes' sectors stay in L1 for the run's next elements, and the copy into
 // padded rows took 0.19 ms longer a point a thread (each thread's two bytes at a time).
 //
