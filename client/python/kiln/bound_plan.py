@@ -535,6 +535,13 @@ class BoundPlan:
             c.adopt[i] = r.stride()
             if self.buffer_kinds[out.buffer] == BUFFER_OUTPUT:
                 self.adopted_outputs.add(out.buffer)
+                # A kept result is the buffer's tensor: an output that views the buffer
+                # otherwise (a transpose the partitioner saved beside it) is a tensor over
+                # its storage, not the result itself.
+                typed = self.typed_outputs.get(out.buffer)
+                if typed is not None and (typed.sizes, typed.strides, typed.dtype) != (
+                        out.sizes, out.strides, out.dtype):
+                    del self.typed_outputs[out.buffer]
 
     def _out_overload(self, c: Call, results: list[Any], views: "_Views") -> Optional[Any]:
         """The op's out= overload when later runs may write straight into the plan's view

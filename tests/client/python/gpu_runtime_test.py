@@ -242,6 +242,23 @@ def test_an_extern_result_that_is_an_output_is_returned_as_it_is_after_the_first
                                                                              torch.float32)
 
 
+def test_an_output_viewing_a_kept_extern_result_otherwise_is_a_view_of_it() -> None:
+    # The min-cut partitioner saves a transpose of an op's result beside the result: the
+    # transpose, listed first, is the output that covers the buffer when the plan is bound.
+    a = embedding_backward_artifact(-1, False)
+    transposed = view(2, [4, 10], [1, 4], 1)
+    a.outputs.insert(0, pb.OutputBinding(view=transposed))
+    runtime = GpuRuntime(a, torch.device("cuda", 0))
+    grad = torch.empty_strided([6, 4], [4, 1], torch.float32, "cuda:0", 8)
+    indices = torch.empty_strided([6], [1], torch.int64, "cuda:0")
+    for run in range(3):  # the first run copies the result, later ones keep it
+        t, grad_weight = runtime.run([grad, indices])
+        assert (t.shape, t.stride(), grad_weight.shape, grad_weight.stride()) == (
+            [4, 10], [1, 4], [10, 4], [4, 1]), f"run {run}"
+        assert t.untyped_storage() is grad_weight.untyped_storage()
+        assert t.data_ptr() == grad_weight.data_ptr()
+
+
 def mm_artifact(product_offset: int) -> pb.CompiledGraph:
     """y = k1(mm(k0(a), b)) over a [4, 8] and b [8, 16] float32: k0 writes t (arena offset
     0, 128 bytes), the extern mm writes p at `product_offset` in the arena, k1 reads p and
