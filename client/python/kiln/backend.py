@@ -14,12 +14,13 @@ torch.distributed when it is initialized) and the rank's compile sequence number
 divergence that kilnd reports is raised as kiln.errors.RankDivergence before the graph
 ever runs. Any other failure warns once and the graph runs per `fallback`.
 
-The joint graph is split by AOTAutograd's default partitioner, not min-cut rematerialization:
-the backward reads what the forward computed, nothing is recomputed, so the backward's work is
-eager's and Kiln fuses within each graph. Min-cut trades activation memory for recomputation
-by heuristics that change between PyTorch releases, and each change would give the same model
-new graphs, hence new compile keys and a cold cache; the memory it saves (pointwise chains
-recomputed in the backward) is the next thing to weigh against that.
+The joint graph is split as Inductor splits it, by AOTAutograd's min-cut rematerialization
+partitioner (setting `partitioner`): the forward saves the fewest bytes for the backward, which
+recomputes cheap pointwise chains from them. GPT-2's tanh GELU shows why: split by the default
+partitioner, the forward's fused kernel writes four tensors of the MLP's width (x, x/2, the
+tanh and one plus it) that the backward reads back; split by min-cut, it writes the GELU's
+output alone and the backward's kernel recomputes the rest from x, which it reads anyway.
+`partitioner="default"` keeps everything the backward reads from the forward, as eager does.
 
 A single-rank process keeps each compiled frame in kilnd as well (kiln.frame_cache): a fresh
 process whose Dynamo graph kilnd already holds loads the frame, AOTAutograd's metadata and
@@ -181,6 +182,8 @@ def _compilers(compiler: GraphCompiler, settings: Settings, frame: str,
                cached: bool) -> dict[str, Callable]:
     """AOTAutograd's forward, backward and inference compilers for `frame`; for a frame
     kept in kilnd (`cached`), each makes a KilnOutputCode, which AOTAutograd's cache stores."""
+    from kiln.capture import partition_fn  # noqa: PLC0415
+
     if cached:
         from torch._functorch.aot_autograd import SerializableAOTDispatchCompiler  # noqa: PLC0415
 
@@ -195,7 +198,8 @@ def _compilers(compiler: GraphCompiler, settings: Settings, frame: str,
             compile_graph)
 
     return {"fw_compiler": compile_kind("fw"), "bw_compiler": compile_kind("bw"),
-            "inference_compiler": compile_kind("infer")}
+            "inference_compiler": compile_kind("infer"),
+            "partition_fn": partition_fn(settings.partitioner)}
 
 
 def _compile_aot_graph(compiler: GraphCompiler, settings: Settings, gm: Any,

@@ -21,6 +21,8 @@ import sys
 from dataclasses import dataclass, field
 from typing import Any, Callable, Optional, Sequence
 
+from kiln.settings import PARTITIONERS
+
 FORMAT = "kiln capture 1"
 
 
@@ -268,6 +270,7 @@ class Recorder:
     model: str
     graphs: list = field(default_factory=list)
     reference_bytes: int = 0
+    partitioner: str = "min_cut"
 
     def _compiler(self, kind: str) -> Callable:
         from functorch.compile import make_boxed_func  # noqa: PLC0415
@@ -309,7 +312,17 @@ class Recorder:
         from torch._dynamo.backends.common import aot_autograd  # noqa: PLC0415
 
         return aot_autograd(fw_compiler=self._compiler("fw"), bw_compiler=self._compiler("bw"),
-                            inference_compiler=self._compiler("infer"))
+                            inference_compiler=self._compiler("infer"),
+                            partition_fn=partition_fn(self.partitioner))
+
+
+def partition_fn(partitioner: str) -> Callable:
+    """AOTAutograd's partitioner that the setting `partitioner` names (kiln.settings)."""
+    from torch._functorch import partitioners  # noqa: PLC0415
+
+    if partitioner == "default":
+        return partitioners.default_partition
+    return partitioners.min_cut_rematerialization_partition
 
 
 def write_graphs(graphs: Sequence[CapturedGraph], out_dir: pathlib.Path, stem: str) -> list:
@@ -341,6 +354,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     parser.add_argument("--name", help="file stem (default: the function's name)")
     parser.add_argument("--dynamic", action="store_true", help="torch.compile(dynamic=True)")
     parser.add_argument("--inference", action="store_true", help="run under torch.no_grad()")
+    parser.add_argument("--partitioner", choices=PARTITIONERS, default="min_cut",
+                        help="how AOTAutograd splits the joint graph (as the backend's setting)")
     args = parser.parse_args(argv)
 
     import importlib  # noqa: PLC0415
@@ -349,7 +364,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     module_name, _, fn_name = args.model.partition(":")
     build = getattr(importlib.import_module(module_name), fn_name)
     model, inputs = build()
-    recorder = Recorder(args.name or fn_name)
+    recorder = Recorder(args.name or fn_name, partitioner=args.partitioner)
     compiled = torch.compile(model, backend=recorder.backend(), dynamic=args.dynamic or None)
     if args.inference:
         with torch.no_grad():

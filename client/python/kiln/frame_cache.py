@@ -51,10 +51,13 @@ FORMAT = 1
 
 
 def frame_tag(settings: Settings, target: str) -> str:
-    """The tag in every frame key: Kiln's entry format and a digest of the compile options
-    (target, precision, require_cudagraph, backend options) that change kilnd's code."""
+    """The tag in every frame key: Kiln's entry format, the partitioner, which changes the
+    graphs AOTAutograd hands over (AOTAutogradCache's key leaves it out), and a digest of the
+    compile options (target, precision, require_cudagraph, backend options) that change
+    kilnd's code."""
     options = compile_options(settings, target).SerializeToString(deterministic=True)
-    return f"kiln-frame-{FORMAT}-{hashlib.sha256(options).hexdigest()[:16]}"
+    digest = hashlib.sha256(options).hexdigest()[:16]
+    return f"kiln-frame-{FORMAT}-{settings.partitioner}-{digest}"
 
 
 def refusal(settings: Settings, world_size: int) -> Optional[str]:

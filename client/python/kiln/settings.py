@@ -17,6 +17,7 @@ environment, then defaults.
 | deadline | KILN_DEADLINE | 300: seconds one compile request may take |
 | precision | KILN_PRECISION | strict (or allow_tf32, fast_math) |
 | target | KILN_TARGET | from the graph's device: cuda:sm_XY, or x86_64 |
+| partitioner | KILN_PARTITIONER | min_cut (or default): how AOTAutograd splits the joint graph into forward and backward (kiln.backend) |
 | backend_options | (none) | {}: named compiler switches, part of the compile key |
 
 Booleans from the environment are 1/0, true/false, yes/no, on/off. Every bad value is a
@@ -38,6 +39,7 @@ from kiln.fleet import parse_fleet
 
 FALLBACKS = ("eager", "inductor", "error")
 PRECISIONS = ("strict", "allow_tf32", "fast_math")
+PARTITIONERS = ("min_cut", "default")
 DEFAULT_SERVER = "127.0.0.1:50051"
 DEFAULT_DEADLINE_SECONDS = 300.0
 # Launchers' run ids, in the order they are tried when KILN_JOB_ID is not set. torchrun
@@ -67,6 +69,7 @@ class Settings:
     deadline: float = DEFAULT_DEADLINE_SECONDS
     precision: str = "strict"
     target: Optional[str] = None
+    partitioner: str = "min_cut"
     backend_options: Mapping[str, str] = field(default_factory=dict, hash=False)
 
     @staticmethod
@@ -217,6 +220,7 @@ class _Reader:
             deadline=self.seconds("deadline", "KILN_DEADLINE", DEFAULT_DEADLINE_SECONDS),
             precision=self.choice("precision", "KILN_PRECISION", PRECISIONS, "strict"),
             target=self.text("target", "KILN_TARGET", None, _check_target),
+            partitioner=self.choice("partitioner", "KILN_PARTITIONER", PARTITIONERS, "min_cut"),
             backend_options=self.backend_options(),
         )
 

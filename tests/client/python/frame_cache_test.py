@@ -24,14 +24,15 @@ def settings(**options: Any) -> Settings:
     return Settings.from_options(options, {})
 
 
-def test_the_tag_names_the_options_that_change_kilnds_code_and_no_others() -> None:
+def test_the_tag_names_the_options_that_change_the_graphs_or_kilnds_code_and_no_others() -> None:
     base = frame_cache.frame_tag(settings(), "cuda:sm_90")
     assert base.startswith(f"kiln-frame-{frame_cache.FORMAT}-")
     assert frame_cache.frame_tag(settings(), "cuda:sm_90") == base
     for changed in (frame_cache.frame_tag(settings(), "x86_64"),
                     frame_cache.frame_tag(settings(precision="allow_tf32"), "cuda:sm_90"),
                     frame_cache.frame_tag(settings(require_cudagraph=True), "cuda:sm_90"),
-                    frame_cache.frame_tag(settings(backend_options={"unroll": 4}), "cuda:sm_90")):
+                    frame_cache.frame_tag(settings(backend_options={"unroll": 4}), "cuda:sm_90"),
+                    frame_cache.frame_tag(settings(partitioner="default"), "cuda:sm_90")):
         assert changed != base
     # Where the frame runs, how it is launched and where kilnd is do not change the code.
     for same in (settings(cudagraphs=True), settings(server="elsewhere:1"),
