@@ -318,7 +318,11 @@ absl::StatusOr<int32_t> Builder::FinishPointwise(uint32_t node, Body& b, int32_t
     sizes.push_back(b.dim(i));
   }
   const graph::Value* v = temp ? nullptr : Out(node, static_cast<size_t>(k));
-  return Finish(node, b, result, v ? v->dtype : dtype, v, std::move(out_dims), std::move(sizes));
+  if (v != nullptr) dtype = v->dtype;
+  // The value is the tensor's (bernoulli's comparison is a float tensor): a consumer fused
+  // with the node reads the value where it would have loaded the tensor.
+  result = b.Cast(result, loop::ScalarTypeOf(dtype));
+  return Finish(node, b, result, dtype, v, std::move(out_dims), std::move(sizes));
 }
 
 absl::StatusOr<int32_t> Builder::FinishReduce(uint32_t node, Body& b, int32_t result,

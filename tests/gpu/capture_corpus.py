@@ -8,6 +8,10 @@ the interpreter is checked against. Sizes are small on purpose: the graphs have 
 of the real models, and the files stay small.
 
     PYTHONPATH=client/python python3 tests/gpu/capture_corpus.py --out $OUT/corpus [--only NAME]
+        [--partitioner min_cut|default]
+
+The joint graph is split as the backend splits it by default (min-cut); `--partitioner
+default` captures the graphs of tests/data/graphs' top level.
 
 Writes OUT/*.json, OUT/ref/*.ref.json, OUT/manifest.json (model, configuration, PyTorch
 version per graph) and OUT/failures.json (cases that did not capture, and why).
@@ -443,14 +447,15 @@ def autocast(dtype: str) -> contextlib.AbstractContextManager:
     return torch.autocast("cuda", dtype=torch.bfloat16 if dtype == "bf16" else torch.float16)
 
 
-def run_case(case: Case, out: pathlib.Path) -> list:
+def run_case(case: Case, out: pathlib.Path, partitioner: str = "min_cut") -> list:
     torch.manual_seed(0)
     torch._dynamo.reset()
     target, inputs = case.build()
     if isinstance(target, nn.Module):
         target = target.to(DEVICE)
     recorder = capture.Recorder(case.name,
-                                reference_bytes=REFERENCE_BYTES if case.reference else 0)
+                                reference_bytes=REFERENCE_BYTES if case.reference else 0,
+                                partitioner=partitioner)
     compiled = torch.compile(target, backend=recorder.backend(), dynamic=case.dynamic)
     calls = [inputs] + ([case.more_inputs()] if case.more_inputs else [])
     for args in calls:
@@ -472,6 +477,7 @@ def main() -> int:
     parser = argparse.ArgumentParser()
     parser.add_argument("--out", type=pathlib.Path, required=True)
     parser.add_argument("--only", nargs="*", default=None)
+    parser.add_argument("--partitioner", choices=capture.PARTITIONERS, default="min_cut")
     args = parser.parse_args()
     args.out.mkdir(parents=True, exist_ok=True)
     manifest, failures = [], []
@@ -480,7 +486,7 @@ def main() -> int:
             continue
         start = time.time()
         try:
-            paths = run_case(case, args.out)
+            paths = run_case(case, args.out, args.partitioner)
         except Exception as e:  # one family failing must not lose the others
             failures.append({"case": case.name, "error": f"{type(e).__name__}: {e}",
                              "trace": traceback.format_exc()[-3000:]})
@@ -489,6 +495,7 @@ def main() -> int:
         for p in paths:
             manifest.append({"file": p.name, "model": case.family, "config": case.config,
                              "mode": case.mode, "torch": torch.__version__,
+                             "partitioner": args.partitioner,
                              "reference": (args.out / "ref" / p.name.replace(
                                  ".json", ".ref.json")).exists()})
         print(f"ok {case.name}: {len(paths)} graphs in {time.time() - start:.1f}s", flush=True)

@@ -148,3 +148,31 @@ def test_graphs_of_one_compile_id_get_names_of_their_own() -> None:
     names = [process.frame_name(i) for i in ("0/0", "0/0", "1/0", "0/0")]
     assert names == ["frame 0/0", "frame 0/0-1", "frame 1/0", "frame 0/0-2"]
     assert [process.frame_name(None) for _ in range(2)] == ["frame 0", "frame 1"]
+
+
+def test_the_joint_graph_is_split_by_min_cut_unless_the_setting_says_default(
+        monkeypatch) -> None:
+    # A stand-in for torch._functorch.partitioners: which of its two partitioners AOTAutograd
+    # is handed, for the backend's graphs and for kiln.capture's.
+    import types
+
+    from kiln import backend, capture
+
+    partitioners = types.ModuleType("torch._functorch.partitioners")
+    partitioners.default_partition = lambda *a, **k: "default"
+    partitioners.min_cut_rematerialization_partition = lambda *a, **k: "min_cut"
+    functorch = types.ModuleType("torch._functorch")
+    functorch.partitioners = partitioners
+    monkeypatch.setitem(sys.modules, "torch._functorch", functorch)
+    monkeypatch.setitem(sys.modules, "torch._functorch.partitioners", partitioners)
+    for options, env, expected in (({}, {}, "min_cut"),
+                                   ({}, {"KILN_PARTITIONER": "default"}, "default"),
+                                   ({"partitioner": "min_cut"}, {"KILN_PARTITIONER": "default"},
+                                    "min_cut")):
+        settings = Settings.from_options(options, env)
+        said: list = []
+        compilers = backend._compilers(compiler(ScriptedClient(), settings, said), settings,
+                                       "frame 0/0", cached=False)
+        assert compilers["partition_fn"]() == expected
+        assert capture.Recorder("m", partitioner=settings.partitioner).partitioner == expected
+        assert capture.partition_fn(settings.partitioner)() == expected
