@@ -203,9 +203,13 @@ int Run(const Command& command) {
     phases.emplace_back(std::string(phase), absl::ToDoubleMilliseconds(end - start));
   };
   std::string loop_dump;
+  bool dump_written = true;
   if (!command.dump_loop_path.empty()) {
+    // Written after each phase, so that a compile that fails, or crashes in code generation,
+    // leaves what the phases made up to there.
     context.on_program = [&](absl::string_view phase, const kiln::loop::Program& program) {
       absl::StrAppend(&loop_dump, "=== after ", phase, "\n", kiln::loop::ToString(program), "\n");
+      dump_written = dump_written && WriteFile(command.dump_loop_path, loop_dump);
     };
   }
   const absl::Time start = absl::Now();
@@ -213,10 +217,7 @@ int Run(const Command& command) {
       kiln::compiler::Compile(*keyed->graph, options, keyed->record.compile_key(), context);
   const double total_ms = absl::ToDoubleMilliseconds(absl::Now() - start);
   std::printf("compile key  %s\n", keyed->record.compile_key().c_str());
-  // Written whether or not the compile succeeded: what the phases made up to a failure.
-  if (!command.dump_loop_path.empty() && !WriteFile(command.dump_loop_path, loop_dump)) {
-    return kExitFailed;
-  }
+  if (!dump_written) return kExitFailed;
   if (!artifact.ok()) {
     std::fprintf(stderr, "kilnc: %s\n", artifact.status().ToString().c_str());
     return kExitFailed;
