@@ -3,13 +3,16 @@
 # input (kilnc --input-ranges), which tests/gpu/run_corpus.py needs to make valid inputs on
 # a machine without kilnc, and DIR/name_maps.json: each graph's node names by canonical name
 # (kilnc --name-map), for run_corpus.py --debug. Run here before carrying DIR to the GPU
-# machine.
+# machine. GRAPHS is the corpus folder (tests/data/graphs; tests/data/graphs/min_cut for the
+# graphs split by min-cut, which run_corpus.py then takes as --graphs).
 #
-#   tests/gpu/input_ranges.sh DIR [BUILD_DIR]
+#   tests/gpu/input_ranges.sh DIR [BUILD_DIR [GRAPHS]]
 set -euo pipefail
+shopt -s nullglob
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
 out=$1
 kilnc=${2:-$root/build/release}/compiler/kilnc
+graphs=${3:-$root/tests/data/graphs}
 [ -x "$kilnc" ] || { echo "no $kilnc: build the kilnc target" >&2; exit 1; }
 mkdir -p "$out"
 tmp=$(mktemp -d)
@@ -18,7 +21,7 @@ echo "{" > "$out/name_maps.json"
 {
   echo "{"
   first=1
-  for g in "$root"/tests/data/graphs/*.json "$root"/tests/data/graphs/*.json.gz; do
+  for g in "$graphs"/*.json "$graphs"/*.json.gz; do
     name=$(basename "$g")
     case $g in
       *.gz) gunzip -c "$g" > "$tmp/graph.json" ;;
