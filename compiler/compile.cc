@@ -12,6 +12,7 @@
 #include "compiler/fuse/fuse.h"
 #include "compiler/fuse/pad_rows.h"
 #include "compiler/fuse/split_reductions.h"
+#include "compiler/loop/verify.h"
 #include "compiler/lower/lower.h"
 #include "compiler/plan/plan.h"
 #include "proto/base/digest.h"
@@ -109,6 +110,7 @@ absl::StatusOr<v1::CompiledGraph> Compile(const graph::Graph& graph,
   });
   if (!planned.ok()) return planned.status();
   auto code = RunPhase(context, "codegen", [&]() -> absl::StatusOr<codegen::GeneratedCode> {
+    if (absl::Status s = loop::VerifyTypes(*fused); !s.ok()) return s;
     auto generated = (*backend)->Generate(*fused, {});
     if (generated.ok() && generated->kernels.size() != fused->kernels.size()) {
       return absl::InternalError(absl::StrCat("the ", options.target(), " backend generated ",
