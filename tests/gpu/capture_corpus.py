@@ -447,7 +447,7 @@ def autocast(dtype: str) -> contextlib.AbstractContextManager:
     return torch.autocast("cuda", dtype=torch.bfloat16 if dtype == "bf16" else torch.float16)
 
 
-def run_case(case: Case, out: pathlib.Path, partitioner: str = "min_cut") -> list:
+def run_case(case: Case, out: pathlib.Path, partitioner: str = capture.DEFAULT_PARTITIONER) -> list:
     torch.manual_seed(0)
     torch._dynamo.reset()
     target, inputs = case.build()
@@ -477,7 +477,8 @@ def main() -> int:
     parser = argparse.ArgumentParser()
     parser.add_argument("--out", type=pathlib.Path, required=True)
     parser.add_argument("--only", nargs="*", default=None)
-    parser.add_argument("--partitioner", choices=capture.PARTITIONERS, default="min_cut")
+    parser.add_argument("--partitioner", choices=capture.PARTITIONERS,
+                        default=capture.DEFAULT_PARTITIONER)
     args = parser.parse_args()
     args.out.mkdir(parents=True, exist_ok=True)
     manifest, failures = [], []

@@ -21,7 +21,7 @@ import sys
 from dataclasses import dataclass, field
 from typing import Any, Callable, Optional, Sequence
 
-from kiln.settings import PARTITIONERS
+from kiln.settings import DEFAULT_PARTITIONER, PARTITIONERS
 
 FORMAT = "kiln capture 1"
 
@@ -270,7 +270,7 @@ class Recorder:
     model: str
     graphs: list = field(default_factory=list)
     reference_bytes: int = 0
-    partitioner: str = "min_cut"
+    partitioner: str = DEFAULT_PARTITIONER
 
     def _compiler(self, kind: str) -> Callable:
         from functorch.compile import make_boxed_func  # noqa: PLC0415
@@ -354,7 +354,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     parser.add_argument("--name", help="file stem (default: the function's name)")
     parser.add_argument("--dynamic", action="store_true", help="torch.compile(dynamic=True)")
     parser.add_argument("--inference", action="store_true", help="run under torch.no_grad()")
-    parser.add_argument("--partitioner", choices=PARTITIONERS, default="min_cut",
+    parser.add_argument("--partitioner", choices=PARTITIONERS, default=DEFAULT_PARTITIONER,
                         help="how AOTAutograd splits the joint graph (as the backend's setting)")
     args = parser.parse_args(argv)
 

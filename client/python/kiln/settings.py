@@ -40,6 +40,7 @@ from kiln.fleet import parse_fleet
 FALLBACKS = ("eager", "inductor", "error")
 PRECISIONS = ("strict", "allow_tf32", "fast_math")
 PARTITIONERS = ("min_cut", "default")
+DEFAULT_PARTITIONER = PARTITIONERS[0]
 DEFAULT_SERVER = "127.0.0.1:50051"
 DEFAULT_DEADLINE_SECONDS = 300.0
 # Launchers' run ids, in the order they are tried when KILN_JOB_ID is not set. torchrun
@@ -69,7 +70,7 @@ class Settings:
     deadline: float = DEFAULT_DEADLINE_SECONDS
     precision: str = "strict"
     target: Optional[str] = None
-    partitioner: str = "min_cut"
+    partitioner: str = DEFAULT_PARTITIONER
     backend_options: Mapping[str, str] = field(default_factory=dict, hash=False)
 
     @staticmethod
@@ -220,7 +221,8 @@ class _Reader:
             deadline=self.seconds("deadline", "KILN_DEADLINE", DEFAULT_DEADLINE_SECONDS),
             precision=self.choice("precision", "KILN_PRECISION", PRECISIONS, "strict"),
             target=self.text("target", "KILN_TARGET", None, _check_target),
-            partitioner=self.choice("partitioner", "KILN_PARTITIONER", PARTITIONERS, "min_cut"),
+            partitioner=self.choice("partitioner", "KILN_PARTITIONER", PARTITIONERS,
+                                    DEFAULT_PARTITIONER),
             backend_options=self.backend_options(),
         )
 
