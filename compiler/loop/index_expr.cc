@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <limits>
 #include <map>
+#include <numeric>
 #include <optional>
 #include <utility>
 
@@ -74,6 +75,22 @@ bool DivideTerm(const Term& t, const Term& d, Term* q) {
   q->factors = std::move(rest);
   q->key = TermKey(q->factors);
   return true;
+}
+
+// The greatest common monomial of `a` and `b`: the gcd of their coefficients (positive) times
+// the factors both have (as multisets).
+Term CommonMonomial(const Term& a, const Term& b) {
+  Term g;
+  g.coef = std::gcd(a.coef < 0 ? -a.coef : a.coef, b.coef < 0 ? -b.coef : b.coef);
+  std::vector<Atom> rest = b.factors;
+  for (const Atom& f : a.factors) {
+    auto it = std::find_if(rest.begin(), rest.end(), [&](const Atom& x) { return x.key == f.key; });
+    if (it == rest.end()) continue;
+    g.factors.push_back(f);
+    rest.erase(it);
+  }
+  g.key = TermKey(g.factors);
+  return g;
 }
 
 // An upper bound (inclusive) of a non-negative atom, or false when none is known.
@@ -312,6 +329,82 @@ bool IndexExpr::Computable() const {
   return true;
 }
 
+IndexExpr IndexExpr::OfTerms(std::vector<Term> terms) {
+  IndexExpr e;
+  e.terms_ = std::move(terms);
+  e.Normalize();
+  return e;
+}
+
+void IndexExpr::CombineDivMod() {
+  for (bool changed = true; changed;) {
+    changed = false;
+    for (size_t i = 0; !changed && i < terms_.size(); ++i) {
+      const Term& t = terms_[i];
+      for (size_t f = 0; !changed && f < t.factors.size(); ++f) {
+        const Atom& m = t.factors[f];
+        if (m.kind != Atom::Kind::kMod) continue;
+        const IndexExpr& x = m.operands->first;
+        const IndexExpr& d = m.operands->second;
+        if (d.terms_.size() != 1 || d.terms_[0].coef <= 0) continue;
+        // The partner term: t with Mod(x, d) replaced by d * FloorDiv(x, d).
+        Term partner;
+        if (MulOverflows(t.coef, d.terms_[0].coef, &partner.coef)) continue;
+        partner.factors = t.factors;
+        partner.factors.erase(partner.factors.begin() + static_cast<std::ptrdiff_t>(f));
+        std::vector<Atom> rest = partner.factors;
+        partner.factors.push_back(MakeBinary(Atom::Kind::kDiv, x, d));
+        for (const Atom& a : d.terms_[0].factors) partner.factors.push_back(a);
+        std::sort(partner.factors.begin(), partner.factors.end(),
+                  [](const Atom& a, const Atom& b) { return a.key < b.key; });
+        partner.key = TermKey(partner.factors);
+        auto it = std::find_if(terms_.begin(), terms_.end(), [&](const Term& u) {
+          return u.key == partner.key && u.coef == partner.coef;
+        });
+        if (it == terms_.end()) continue;
+        // c*rest*(d*(x // d) + x % d) = c*rest*x.
+        const IndexExpr combined = OfTerms({Term{t.coef, std::move(rest), ""}}) * x;
+        const size_t j = static_cast<size_t>(it - terms_.begin());
+        std::vector<Term> terms;
+        for (size_t k = 0; k < terms_.size(); ++k) {
+          if (k != i && k != j) terms.push_back(terms_[k]);
+        }
+        terms.insert(terms.end(), combined.terms_.begin(), combined.terms_.end());
+        terms_ = std::move(terms);
+        Normalize();
+        changed = true;
+      }
+    }
+  }
+}
+
+bool IndexExpr::SplitByCommonFactor(const IndexExpr& a, const IndexExpr& d,
+                                    const VarExtents& extents, IndexExpr* g, IndexExpr* big,
+                                    IndexExpr* small) {
+  if (d.terms_.size() != 1 || d.terms_[0].coef <= 0) return false;
+  for (const Term& t : a.terms_) {
+    const Term common = CommonMonomial(t, d.terms_[0]);
+    if (common.coef == 1 && common.factors.empty()) continue;
+    std::vector<Term> q, r;
+    for (const Term& u : a.terms_) {
+      Term qu;
+      if (DivideTerm(u, common, &qu)) {
+        q.push_back(std::move(qu));
+      } else {
+        r.push_back(u);
+      }
+    }
+    IndexExpr gx = OfTerms({common});
+    IndexExpr rx = OfTerms(std::move(r));
+    if (!rx.ProvablyBelow(gx, extents)) continue;
+    *g = std::move(gx);
+    *big = OfTerms(std::move(q));
+    *small = std::move(rx);
+    return true;
+  }
+  return false;
+}
+
 void IndexExpr::Normalize() {
   for (Term& t : terms_) {
     std::sort(t.factors.begin(), t.factors.end(),
@@ -346,11 +439,25 @@ void IndexExpr::Normalize() {
   }
 }
 
+namespace {
+
+bool HasModTerm(const std::vector<Term>& terms) {
+  for (const Term& t : terms) {
+    for (const Atom& a : t.factors) {
+      if (a.kind == Atom::Kind::kMod) return true;
+    }
+  }
+  return false;
+}
+
+}  // namespace
+
 IndexExpr operator+(const IndexExpr& a, const IndexExpr& b) {
   IndexExpr e;
   e.terms_ = a.terms_;
   e.terms_.insert(e.terms_.end(), b.terms_.begin(), b.terms_.end());
   e.Normalize();
+  if (HasModTerm(e.terms_)) e.CombineDivMod();
   return e;
 }
 
@@ -362,6 +469,7 @@ IndexExpr operator-(const IndexExpr& a, const IndexExpr& b) {
     e.terms_.push_back(std::move(t));
   }
   e.Normalize();
+  if (HasModTerm(e.terms_)) e.CombineDivMod();
   return e;
 }
 
@@ -418,6 +526,13 @@ IndexExpr IndexExpr::FloorDiv(const IndexExpr& a, const IndexExpr& d, const VarE
     r.Normalize();
     if (r.is_zero() || r.ProvablyBelow(d, extents)) return q;
     if (!q.is_zero()) return q + FloorDiv(r, d, extents);
+    // (g*big + small) // (g*d') = big // d' when 0 <= small < g.
+    IndexExpr g, big, small;
+    if (SplitByCommonFactor(r, d, extents, &g, &big, &small)) {
+      Term dq;
+      DivideTerm(d.terms_[0], g.terms_[0], &dq);
+      return FloorDiv(big, OfTerms({std::move(dq)}), extents);
+    }
   }
   IndexExpr e;
   Atom atom = MakeBinary(Atom::Kind::kDiv, a, d);
@@ -446,6 +561,13 @@ IndexExpr IndexExpr::Mod(const IndexExpr& a, const IndexExpr& d, const VarExtent
     if (r.is_zero()) return r;
   }
   if (r.ProvablyBelow(d, extents)) return r;
+  // (g*big + small) % (g*d') = g*(big % d') + small when 0 <= small < g.
+  IndexExpr g, big, small;
+  if (SplitByCommonFactor(r, d, extents, &g, &big, &small)) {
+    Term dq;
+    DivideTerm(d.terms_[0], g.terms_[0], &dq);
+    return g * Mod(big, OfTerms({std::move(dq)}), extents) + small;
+  }
   IndexExpr e;
   Atom atom = MakeBinary(Atom::Kind::kMod, r, d);
   std::string key = atom.key;

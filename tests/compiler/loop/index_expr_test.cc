@@ -92,6 +92,53 @@ TEST(IndexExprTest, FloorDivSimplifiesWhatTheExtentsProve) {
   EXPECT_EQ(IndexExpr::Mod(S(0), C(1), nullptr), IndexExpr());
 }
 
+// A view's unravelling of [B*T, N] as [B, T, N] and back: (N*p0 + p1) // (T*N) with p1 < N is
+// p0 // T, and N*T*(p0 // T) + N*(p0 % T) + p1 folds back to N*p0 + p1, which is what lets a
+// consumer over the reshaped view share a kernel with its producer.
+TEST(IndexExprTest, ACommonFactorOfDivisorAndIndexDividesOut) {
+  const IndexExpr flat = V(0) * C(8) + V(1);  // p1 < 8
+  EXPECT_EQ(IndexExpr::FloorDiv(flat, C(24), TwoVars), IndexExpr::FloorDiv(V(0), C(3), TwoVars));
+  EXPECT_EQ(IndexExpr::Mod(flat, C(24), TwoVars),
+            C(8) * IndexExpr::Mod(V(0), C(3), TwoVars) + V(1));
+  const IndexExpr unravelled = C(24) * IndexExpr::FloorDiv(flat, C(24), TwoVars) +
+                               C(8) * IndexExpr::Mod(V(0), C(3), TwoVars) + V(1);
+  EXPECT_EQ(unravelled, flat);
+  EXPECT_EQ(
+      C(24) * IndexExpr::FloorDiv(flat, C(24), TwoVars) + IndexExpr::Mod(flat, C(24), TwoVars),
+      flat);
+  // With symbolic sizes: (s1*p0 + p1) // (s1*s2), p1 < s1.
+  const auto sym_extents = [](int32_t var) -> const IndexExpr* {
+    static const IndexExpr* extents = new IndexExpr[2]{S(0), S(1)};
+    return var >= 0 && var < 2 ? &extents[var] : nullptr;
+  };
+  const IndexExpr rows = S(1) * V(0) + V(1);
+  EXPECT_EQ(IndexExpr::FloorDiv(rows, S(1) * S(2), sym_extents),
+            IndexExpr::FloorDiv(V(0), S(2), sym_extents));
+  // Nothing divides out where the rest may reach the factor: p1 < 8 is not below 4.
+  EXPECT_EQ(IndexExpr::FloorDiv(V(0) * C(4) + V(1), C(12), TwoVars).ToString(kNames),
+            "FloorDiv(4*p0 + p1, 12)");
+  // A lone term pair folds only when its coefficients match: 16*(p0 // 3) + 8*(p0 % 3) stays.
+  EXPECT_EQ((C(16) * IndexExpr::FloorDiv(V(0), C(3), TwoVars) +
+             C(8) * IndexExpr::Mod(V(0), C(3), TwoVars))
+                .ToString(kNames),
+            "16*FloorDiv(p0, 3) + 8*Mod(p0, 3)");
+  // Every form agrees with evaluation at every point.
+  const IndexExpr forms[] = {IndexExpr::FloorDiv(flat, C(24), TwoVars),
+                             IndexExpr::Mod(flat, C(24), TwoVars), unravelled,
+                             IndexExpr::FloorDiv(V(0) * C(12) + V(1) * C(2) + C(1), C(36), TwoVars),
+                             IndexExpr::Mod(V(0) * C(12) + V(1) * C(2) + C(1), C(36), TwoVars)};
+  for (int64_t p0 = 0; p0 < 20; ++p0) {
+    for (int64_t p1 = 0; p1 < 8; ++p1) {
+      const int64_t f = 8 * p0 + p1, g = 12 * p0 + 2 * p1 + 1;
+      EXPECT_EQ(Eval(forms[0], {20}, {p0, p1}), f / 24);
+      EXPECT_EQ(Eval(forms[1], {20}, {p0, p1}), f % 24);
+      EXPECT_EQ(Eval(forms[2], {20}, {p0, p1}), f);
+      EXPECT_EQ(Eval(forms[3], {20}, {p0, p1}), g / 36);
+      EXPECT_EQ(Eval(forms[4], {20}, {p0, p1}), g % 36);
+    }
+  }
+}
+
 TEST(IndexExprTest, ProvablyBelowUsesExtentsAndSymbols) {
   EXPECT_TRUE(V(0).ProvablyBelow(S(0), TwoVars));
   EXPECT_TRUE((V(1) + C(1)).ProvablyBelow(C(9), TwoVars));
