@@ -53,6 +53,13 @@ std::vector<bool> PinnedBuffers(const Program& p) {
 
 bool HasLoops(const Kernel& k) { return loop::HasLoopStage(k); }
 
+// A producer read at more than one site inlines only when it reads at most this many buffers:
+// each site loads them again. Without the bound, a chain of sums in which every link has two
+// readers (a residual stream's gradient, added to after each layer norm's backward) grows
+// into every later kernel, and each reads all the earlier links' inputs again (quadratic
+// traffic over the layers).
+constexpr size_t kMaxRecomputedReads = 4;
+
 // Independent siblings over a space of at most this many points (a constant) join although
 // they share no data: such a kernel costs about its launch (a few microseconds), so an
 // optimizer step that updates many small parameters of one shape becomes one launch per shape
@@ -220,7 +227,7 @@ class Fuser {
         }
       }
       if (!ok || sites == 0 || sites > o_.max_inline_sites) continue;
-      if (sites > 1 && k.insts.size() > 200) continue;
+      if (sites > 1 && (k.insts.size() > 200 || ReadSet(k).size() > kMaxRecomputedReads)) continue;
       for (size_t sj = si + 1; sj < p_.steps.size(); ++sj) {
         if (p_.steps[sj].kind != Step::Kind::kKernel || p_.steps[sj].kernel < 0) continue;
         InlineInto(K(p_.steps[sj].kernel), k, store, order);

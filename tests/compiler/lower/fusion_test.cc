@@ -260,6 +260,49 @@ TEST(FusionTest, AReaderNeverJoinsAKernelWhoseStoreALaterStepWritesOver) {
   EXPECT_GT(step_of["read"], step_of["scatter"]) << loop::ToString(*fused);
 }
 
+// A residual stream's gradient is a chain of sums, each link read by the next link and by a
+// layer's backward. Inlined into both, every link would carry all earlier links' loads, and the
+// last kernels would read every input of the chain again. A link read at two sites inlines only
+// while it reads at most four buffers, so the traffic stays linear in the chain's length.
+TEST(FusionTest, AChainOfSumsWithTwoReadersPerLinkIsNotRecomputedWhole) {
+  using loop::Inst;
+  using loop::Opcode;
+  using testing::LoadAt;
+  using testing::StoreAt;
+  constexpr int kLinks = 12;
+  constexpr int64_t kSize = 1 << 20;  // large enough that nothing joins for being small
+  loop::Program p;
+  Inst add;
+  add.op = Opcode::kAdd;
+  add.a = 0;
+  add.b = 1;
+  int32_t link = testing::AddInput(p, kSize);
+  for (int i = 0; i < kLinks; ++i) {
+    const int32_t input = testing::AddInput(p, kSize);
+    const int32_t next = testing::AddBuffer(p, kSize);
+    testing::AddKernel(p, "link" + std::to_string(i), kSize,
+                       {LoadAt(link), LoadAt(input), add, StoreAt(next, 2)});
+    Inst mul = add;
+    mul.op = Opcode::kMul;
+    const int32_t layer = testing::AddOutput(p, kSize);
+    testing::AddKernel(p, "layer" + std::to_string(i), kSize,
+                       {LoadAt(next), LoadAt(input), mul, StoreAt(layer, 2)});
+    link = next;
+  }
+  const int32_t out = testing::AddOutput(p, kSize);
+  testing::AddKernel(p, "out", kSize, {LoadAt(link), StoreAt(out, 0)});
+
+  auto fused = fuse::Fuse(p);
+  ASSERT_TRUE(fused.ok()) << fused.status();
+  // A link's inputs are loaded again at most at its two readers, while its loads are at most
+  // four: 46 loads here, where inlining every link into both its readers made 115.
+  size_t loads = 0;
+  for (const loop::Kernel& k : fused->kernels) {
+    for (const loop::Inst& in : k.insts) loads += in.op == Opcode::kLoad;
+  }
+  EXPECT_LE(loads, 4u * (kLinks + 1)) << loop::ToString(*fused);
+}
+
 // Two kernels that share no buffer, each copying its own input to its own output over
 // `extent` points: they join when the space is small, stay apart when it is large.
 loop::Program IndependentCopies(int64_t extent) {
