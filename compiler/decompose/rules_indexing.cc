@@ -52,6 +52,40 @@ absl::Status IndexSelect(Builder& d, uint32_t node, bool gather) {
   });
 }
 
+// scatter(self, dim, index, value) whose index holds one position for each line along `dim` and
+// covers self elsewhere (the one-hot gradient nll_loss_backward's decomposition scatters into
+// zeros): each element compares its position with its line's index, as Inductor rewrites a
+// scatter onto a constant, and the scatter fuses with what reads it. Other scatters write where
+// data says, several times into one line: those fall back.
+absl::Status ScatterValue(Builder& d, uint32_t node) {
+  const int32_t x = d.In(node, 0), index = d.In(node, 2);
+  const size_t rank = d.Rank(x);
+  const int64_t dim = WrapDim(d.Int(d.A(node, 1)), rank);
+  const std::vector<IndexExpr>& sizes = d.Tn(x).sizes;
+  const std::vector<IndexExpr>& index_sizes = d.Tn(index).sizes;
+  if (rank == 0 || index_sizes.size() != rank) {
+    return absl::UnimplementedError("scatter.value with an index of another rank than self");
+  }
+  for (size_t k = 0; k < rank; ++k) {
+    const bool one = index_sizes[k].is_const() && index_sizes[k].const_value() == 1;
+    if (static_cast<int64_t>(k) == dim ? !one : index_sizes[k] != sizes[k]) {
+      return absl::UnimplementedError(
+          "scatter.value whose index is not one position per line of self along dim");
+    }
+  }
+  const Arg& value = d.A(node, 3);
+  return d.Pointwise(node, [&](Body& b, ScalarType ct) -> absl::StatusOr<int32_t> {
+    std::vector<IndexExpr> ic, xc;
+    for (size_t k = 0; k < rank; ++k) {
+      ic.push_back(static_cast<int64_t>(k) == dim ? IndexExpr() : Body::V(k));
+      xc.push_back(Body::V(k));
+    }
+    const int32_t i = b.Cast(b.Load(index, d.ST(index), ic), ScalarType::kI64);
+    const int32_t hit = b.Bin(Opcode::kEq, b.Idx(Body::V(static_cast<size_t>(dim))), i);
+    return b.Sel(hit, b.Const(d.Num(value, 0), ct), b.Cast(b.Load(x, d.ST(x), xc), ct));
+  });
+}
+
 // Advanced indexing (x[i, :, j]): the index tensors broadcast together to B, whose dims
 // replace the indexed dims in the result where those are adjacent and lead it otherwise, as
 // PyTorch orders them. Negative indices count from the end; an index out of range reads 0
@@ -243,6 +277,7 @@ void RegisterIndexingRules(RuleRegistry& r) {
   r.Add("aten.index_select.default",
         [](Builder& d, uint32_t n) { return IndexSelect(d, n, false); });
   r.Add("aten.gather.default", [](Builder& d, uint32_t n) { return IndexSelect(d, n, true); });
+  r.Add("aten.scatter.value", ScatterValue);
   r.Add("aten.index.Tensor", [](Builder& d, uint32_t n) { return AdvancedIndex(d, n); });
   r.Add("aten._unsafe_index.Tensor", [](Builder& d, uint32_t n) { return AdvancedIndex(d, n); });
   r.Add("aten.constant_pad_nd.default", [](Builder& d, uint32_t n) { return ConstantPad(d, n); });

@@ -431,6 +431,11 @@ std::vector<OpCase> Cases() {
   cases.push_back({"fill_tensor", "aten.fill.Tensor", {T({3, 4}), T({})}});
   cases.push_back({"index_select", "aten.index_select.default", {T({7, 4}), I(0), T({5}, i64)}});
   cases.push_back({"gather", "aten.gather.default", {T({4, 6}), I(1), T({4, 3}, i64)}});
+  // One position per row, as nll_loss_backward's decomposition scatters -1 into zeros.
+  cases.push_back(
+      {"scatter_value", "aten.scatter.value", {T({5, 7}), I(1), T({5, 1}, i64), F(-1)}});
+  cases.push_back(
+      {"scatter_value_dim0", "aten.scatter.value", {T({3, 4}, bf16), I(-2), T({1, 4}, i64), F(2)}});
   // Advanced indexing: indices of leading dims, broadcast against each other, int32.
   cases.push_back(
       {"index_tensor", "aten.index.Tensor", {T({5, 6, 7}), TensorList{T({4}, i64), T({4}, i64)}}});
@@ -952,6 +957,28 @@ TEST(OpListTest, UnknownOpFallsBack) {
   EXPECT_TRUE(absl::StrContains(sm90.message(), "no backend registered for target cuda:sm_90"))
       << sm90;
 #endif
+}
+
+// A scatter that writes several positions of a line is not a comparison with one index: it
+// falls back, saying why, and still computes what PyTorch does.
+TEST(OpListTest, AScatterOfSeveralPositionsPerLineFallsBack) {
+  auto proto =
+      OneOpGraph("aten.scatter.value", {T({4, 5}), I(1), T({4, 2}, v1::DTYPE_INT64), F(3)}, {});
+  ASSERT_TRUE(proto.ok()) << proto.status();
+  auto g = graph::Import(*proto);
+  ASSERT_TRUE(g.ok()) << g.status();
+  v1::CompileOptions options;
+  options.set_target(std::string(codegen::kTargetX86_64));
+  auto artifact = compiler::Compile(*g, options, "scatter");
+  ASSERT_TRUE(artifact.ok()) << artifact.status();
+  ASSERT_EQ(artifact->summary().fallback_steps(), 1);
+  EXPECT_EQ(artifact->summary().fallbacks(0).op(), "aten.scatter.value");
+  EXPECT_TRUE(
+      absl::StrContains(artifact->summary().fallbacks(0).reason(), "not one position per line"))
+      << artifact->summary().fallbacks(0).reason();
+  auto report = check::CheckAgainstInterpreter(*proto, *artifact);
+  ASSERT_TRUE(report.ok()) << report.status();
+  EXPECT_TRUE(report->ok) << report->message;
 }
 
 }  // namespace
