@@ -83,14 +83,26 @@ IndexExpr PointsOf(const loop::Kernel& kernel, int32_t lanes) {
 
 namespace {
 
+// Whether the index of `in` (or a data-dependent term of it) involves loop variable `var`.
+bool Involves(const loop::Inst& in, int32_t var) {
+  std::vector<int32_t> vars;
+  in.index.CollectVars(&vars);
+  for (const loop::DynIndex& d : in.dyn) d.stride.CollectVars(&vars);
+  return std::find(vars.begin(), vars.end(), var) != vars.end();
+}
+
 // Whether some load of a looping stage of `kernel` steps through consecutive elements of its
-// buffer as loop variable `var` steps.
-bool LoopLoadsWalk(const loop::Kernel& kernel, int32_t var) {
+// buffer as loop variable `var` steps, counting only loads that also involve variable `along`
+// when it is not -1.
+bool LoopLoadsWalk(const loop::Kernel& kernel, int32_t var, int32_t along = -1) {
   for (const loop::Stage& s : kernel.stages) {
     if (!s.loops) continue;
     for (int32_t i = s.begin; i < s.end; ++i) {
       const loop::Inst& in = kernel.insts[static_cast<size_t>(i)];
-      if (in.op == loop::Opcode::kLoad && WalksContiguously(in, var)) return true;
+      if (in.op == loop::Opcode::kLoad && WalksContiguously(in, var) &&
+          (along < 0 || Involves(in, along))) {
+        return true;
+      }
     }
   }
   return false;
@@ -124,7 +136,10 @@ ReductionSplit SplitOf(const loop::Kernel& kernel) {
   }
   const int32_t np = static_cast<int32_t>(kernel.parallel.size());
   const int32_t innermost_reduction = kernel.num_vars() - 1;
-  if (np > 0 && LoopLoadsWalk(kernel, np - 1) && !LoopLoadsWalk(kernel, innermost_reduction)) {
+  // A load that walks the rows but is the same for every column (a layer norm's mean and rstd
+  // beside the columns of its weight gradient) is one broadcast read for a warp of columns.
+  if (np > 0 && LoopLoadsWalk(kernel, np - 1) &&
+      !LoopLoadsWalk(kernel, innermost_reduction, np - 1)) {
     const IndexExpr& columns = kernel.parallel.back();
     if (!columns.is_const() || columns.const_value() >= kMinColumnPoints) {
       const bool long_columns = !total.is_const() || total.const_value() >= kMinColumnBlockRows;

@@ -147,11 +147,14 @@ struct ReductionSplit {
 // points, or a symbolic count) and its loops store nowhere data
 // decides (a scatter adds into rows in order, so its threads must own whole columns). Its
 // reductions are columns when some load of a looping stage walks memory contiguously along the
-// innermost parallel dimension (of kMinColumnPoints or more points) and none along the innermost
-// reduction dimension. Rows of kMaxWarpReduction or fewer get a warp each, unless there are so
-// few of them that a block each fills more of the machine (kFewRowsThreads); longer rows, and
-// those, kMinRowThreads to kBlockThreads threads, a power of two, the fewest that cover a
-// constant reduction (at kRowElementsPerThread elements a thread, for the few short ones).
+// innermost parallel dimension (of kMinColumnPoints or more points) and none that depends on that
+// dimension walks along the innermost reduction dimension (a layer norm's weight gradient reads
+// its rows' mean and rstd, the same for every column, beside the columns: GPT-2 124M's took
+// 18.4 us on an H200 split as rows, each block walking one column 768 elements apart). Rows of
+// kMaxWarpReduction or fewer get a warp each, unless there are so few of them that a block each
+// fills more of the machine (kFewRowsThreads); longer rows, and those, kMinRowThreads to
+// kBlockThreads threads, a power of two, the fewest that cover a constant reduction (at
+// kRowElementsPerThread elements a thread, for the few short ones).
 ReductionSplit SplitOf(const loop::Kernel& kernel);
 
 // The threads of a block of `kernel` when they split its reductions (SplitOf), else 0.

@@ -256,6 +256,39 @@ TEST(NvptxLaunchTest, ReductionsDownColumnsGiveNeighbouringLanesNeighbouringPoin
                 nullptr));
 }
 
+// A layer norm's weight gradient sums dy * (x - mean[r]) * rstd[r] down the columns: mean and
+// rstd walk the rows, but are the same for every column, so the sum is still a column split
+// (as a row split, each block walked one column 768 elements apart). A load that walks the
+// rows and also moves with the column (x transposed) makes it rows.
+TEST(NvptxLaunchTest, AColumnSumThatAlsoReadsAPerRowVectorStaysAColumnSplit) {
+  using loop::IndexExpr;
+  const IndexExpr columns = IndexExpr::Const(768), rows = IndexExpr::Const(2048);
+  const IndexExpr p0 = IndexExpr::Var(0), r = IndexExpr::Var(1);
+  auto with_load = [&](const IndexExpr& index) {
+    loop::Kernel k = SumKernel(columns, rows, true);
+    loop::Inst load;
+    load.op = loop::Opcode::kLoad;
+    load.buffer = 1;
+    load.index = index;
+    loop::Inst mul;
+    mul.op = loop::Opcode::kMul;
+    mul.a = 0;
+    mul.b = 1;
+    loop::Inst sum;
+    sum.op = loop::Opcode::kReduce;
+    sum.a = 2;
+    k.insts = {k.insts[0], load, mul, sum};
+    k.stages = {{true, 0, 4}};
+    return k;
+  };
+  const ReductionSplit per_row = SplitOf(with_load(r));
+  EXPECT_TRUE(per_row.column);
+  EXPECT_EQ(per_row.threads, kColumnThreads);
+  EXPECT_EQ(per_row.points, kColumnPoints);
+  EXPECT_EQ(ReductionParts(with_load(r)), 8) << "24 blocks of 1,024 threads, 256 rows a part";
+  EXPECT_FALSE(SplitOf(with_load(p0 * rows + r)).column);
+}
+
 TEST(NvptxLaunchTest, ReductionsThatLeaveTheMachineIdleAreCutIntoParts) {
   using loop::IndexExpr;
   auto parts = [](int64_t points, int64_t rows, bool down_columns) {
