@@ -379,8 +379,8 @@ void IndexExpr::CombineDivMod() {
 }
 
 bool IndexExpr::SplitByCommonFactor(const IndexExpr& a, const IndexExpr& d,
-                                    const VarExtents& extents, IndexExpr* g, IndexExpr* big,
-                                    IndexExpr* small) {
+                                    const VarExtents& extents, IndexExpr* g, IndexExpr* rest,
+                                    IndexExpr* big, IndexExpr* small) {
   if (d.terms_.size() != 1 || d.terms_[0].coef <= 0) return false;
   for (const Term& t : a.terms_) {
     const Term common = CommonMonomial(t, d.terms_[0]);
@@ -397,7 +397,10 @@ bool IndexExpr::SplitByCommonFactor(const IndexExpr& a, const IndexExpr& d,
     IndexExpr gx = OfTerms({common});
     IndexExpr rx = OfTerms(std::move(r));
     if (!rx.ProvablyBelow(gx, extents)) continue;
+    Term dq;
+    DivideTerm(d.terms_[0], common, &dq);
     *g = std::move(gx);
+    *rest = OfTerms({std::move(dq)});
     *big = OfTerms(std::move(q));
     *small = std::move(rx);
     return true;
@@ -527,11 +530,9 @@ IndexExpr IndexExpr::FloorDiv(const IndexExpr& a, const IndexExpr& d, const VarE
     if (r.is_zero() || r.ProvablyBelow(d, extents)) return q;
     if (!q.is_zero()) return q + FloorDiv(r, d, extents);
     // (g*big + small) // (g*d') = big // d' when 0 <= small < g.
-    IndexExpr g, big, small;
-    if (SplitByCommonFactor(r, d, extents, &g, &big, &small)) {
-      Term dq;
-      DivideTerm(d.terms_[0], g.terms_[0], &dq);
-      return FloorDiv(big, OfTerms({std::move(dq)}), extents);
+    IndexExpr g, rest, big, small;
+    if (SplitByCommonFactor(r, d, extents, &g, &rest, &big, &small)) {
+      return FloorDiv(big, rest, extents);
     }
   }
   IndexExpr e;
@@ -562,11 +563,9 @@ IndexExpr IndexExpr::Mod(const IndexExpr& a, const IndexExpr& d, const VarExtent
   }
   if (r.ProvablyBelow(d, extents)) return r;
   // (g*big + small) % (g*d') = g*(big % d') + small when 0 <= small < g.
-  IndexExpr g, big, small;
-  if (SplitByCommonFactor(r, d, extents, &g, &big, &small)) {
-    Term dq;
-    DivideTerm(d.terms_[0], g.terms_[0], &dq);
-    return g * Mod(big, OfTerms({std::move(dq)}), extents) + small;
+  IndexExpr g, rest, big, small;
+  if (SplitByCommonFactor(r, d, extents, &g, &rest, &big, &small)) {
+    return g * Mod(big, rest, extents) + small;
   }
   IndexExpr e;
   Atom atom = MakeBinary(Atom::Kind::kMod, r, d);

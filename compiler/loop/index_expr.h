@@ -128,10 +128,10 @@ class IndexExpr {
                           const VarExtents& extents);
   // A normalized sum of `terms`.
   static IndexExpr OfTerms(std::vector<Term> terms);
-  // Splits a = g*big + small with g a monomial dividing `d` and 0 <= small < g provably, g the
+  // Splits a = g*big + small and d = g*rest with g a monomial, 0 <= small < g provably, g the
   // first such common factor of d and a term of a; false when there is none (g = 1).
   static bool SplitByCommonFactor(const IndexExpr& a, const IndexExpr& d, const VarExtents& extents,
-                                  IndexExpr* g, IndexExpr* big, IndexExpr* small);
+                                  IndexExpr* g, IndexExpr* rest, IndexExpr* big, IndexExpr* small);
   void Normalize();  // sorts and merges terms, drops zeros, computes key_
   // Rewrites c*D*FloorDiv(x, D) + c*Mod(x, D) as c*x (what a view's unravelling leaves after
   // a reshape back), then normalizes again.
