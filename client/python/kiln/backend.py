@@ -172,7 +172,8 @@ def kiln_backend(gm: Any, example_inputs: Sequence[Any], *,
     target = settings.target or _target_of(example_inputs)
     loading = frame_cache.Loading(
         frame, compiler.policy,
-        lambda decision, inputs, name: _kiln_runner(decision, inputs, name, settings.cudagraphs))
+        lambda decision, inputs, name, saved_from: _kiln_runner(decision, inputs, name,
+                                                                settings.cudagraphs, saved_from))
     with frame_cache.frame_cache(_process.frame_store(settings, target),
                                  frame_cache.frame_tag(settings, target), loading) as cached:
         return aot_autograd(**_compilers(compiler, settings, frame, cached))(gm, example_inputs)
@@ -217,20 +218,41 @@ def _compile_aot_graph(compiler: GraphCompiler, settings: Settings, gm: Any,
         rank, world_size = _rank_and_world_size()
         decision = compiler.compile(graph, name, settings.target or _target_of(inputs), rank,
                                     world_size)
-    runner, ran = _runner(decision, gm, inputs, kind, compiler.policy, name, settings.cudagraphs)
+    saved_from = _saved_from(kind)
+    runner, ran = _runner(decision, gm, inputs, kind, compiler.policy, name, settings.cudagraphs,
+                          saved_from)
     if not output_code:
         return runner
     from kiln.output_code import KilnOutputCode  # noqa: PLC0415
 
     kilns = ran.runner == KILN
     return KilnOutputCode(kind, name, runner, ran.artifact if kilns else None, ran.compile_key,
-                          ran.reason)
+                          ran.reason, saved_from)
 
 
-def _kiln_runner(decision: Decision, inputs: Sequence[Any], name: str,
-                 cudagraphs: bool) -> Callable:
+def _saved_from(kind: str) -> Optional[int]:
+    """For a forward, the index of its first output that only the backward reads: AOTAutograd
+    returns the mutated inputs, the user's outputs and the intermediate bases (num_forward of
+    them, effect tokens aside), then the saved tensors and symbols. None when unknown."""
+    if kind != "fw":
+        return None
+    import torch  # noqa: PLC0415
+
+    context = torch._guards.TracingContext.try_get()
+    meta = getattr(context, "fw_metadata", None)
+    num_forward = getattr(meta, "num_forward", None)
+    if not isinstance(num_forward, int):
+        return None
+    # Tokens lead the outputs; PyTorch versions differ on whether num_forward counts them,
+    # and counting them twice only returns a few more copies.
+    return num_forward + len(getattr(meta, "tokens", None) or ())
+
+
+def _kiln_runner(decision: Decision, inputs: Sequence[Any], name: str, cudagraphs: bool,
+                 saved_from: Optional[int] = None) -> Callable:
     """Kiln's runtime running the artifact, as AOTAutograd calls a compiled graph; its runs
-    captured in CUDA graphs when `cudagraphs` and the plan allows (kiln.cuda_graphs)."""
+    captured in CUDA graphs when `cudagraphs` and the plan allows (kiln.cuda_graphs), a
+    forward's outputs from `saved_from` on being its saved values."""
     import torch  # noqa: PLC0415
     from functorch.compile import make_boxed_func  # noqa: PLC0415
 
@@ -241,6 +263,7 @@ def _kiln_runner(decision: Decision, inputs: Sequence[Any], name: str,
                    x.device.type == "cuda"), None)
     runtime = GpuRuntime(artifact_pb2.CompiledGraph.FromString(decision.artifact), device,
                          process_groups=_process_groups(), cudagraphs=cudagraphs,
+                         saved_from=saved_from,
                          log=lambda message: log.info("graph %s: %s", name, message))
     if cudagraphs:
         log.info("graph %s: %s", name, "runs are captured in CUDA graphs"
@@ -263,15 +286,15 @@ def _process_groups() -> list[str]:
 
 
 def _runner(decision: Decision, gm: Any, inputs: Sequence[Any], kind: str,
-            policy: FallbackPolicy, name: str,
-            cudagraphs: bool = False) -> tuple[Callable, Decision]:
+            policy: FallbackPolicy, name: str, cudagraphs: bool = False,
+            saved_from: Optional[int] = None) -> tuple[Callable, Decision]:
     """The runner `decision` asks for, and the decision it carries out (another when Kiln's
     runtime cannot load the artifact)."""
     from functorch.compile import make_boxed_func  # noqa: PLC0415
 
     if decision.runner == KILN:
         try:
-            return _kiln_runner(decision, inputs, name, cudagraphs), decision
+            return _kiln_runner(decision, inputs, name, cudagraphs, saved_from), decision
         except Exception as e:  # a runtime that cannot load is no reason to stop training
             decision = policy.after_load_failure(e, name)
 

@@ -22,7 +22,9 @@ views of the pool, and the next replay checks that every such view of the last o
 (StorageWeakRef), running the plan eagerly when one is still alive. So a replay never
 overwrites a tensor the caller still holds: a trainer's step (forward, backward, optimizer,
 zero_grad(set_to_none=True)) frees them in time, and a program that keeps them is right,
-only slower.
+only slower. A forward's saved values (its outputs from `saved_from` on, which only its
+backward reads, and which autograd frees when the backward has run) are views however small:
+a copy would move them every step, and the backward would copy them into its own graph.
 """
 
 from __future__ import annotations
@@ -79,10 +81,12 @@ class GraphedPlan:
     fixed across calls (parameters and buffers)."""
 
     def __init__(self, plan: BoundPlan, static_inputs: set[int],
-                 log: Optional[Callable[[str], None]] = None) -> None:
+                 log: Optional[Callable[[str], None]] = None,
+                 saved_from: Optional[int] = None) -> None:
         self.plan = plan
         self.log = log or (lambda message: None)
         self.static_inputs = static_inputs
+        self.saved_from = saved_from
         self.calls = 0
         self.replays = 0
         self.captures = 0
@@ -115,7 +119,7 @@ class GraphedPlan:
             settled = in_place == held_still and generation == self._generation
             if self.calls <= WARMUP_CALLS or (not settled and self.calls < MAX_WARMUP_CALLS):
                 return self.plan.run(inputs, seed, offset)
-            self._graph = _Capture(self.plan, inputs, in_place, seed, offset)
+            self._graph = _Capture(self.plan, inputs, in_place, seed, offset, self.saved_from)
             _keep(self, self._graph)
             self.captures += 1
             self._moves = 0
@@ -156,7 +160,7 @@ class _Capture:
     """One capture of the plan: its graph, pool, copied inputs and outputs' places."""
 
     def __init__(self, plan: BoundPlan, inputs: Sequence[Any], in_place: set[int], seed: int,
-                 offset: int) -> None:
+                 offset: int, saved_from: Optional[int] = None) -> None:
         import torch  # noqa: PLC0415
 
         self.plan = plan
@@ -190,14 +194,15 @@ class _Capture:
         # Where each output lives: a view of an input (made again from the caller's tensor at
         # each replay), a value, or a place in the pool (storage address and size).
         self.outputs: list[tuple] = []
-        for (kind, payload), out in zip(plan.outputs, outputs):
+        copies_from = len(outputs) if saved_from is None else saved_from
+        for index, ((kind, payload), out) in enumerate(zip(plan.outputs, outputs)):
             if kind != "view":
                 self.outputs.append(("value", out))
             elif plan.buffer_kinds[payload.buffer] == BUFFER_INPUT:
                 self.outputs.append(("input", payload))
             else:
                 storage = out.untyped_storage()
-                small = storage.nbytes() <= SMALL_OUTPUT_BYTES
+                small = storage.nbytes() <= SMALL_OUTPUT_BYTES and index < copies_from
                 # What a replay makes the output's tensor from, in one call.
                 meta = {"dtype": out.dtype, "size": tuple(out.shape),
                         "stride": tuple(out.stride()), "storage_offset": out.storage_offset()}
@@ -248,6 +253,7 @@ class _Capture:
         out: list[Any] = []
         self.alive = []
         storages: dict[int, Any] = {}
+        watched: set[int] = set()  # storages in self.alive
         for place in self.outputs:
             if place[0] == "value":
                 out.append(place[1])
@@ -263,8 +269,9 @@ class _Capture:
             storage = storages.get(address)
             if storage is None:
                 storage = storages[address] = construct_storage(address, device, nbytes)
-                if kind == "pool":
-                    self.alive.append(StorageWeakRef(storage))
+            if kind == "pool" and address not in watched:
+                watched.add(address)
+                self.alive.append(StorageWeakRef(storage))
             if construct is not None:
                 t = construct(meta, storage)
             else:

@@ -74,17 +74,19 @@ def refusal(settings: Settings, world_size: int) -> Optional[str]:
 class Loading:
     """What a frame found in kilnd needs to run, for the backend call that found it:
     `frame` names it in messages, `policy` decides how its graphs run, `run_kiln` makes a
-    graph's runner from a decision, the graph's example inputs and its name."""
+    graph's runner from a decision, the graph's example inputs, its name and, for a forward,
+    the index of its first saved output (kiln.cuda_graphs)."""
 
     frame: str
     policy: FallbackPolicy
-    run_kiln: Callable[[Decision, Sequence[Any], str], Callable]
+    run_kiln: Callable[[Decision, Sequence[Any], str, Optional[int]], Callable]
 
 
 _local = threading.local()
 
 
-def load(kind: str, compile_key: str, artifact: bytes, example_inputs: Sequence[Any]) -> Callable:
+def load(kind: str, compile_key: str, artifact: bytes, example_inputs: Sequence[Any],
+         saved_from: Optional[int] = None) -> Callable:
     """The runner of a graph of a frame found in kilnd (KilnOutputCode.post_compile)."""
     loading: Optional[Loading] = getattr(_local, "loading", None)
     if loading is None:
@@ -92,7 +94,7 @@ def load(kind: str, compile_key: str, artifact: bytes, example_inputs: Sequence[
     name = f"{loading.frame}.{kind}"
     decision = loading.policy.after_success(compile_key, "frame found in kilnd", name,
                                             artifact=artifact)
-    return loading.run_kiln(decision, example_inputs, name)
+    return loading.run_kiln(decision, example_inputs, name, saved_from)
 
 
 @contextlib.contextmanager

@@ -112,11 +112,15 @@ class _InputSpec:
 
 
 class GpuRuntime:
-    """A loaded CUDA CompiledGraph; run() may be called any number of times."""
+    """A loaded CUDA CompiledGraph; run() may be called any number of times. For a
+    forward, `saved_from` is the index of its first output that only its backward reads
+    (AOTAutograd's saved values), which CUDA-graph replays hand out in place however small
+    (kiln.cuda_graphs)."""
 
     def __init__(self, artifact: Any, device: Any = None,
                  process_groups: Sequence[str] = (), cudagraphs: bool = False,
-                 log: Optional[Callable[[str], None]] = None) -> None:
+                 log: Optional[Callable[[str], None]] = None,
+                 saved_from: Optional[int] = None) -> None:
         import torch  # noqa: PLC0415
 
         if not artifact.target.startswith("cuda:"):
@@ -144,6 +148,7 @@ class GpuRuntime:
         self._rng_offset = itertools.count(0, max(1, self.rng_increment))
         self._bound: OrderedDict[tuple, BoundPlan] = OrderedDict()
         self.static_inputs = set(artifact.cudagraph.static_inputs)
+        self.saved_from = saved_from
         self.log = log
         self.graph_refusal = self._graph_refusal(artifact) if cudagraphs else "not asked for"
 
@@ -344,7 +349,8 @@ class GpuRuntime:
             rng_offset = next(self._rng_offset)
         if self.graph_refusal is None and after_step is None:
             if plan.graphed is None:
-                plan.graphed = GraphedPlan(plan, self.static_inputs, self.log)
+                plan.graphed = GraphedPlan(plan, self.static_inputs, self.log,
+                                           self.saved_from)
             return plan.graphed.run(inputs, rng_seed, rng_offset)
         return plan.run(inputs, rng_seed, rng_offset, after_step)
 

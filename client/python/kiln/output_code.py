@@ -17,15 +17,20 @@ class KilnOutputCode(OutputCode):
     """One forward, backward or inference graph (`kind`) of a frame, called as AOTAutograd
     calls compiled graphs (one list of inputs). `artifact` is the kiln.v1.CompiledGraph kilnd
     answered with (key `compile_key`); a graph that runs per fallback has none, and its
-    frame is not stored. Pickled without its runner, which post_compile makes again."""
+    frame is not stored. A forward's outputs from `saved_from` on are its saved values
+    (kiln.cuda_graphs). Pickled without its runner, which post_compile makes again."""
+
+    saved_from: Optional[int] = None  # what a frame pickled without the field loads with
 
     def __init__(self, kind: str, name: str, runner: Callable, artifact: Optional[bytes] = None,
-                 compile_key: str = "", reason: str = "") -> None:
+                 compile_key: str = "", reason: str = "",
+                 saved_from: Optional[int] = None) -> None:
         self.kind = kind
         self.name = name
         self.artifact = artifact
         self.compile_key = compile_key
         self.reason = reason
+        self.saved_from = saved_from
         self._runner: Optional[Callable] = runner
         self._boxed_call = True
 
@@ -44,7 +49,7 @@ class KilnOutputCode(OutputCode):
         if self._runner is None:
             assert self.artifact is not None
             self._runner = frame_cache.load(self.kind, self.compile_key, self.artifact,
-                                            example_inputs)
+                                            example_inputs, self.saved_from)
 
     def set_triton_bundle(self, triton_bundle: Any) -> None:
         pass  # no Triton kernels

@@ -176,3 +176,24 @@ def test_the_joint_graph_is_split_by_min_cut_unless_the_setting_says_default(
         assert compilers["partition_fn"]() == expected
         assert capture.Recorder("m", partitioner=settings.partitioner).partitioner == expected
         assert capture.partition_fn(settings.partitioner)() == expected
+
+
+def test_a_forwards_saved_values_start_after_what_autograd_returns(monkeypatch) -> None:
+    # A stand-in for torch._guards.TracingContext as AOTAutograd leaves it around the forward
+    # compiler: num_forward outputs (mutated inputs, the user's outputs, intermediate bases)
+    # come first, after any effect tokens.
+    import types
+
+    from kiln import backend
+
+    context = types.SimpleNamespace(fw_metadata=types.SimpleNamespace(num_forward=3,
+                                                                      tokens=[]))
+    guards = types.SimpleNamespace(TracingContext=types.SimpleNamespace(
+        try_get=lambda: context))
+    monkeypatch.setitem(sys.modules, "torch", types.SimpleNamespace(_guards=guards))
+    assert backend._saved_from("fw") == 3
+    assert backend._saved_from("bw") is None and backend._saved_from("infer") is None
+    context.fw_metadata.tokens = ["token"]
+    assert backend._saved_from("fw") == 4
+    context.fw_metadata = None  # compiled outside AOTAutograd: every small output is copied
+    assert backend._saved_from("fw") is None

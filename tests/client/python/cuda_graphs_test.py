@@ -161,3 +161,30 @@ def test_an_input_read_in_place_that_is_no_tensor_any_more_is_not_replayed_over(
     assert g._graph is not None and g._graph.can_replay([x])
     # The one-call check says no instead of raising.
     assert not g._graph.can_replay([object()])
+
+
+def test_a_forwards_small_saved_values_stay_in_the_pool() -> None:
+    # Output 0 is the user's (a loss: a copy); output 1, as small, is a value saved for the
+    # backward alone (an attention's RNG seed): it is the pool's memory at every replay, and a
+    # replay waits until the last one's is gone.
+    a = graphable(static=True)
+    a.buffers.add().CopyFrom(a.buffers[1])
+    a.buffers[3].name = "seed"
+    a.outputs.add().CopyFrom(a.outputs[0])
+    a.outputs[1].view.buffer = 3
+    r = GpuRuntime(a, torch.device("cuda", 0), cudagraphs=True, saved_from=1)
+    x = rt.cuda_input(16)
+    losses, saved = [], []
+    for _ in range(6):
+        loss, value = r.run([x])
+        losses.append(loss)  # kept, as a trainer keeps its losses
+        saved.append(value.data_ptr())
+        del value
+    g = graph_of(r)
+    assert (g.replays, g.refusals) == (3, {})
+    assert len({t.data_ptr() for t in losses[3:]}) == 3
+    assert saved[3] == saved[4] == saved[5]
+    _, held = r.run([x])
+    r.run([x])
+    assert g.refusals == {cuda_graphs.ALIVE: 1}
+    del held

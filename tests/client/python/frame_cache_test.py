@@ -136,7 +136,8 @@ class StandIn:
 
 def loading() -> frame_cache.Loading:
     return frame_cache.Loading("frame 3/0", FallbackPolicy("eager"),
-                               lambda decision, inputs, name: (decision, list(inputs), name))
+                               lambda decision, inputs, name, saved_from: (
+                                   decision, list(inputs), name, saved_from))
 
 
 def test_while_the_backend_runs_aotautogradcache_reads_kilnd_and_writes_nothing_locally(
@@ -165,10 +166,12 @@ def test_while_the_backend_runs_aotautogradcache_reads_kilnd_and_writes_nothing_
         assert "triton" in stand_in.codecache.CacheBase.get_system()["version"]
         stand_in.codecache.init_backend_registration()
         assert stand_in.registered == 1
-        decision, inputs, name = frame_cache.load("bw", "ab" * 32, b"artifact", ["x"])
+        decision, inputs, name, saved_from = frame_cache.load("bw", "ab" * 32, b"artifact",
+                                                              ["x"])
         assert (decision.runner, decision.artifact, decision.compile_key) == (
             KILN, b"artifact", "ab" * 32)
-        assert (inputs, name) == (["x"], "frame 3/0.bw")
+        assert (inputs, name, saved_from) == (["x"], "frame 3/0.bw", None)
+        assert frame_cache.load("fw", "ab" * 32, b"artifact", ["x"], 5)[3] == 5
     # Everything is as it was.
     f = stand_in.functorch
     assert (f.enable_autograd_cache, f.enable_remote_autograd_cache, f.bundled_autograd_cache,
