@@ -331,7 +331,9 @@ class BoundPlan:
 
     # Running.
 
-    def check_inputs(self, inputs: Sequence[Any]) -> None:
+    def check_inputs(self, inputs: Sequence[Any], checks: Optional[list] = None) -> None:
+        """Raises InputMismatch naming the first input that does not fit the plan; only those
+        of `checks` (a part of self.checks) when given."""
         import torch  # noqa: PLC0415
 
         runtime = self.runtime
@@ -340,7 +342,7 @@ class BoundPlan:
                                 "given")
         device = runtime.device
         tensor = torch.Tensor
-        for c in self.checks:
+        for c in self.checks if checks is None else checks:
             x = inputs[c.index]
             # The common case in one expression: a tensor that fits exactly.
             if isinstance(x, tensor) and x.dtype == c.dtype and x.shape == c.sizes and \

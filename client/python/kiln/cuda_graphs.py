@@ -14,12 +14,16 @@ the capture (the forward's saved tensors, which a captured forward keeps at fixe
 addresses, reaching the backward), are read in place; a replay whose such input moved runs
 the plan eagerly instead, and after MAX_MOVES of those the plan is captured again copying
 the inputs that moved (at most MAX_CAPTURES captures; then it runs eagerly). Every other input is copied into a buffer of the graph's before each replay,
-and an input the plan mutates is copied back after it.
+and an input the plan mutates is copied back after it. A replay checks the inputs it copies
+against the plan (BoundPlan.check_inputs); one it reads in place is where the capture saw it,
+a parameter whose sizes and strides Dynamo's guards fix or a view a forward's replay made.
 
 Outputs live in the graph's private memory pool, which the next replay overwrites. Outputs
 of at most SMALL_OUTPUT_BYTES (a loss, a step count) are returned as copies; larger ones as
 views of the pool, and the next replay checks that every such view of the last one is gone
-(StorageWeakRef), running the plan eagerly when one is still alive. So a replay never
+(each pool storage's use count is back to the one reference this module holds: the storages
+are made once per capture and every replay's views are made over them), running the plan
+eagerly when one is still alive. So a replay never
 overwrites a tensor the caller still holds: a trainer's step (forward, backward, optimizer,
 zero_grad(set_to_none=True)) frees them in time, and a program that keeps them is right,
 only slower. A forward's saved values (its outputs from `saved_from` on, which only its
@@ -71,7 +75,7 @@ def _keep(owner: "GraphedPlan", capture: "_Capture") -> None:
     with _captures_lock:
         _captures[:] = [(o, c) for o, c in _captures
                         if (o() is not None and o()._graph is c) or
-                        any(not ref.expired() for ref in c.alive)]
+                        c.in_use()]
         _captures.append((weakref.ref(owner), capture))
         _generation[0] += 1
 
@@ -103,11 +107,14 @@ class GraphedPlan:
         self.calls += 1
         generation, self._generation = self._generation, _generation[0]
         if self._graph is not None and self._graph.can_replay(inputs):
-            # The steady path: one check of the in-place inputs' addresses. The next call
-            # that does not replay finds no previous addresses to compare with.
+            # The steady path: one check of the in-place inputs' addresses, and the plan's
+            # checks of the others. The next call that does not replay finds no previous
+            # addresses to compare with.
+            self.plan.check_inputs(inputs, self._graph.checks)
             self._previous = None
             self.replays += 1
             return self._graph.replay(inputs)
+        self.plan.check_inputs(inputs)
         addresses = [_address(x) for x in inputs]
         previous, self._previous = self._previous, addresses
         if self._graph is None:
@@ -166,6 +173,10 @@ class _Capture:
         self.plan = plan
         self.in_place = in_place
         self.addresses = {i: _address(inputs[i]) for i in in_place}
+        # What a replay checks of its inputs: an input read in place is where the capture saw
+        # it, a parameter (whose sizes and strides Dynamo's guards fix) or a value a forward
+        # left in its pool, so only the inputs it copies.
+        self.checks = [c for c in plan.checks if c.index not in in_place]
         # The same, as torch._C._tensors_data_ptrs_at_indices_equal takes them, and the
         # PyTorch calls a replay makes (None where this PyTorch lacks them).
         self._indices = sorted(in_place)
@@ -208,8 +219,27 @@ class _Capture:
                         "stride": tuple(out.stride()), "storage_offset": out.storage_offset()}
                 self.outputs.append(("small" if small else "pool", storage.data_ptr(),
                                      storage.nbytes(), meta))
-        self.alive: list[Any] = []  # weak references to the last replay's pool views
         del outputs
+        # One storage object per place in the pool, over which every replay makes its views;
+        # a pool storage whose use count is above one (this reference) has a view alive.
+        construct_storage = torch._C._construct_storage_from_data_pointer
+        device = plan.runtime.device
+        self.storages: dict[int, Any] = {}
+        watched: dict[int, int] = {}
+        for place in self.outputs:
+            if place[0] in ("small", "pool"):
+                _, address, nbytes, _ = place
+                if address not in self.storages:
+                    self.storages[address] = construct_storage(address, device, nbytes)
+                if place[0] == "pool":
+                    watched[address] = self.storages[address]._cdata
+        self._watched = list(watched.values())
+        self._use_count = torch._C._storage_Use_Count
+
+    def in_use(self) -> bool:
+        """Whether a view of the pool that a replay handed out is still alive."""
+        use_count = self._use_count
+        return any(use_count(cdata) > 1 for cdata in self._watched)
 
     def moved(self, addresses: list[Optional[int]]) -> set[int]:
         return {i for i, a in self.addresses.items() if addresses[i] != a}
@@ -226,19 +256,18 @@ class _Capture:
                 return False
         except (RuntimeError, TypeError):  # an input that is no tensor where one was
             return False
-        return not any(not ref.expired() for ref in self.alive)
+        return not self.in_use()
 
     def cannot_replay(self, addresses: list[Optional[int]]) -> Optional[str]:
         """Why this call cannot replay (None when it can)."""
         if any(addresses[i] != a for i, a in self.addresses.items()):
             return MOVED
-        if any(not ref.expired() for ref in self.alive):
+        if self.in_use():
             return ALIVE
         return None
 
     def replay(self, inputs: Sequence[Any]) -> list:
         import torch  # noqa: PLC0415
-        from torch.multiprocessing.reductions import StorageWeakRef  # noqa: PLC0415
 
         for i, copy in self.copies.items():
             x = inputs[i]
@@ -247,35 +276,27 @@ class _Capture:
         for i in self.mutated:
             x = inputs[i]
             x.as_strided(self.copies[i].shape, (1,), x.storage_offset()).copy_(self.copies[i])
-        device = self.plan.runtime.device
-        construct_storage = torch._C._construct_storage_from_data_pointer
         construct = self._construct
+        storages = self.storages
         out: list[Any] = []
-        self.alive = []
-        storages: dict[int, Any] = {}
-        watched: set[int] = set()  # storages in self.alive
         for place in self.outputs:
-            if place[0] == "value":
+            kind = place[0]
+            if kind == "value":
                 out.append(place[1])
                 continue
-            if place[0] == "input":
+            if kind == "input":
                 view = place[1]
                 x = inputs[self.plan.input_of_buffer[view.buffer]]
                 t = torch.empty(0, dtype=view.dtype, device=x.device)
                 out.append(t.set_(x.untyped_storage(), x.storage_offset() * x.element_size() //
                                   view.itemsize + view.offset, view.sizes, view.strides))
                 continue
-            kind, address, nbytes, meta = place
-            storage = storages.get(address)
-            if storage is None:
-                storage = storages[address] = construct_storage(address, device, nbytes)
-            if kind == "pool" and address not in watched:
-                watched.add(address)
-                self.alive.append(StorageWeakRef(storage))
+            _, address, _, meta = place
+            storage = storages[address]
             if construct is not None:
                 t = construct(meta, storage)
             else:
-                t = torch.empty(0, dtype=meta["dtype"], device=device).set_(
+                t = torch.empty(0, dtype=meta["dtype"], device=storage.device).set_(
                     storage, meta["storage_offset"], meta["size"], meta["stride"])
             out.append(t.clone() if kind == "small" else t)
         return out

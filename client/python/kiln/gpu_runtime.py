@@ -156,8 +156,14 @@ class GpuRuntime:
 
     def _graph_refusal(self, artifact: Any) -> Optional[str]:
         """Why runs of this plan are not captured in CUDA graphs (None when they are)."""
+        import torch  # noqa: PLC0415
+
         from kiln.v1 import artifact_pb2  # noqa: PLC0415
 
+        if getattr(torch._C, "_storage_Use_Count", None) is None:
+            # A replay's outputs are views of the graph's pool; without it, whether the caller
+            # still holds one is unknown.
+            return f"PyTorch {torch.__version__} lacks torch._C._storage_Use_Count"
         info = artifact.cudagraph
         blockers = [r for r in info.reasons
                     if r.blocker != artifact_pb2.CAPTURE_BLOCKER_DYNAMIC_SHAPE]
@@ -342,7 +348,6 @@ class GpuRuntime:
         import torch  # noqa: PLC0415
 
         plan = self.bound(self.bind_symbols(inputs), group_launches=after_step is None)
-        plan.check_inputs(inputs)
         if rng_seed is None:
             rng_seed = torch.initial_seed()
         if rng_offset is None:
@@ -351,7 +356,8 @@ class GpuRuntime:
             if plan.graphed is None:
                 plan.graphed = GraphedPlan(plan, self.static_inputs, self.log,
                                            self.saved_from)
-            return plan.graphed.run(inputs, rng_seed, rng_offset)
+            return plan.graphed.run(inputs, rng_seed, rng_offset)  # checks the inputs
+        plan.check_inputs(inputs)
         return plan.run(inputs, rng_seed, rng_offset, after_step)
 
     def bind_groups(self, target: str, args: list[Any],

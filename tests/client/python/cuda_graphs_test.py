@@ -7,9 +7,10 @@ from __future__ import annotations
 import gc
 
 import gpu_runtime_test as rt
+import pytest
 
 from kiln import cuda_graphs
-from kiln.gpu_runtime import GpuRuntime
+from kiln.gpu_runtime import GpuRuntime, InputMismatch
 from kiln.v1 import artifact_pb2 as pb
 
 torch = rt.torch
@@ -188,3 +189,23 @@ def test_a_forwards_small_saved_values_stay_in_the_pool() -> None:
     r.run([x])
     assert g.refusals == {cuda_graphs.ALIVE: 1}
     del held
+
+
+def test_a_replay_checks_the_inputs_it_copies() -> None:
+    r = runtime(graphable(static=False))
+    for _ in range(5):
+        (y,) = r.run([rt.cuda_input(1 << 15)])
+        del y
+    assert graph_of(r).replays == 2
+    with pytest.raises(InputMismatch, match="input x: dtype"):
+        r.run([rt.cuda_input(1 << 15, kind=torch.float16)])
+    with pytest.raises(InputMismatch, match="input x: strides"):
+        r.run([rt.cuda_input(1 << 15, stride=2)])
+    assert graph_of(r).replays == 2
+
+
+def test_a_pytorch_that_cannot_count_a_storages_users_is_not_captured(monkeypatch) -> None:
+    monkeypatch.delattr(torch._C, "_storage_Use_Count")
+    monkeypatch.setattr(torch, "__version__", "2.0.1", raising=False)
+    assert runtime(graphable(True)).graph_refusal == (
+        "PyTorch 2.0.1 lacks torch._C._storage_Use_Count")

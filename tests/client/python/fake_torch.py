@@ -11,6 +11,7 @@ from __future__ import annotations
 import itertools
 import sys
 import types
+import weakref
 from typing import Any, Optional, Sequence
 
 
@@ -40,6 +41,8 @@ class device:  # noqa: N801
 
 
 _addresses = itertools.count(0x7F0000000000, 1 << 32)
+# Every storage alive, by its _cdata (torch._C._storage_Use_Count's argument).
+_storages: "weakref.WeakValueDictionary[int, UntypedStorage]" = weakref.WeakValueDictionary()
 
 
 class UntypedStorage:
@@ -47,6 +50,10 @@ class UntypedStorage:
         self.base = next(_addresses) if base is None else base
         self._nbytes = nbytes
         self.device = where
+        # The tensors over it, which with this object make its use count.
+        self._users: "weakref.WeakSet[Tensor]" = weakref.WeakSet()
+        self._cdata = id(self)
+        _storages[self._cdata] = self
 
     def data_ptr(self) -> int:
         return self.base
@@ -61,9 +68,12 @@ class Tensor:
         self._storage, self.dtype, self._offset = storage, kind, offset
         self.shape, self._strides = list(sizes), list(strides)
         self.device = storage.device
+        storage._users.add(self)
 
     def set_(self, storage: UntypedStorage, offset: int, sizes: Sequence[int],
              strides: Sequence[int]) -> "Tensor":
+        self._storage._users.discard(self)
+        storage._users.add(self)
         self._storage, self._offset = storage, offset
         self.shape, self._strides = list(sizes), list(strides)
         self.device = storage.device
@@ -240,6 +250,13 @@ def _construct_cuda_tensor(meta: dict, storage: UntypedStorage) -> Tensor:
     return Tensor(storage, meta["dtype"], meta["storage_offset"], meta["size"], meta["stride"])
 
 
+def _storage_use_count(cdata: int) -> int:
+    """References to a storage: its Python object's and its tensors' (PyTorch counts them
+    the same way: each holds the StorageImpl once)."""
+    storage = _storages[cdata]
+    return 1 + len(storage._users)
+
+
 def _tensors_data_ptrs_at_indices_equal(tensors: list, pointers: list, indices: list) -> bool:
     assert isinstance(tensors, list)  # PyTorch's takes a list, nothing else
     for i in indices:
@@ -253,7 +270,8 @@ def _tensors_data_ptrs_at_indices_equal(tensors: list, pointers: list, indices: 
 _C = types.SimpleNamespace(_construct_storage_from_data_pointer=lambda address, where, nbytes:
                            UntypedStorage(nbytes, where, base=address),
                            _construct_CUDA_Tensor_From_Storage_And_Metadata=_construct_cuda_tensor,
-                           _tensors_data_ptrs_at_indices_equal=_tensors_data_ptrs_at_indices_equal)
+                           _tensors_data_ptrs_at_indices_equal=_tensors_data_ptrs_at_indices_equal,
+                           _storage_Use_Count=_storage_use_count)
 
 
 def initial_seed() -> int:
