@@ -64,8 +64,9 @@ bool DynStridesUseVars(const Kernel& k) {
   return false;
 }
 
-// Whether every index is c*(E*u + v) + (terms without u or v), E the extent of v.
-bool Mergeable(Kernel& k, int32_t u, int32_t v) {
+// Whether every index (every store's, with `stores_only`) is c*(E*u + v) + (terms without u
+// or v), E the extent of v; with `stores_only`, c is 1 and every store mentions u or v.
+bool Mergeable(Kernel& k, int32_t u, int32_t v, bool stores_only = false) {
   const IndexExpr& inner = *k.Extent(v);
   const loop::VarExtents extents = k.Extents();
   auto at = [&](const IndexExpr& e, int64_t uval, int64_t vval) {
@@ -77,13 +78,21 @@ bool Mergeable(Kernel& k, int32_t u, int32_t v) {
         },
         extents);
   };
-  for (const IndexExpr* e : IndicesOf(k)) {
-    if (!Mentions(*e, u) && !Mentions(*e, v)) continue;
-    if (!AffineIn(*e, u, v)) return false;
-    const IndexExpr base = at(*e, 0, 0);
-    const IndexExpr cu = at(*e, 1, 0) - base;
-    const IndexExpr cv = at(*e, 0, 1) - base;
+  for (const Inst& in : k.insts) {
+    const bool indexed = in.op == Opcode::kStore ||
+                         (!stores_only && (in.op == Opcode::kLoad || in.op == Opcode::kIndex));
+    if (!indexed) continue;
+    const IndexExpr& e = in.index;
+    if (!Mentions(e, u) && !Mentions(e, v)) {
+      if (stores_only) return false;
+      continue;
+    }
+    if (!AffineIn(e, u, v)) return false;
+    const IndexExpr base = at(e, 0, 0);
+    const IndexExpr cu = at(e, 1, 0) - base;
+    const IndexExpr cv = at(e, 0, 1) - base;
     if (cu != cv * inner) return false;
+    if (stores_only && cv != IndexExpr::Const(1)) return false;
   }
   return true;
 }
@@ -117,6 +126,31 @@ bool MergePair(Kernel& k, int32_t u) {
     return IndexExpr::Var(w > v ? w - 1 : w);
   });
   return true;
+}
+
+// Merges u and u + 1 into u as a flat index over both, u becoming its quotient by the extent
+// of u + 1 and u + 1 its remainder.
+void FlattenPair(Kernel& k, int32_t u) {
+  const int32_t v = u + 1;
+  const IndexExpr inner = *k.Extent(v);
+  k.parallel[static_cast<size_t>(u)] = k.parallel[static_cast<size_t>(u)] * inner;
+  Rewrite(k, v, [&](int32_t w) {
+    if (w == u) return IndexExpr::FloorDiv(IndexExpr::Var(u), inner, k.Extents());
+    if (w == v) return IndexExpr::Mod(IndexExpr::Var(u), inner, k.Extents());
+    return IndexExpr::Var(w > v ? w - 1 : w);
+  });
+}
+
+// Whether some store of `k` writes rows of `row` elements of its buffer that cannot all
+// start at a multiple of kRowAlignmentBytes.
+bool StoresUnalignedRows(const loop::Program& program, const Kernel& k, int64_t row) {
+  for (const Inst& in : k.insts) {
+    if (in.op != Opcode::kStore) continue;
+    const int64_t bytes =
+        loop::ByteSize(loop::ScalarTypeOf(program.buffers[static_cast<size_t>(in.buffer)].dtype));
+    if (row * bytes % kRowAlignmentBytes != 0) return true;
+  }
+  return false;
 }
 
 // Drops variable u (of constant extent 1); true when it did.
@@ -176,8 +210,28 @@ std::optional<Kernel> CoalesceTo(const Kernel& kernel, const std::vector<IndexEx
   return out;
 }
 
+Kernel FlattenUnalignedRows(const loop::Program& program, Kernel kernel) {
+  if (!kernel.reduction.empty() || kernel.parallel.size() < 2 || DynStridesUseVars(kernel)) {
+    return kernel;
+  }
+  const int32_t np = static_cast<int32_t>(kernel.parallel.size());
+  const IndexExpr& row = kernel.parallel.back();
+  if (!row.is_const() || !StoresUnalignedRows(program, kernel, row.const_value())) {
+    return kernel;
+  }
+  // Only the whole parallel space as one flat range: a part of it would leave each store's
+  // runs as unaligned as its rows.
+  for (int32_t u = np - 2; u >= 0; --u) {
+    if (!Mergeable(kernel, u, u + 1, /*stores_only=*/true)) return kernel;
+  }
+  for (int32_t u = np - 2; u >= 0; --u) FlattenPair(kernel, u);
+  return kernel;
+}
+
 loop::Program CoalesceDims(loop::Program program) {
-  for (Kernel& k : program.kernels) k = CoalesceDims(std::move(k));
+  for (Kernel& k : program.kernels) {
+    k = FlattenUnalignedRows(program, CoalesceDims(std::move(k)));
+  }
   return program;
 }
 

@@ -47,13 +47,14 @@ inline constexpr int32_t kVectorBytes = 16;
 // where data says) and some load or store of it walks memory contiguously along the innermost
 // dimension with an alignment that can hold (codegen/llvm/point_runs.h); those accesses become
 // vector accesses of the whole run, where the run's buffers are aligned (kernel_abi.h). A
-// kernel with a contiguous store that cannot align (rows of an odd length, as GPT-2's
-// 50,257-token logits copied out of padded rows) gets no runs: in a run, that store would be
-// one per element with a warp's lanes `lanes` elements apart, each instruction writing a
-// sector per lane for two of its bytes. GPT-2 124M bf16's copy of the logits out of their
-// padded rows took 474 us so on an H200, 314-325 us a point a thread. A load that cannot align
-// keeps the runs: its lanes' sectors stay in L1 for the run's next elements, and the copy into
-// padded rows took 0.19 ms longer a point a thread (each thread's two bytes at a time).
+// kernel with a contiguous store that cannot align (rows of an odd length) gets no runs: in a
+// run, that store would be one per element with a warp's lanes `lanes` elements apart, each
+// instruction writing a sector per lane for two of its bytes. GPT-2 124M bf16's copy of the
+// logits out of their padded rows took 474 us so on an H200, 314-325 us a point a thread, and
+// 112 us walking its rows as one flat range in aligned runs (fuse::FlattenUnalignedRows,
+// which the coalesce phase applies first). A load that cannot align keeps the runs: its
+// lanes' sectors stay in L1 for the run's next elements, and the copy into padded rows took
+// 0.19 ms longer a point a thread (each thread's two bytes at a time).
 //
 // The run is as long as makes the narrowest such access kVectorBytes wide (4 f32, 8 bf16, 16
 // bytes), so that narrow types move 16 bytes per instruction as wide ones do, up to where the

@@ -240,5 +240,57 @@ TEST(CoalesceDimsTest, SymbolicExtentsMergeIntoTheirProduct) {
   EXPECT_EQ(merged.insts[0].index, V(0));
 }
 
+// out[r, c] = x[r, c] over rows of `row` f32 elements of out, read from x's rows `padded`
+// apart (the logits copied out of the rows a matmul wrote them in), in the program `p`.
+loop::Kernel CopyOutOfPaddedRows(loop::Program& p, int64_t rows, int64_t row, int64_t padded) {
+  const int32_t x = testing::AddInput(p, rows * padded);
+  const int32_t out = testing::AddOutput(p, rows * row);
+  testing::AddKernel(p, "%1", rows, {});
+  loop::Kernel k = p.kernels.back();
+  k.parallel = {C(rows), C(row)};
+  Inst load = testing::LoadAt(x);
+  load.index = V(0) * C(padded) + V(1);
+  Inst store = testing::StoreAt(out, 0);
+  store.index = V(0) * C(row) + V(1);
+  k.insts = {load, store};
+  k.stages = {{false, 0, 2}};
+  return k;
+}
+
+TEST(FlattenUnalignedRowsTest, StoresToRowsThatCannotAlignWalkTheFlatRange) {
+  // Rows of 5 f32 (20 bytes) read from rows 8 apart: the store walks p0, aligned runs and
+  // all; the load finds each element by the flat index's row and column.
+  loop::Program p;
+  const loop::Kernel before = CopyOutOfPaddedRows(p, 3, 5, 8);
+  EXPECT_EQ(fuse::CoalesceDims(before).parallel, (std::vector<IndexExpr>{C(3), C(5)}));
+  const loop::Kernel after = fuse::FlattenUnalignedRows(p, before);
+  EXPECT_EQ(after.parallel, (std::vector<IndexExpr>{C(15)}));
+  EXPECT_EQ(after.insts[1].index, V(0));
+  EXPECT_EQ(after.insts[0].index, C(8) * IndexExpr::FloorDiv(V(0), C(5), after.Extents()) +
+                                      IndexExpr::Mod(V(0), C(5), after.Extents()));
+  ExpectSameIndices(before, after);
+  // The program's phase does the same.
+  p.kernels.back() = before;
+  EXPECT_EQ(fuse::CoalesceDims(p).kernels.back().parallel, (std::vector<IndexExpr>{C(15)}));
+}
+
+TEST(FlattenUnalignedRowsTest, AlignedRowsAndStoresThatDoNotWalkAsOneKeepTheirDimensions) {
+  loop::Program p;
+  // Rows of 8 f32 are 32 bytes: their runs align as they are.
+  const loop::Kernel aligned = CopyOutOfPaddedRows(p, 3, 8, 12);
+  EXPECT_EQ(fuse::FlattenUnalignedRows(p, aligned).parallel, (std::vector<IndexExpr>{C(3), C(8)}));
+  // A transposed store, and a store every row of which lands twice as far apart.
+  loop::Kernel transposed = CopyOutOfPaddedRows(p, 3, 5, 8);
+  transposed.insts[1].index = V(1) * C(3) + V(0);
+  EXPECT_EQ(fuse::FlattenUnalignedRows(p, transposed).parallel,
+            (std::vector<IndexExpr>{C(3), C(5)}));
+  loop::Kernel strided = CopyOutOfPaddedRows(p, 3, 5, 8);
+  strided.insts[1].index = V(0) * C(10) + V(1);
+  EXPECT_EQ(fuse::FlattenUnalignedRows(p, strided).parallel, (std::vector<IndexExpr>{C(3), C(5)}));
+  // A reduction keeps its rows.
+  loop::Kernel sums = ChannelSums(2, 3, 1, 5);
+  EXPECT_EQ(fuse::FlattenUnalignedRows(p, sums).reduction, sums.reduction);
+}
+
 }  // namespace
 }  // namespace kiln
