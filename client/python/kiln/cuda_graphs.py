@@ -9,26 +9,27 @@ BoundPlan), and no kernel of it draws random numbers (the seed and offset are la
 parameters, which a replay would repeat).
 
 Inputs. A replay reads every input where the capture saw it. Parameters and buffers (the
-analysis's static inputs), and inputs whose address was the same in the two calls before
-the capture (the forward's saved tensors, which a captured forward keeps at fixed
-addresses, reaching the backward), are read in place; a replay whose such input moved runs
-the plan eagerly instead, and after MAX_MOVES of those the plan is captured again copying
-the inputs that moved (at most MAX_CAPTURES captures; then it runs eagerly). Every other input is copied into a buffer of the graph's before each replay,
-and an input the plan mutates is copied back after it. A replay checks the inputs it copies
-against the plan (BoundPlan.check_inputs); one it reads in place is where the capture saw it,
-a parameter whose sizes and strides Dynamo's guards fix or a view a forward's replay made.
+analysis's static inputs), and inputs whose address was the same in the two calls before the
+capture (the forward's saved tensors, which a captured forward keeps at fixed addresses,
+reaching the backward), are read in place; a replay whose such input moved runs the plan
+eagerly instead, and after MAX_MOVES of those the plan is captured again copying the inputs
+that moved (at most MAX_CAPTURES captures; then it runs eagerly). Every other input is copied
+into a buffer of the graph's before each replay, and an input the plan mutates is copied back
+after it. A replay checks the inputs it copies against the plan (BoundPlan.check_inputs); one
+it reads in place is where the capture saw it, a parameter whose sizes and strides Dynamo's
+guards fix or a view a forward's replay made.
 
-Outputs live in the graph's private memory pool, which the next replay overwrites. Outputs
-of at most SMALL_OUTPUT_BYTES (a loss, a step count) are returned as copies; larger ones as
-views of the pool, and the next replay checks that every such view of the last one is gone
-(each pool storage's use count is back to the one reference this module holds: the storages
-are made once per capture and every replay's views are made over them), running the plan
-eagerly when one is still alive. So a replay never
-overwrites a tensor the caller still holds: a trainer's step (forward, backward, optimizer,
-zero_grad(set_to_none=True)) frees them in time, and a program that keeps them is right,
-only slower. A forward's saved values (its outputs from `saved_from` on, which only its
-backward reads, and which autograd frees when the backward has run) are views however small:
-a copy would move them every step, and the backward would copy them into its own graph.
+Outputs live in the graph's private memory pool, which the next replay overwrites. Outputs of
+at most SMALL_OUTPUT_BYTES (a loss, a step count) are returned as copies; larger ones as views
+of the pool, and the next replay checks that every such view of the last one is gone (each
+pool storage's use count is back to the one reference this module holds: the storages are made
+once per capture and every replay's views are made over them), running the plan eagerly when
+one is still alive. So a replay never overwrites a tensor the caller still holds: a trainer's
+step (forward, backward, optimizer, zero_grad(set_to_none=True)) frees them in time, and a
+program that keeps them is right, only slower. A forward's saved values (its outputs from
+`saved_from` on, which only its backward reads, and which autograd frees when the backward has
+run) are views however small: a copy would move them every step, and the backward would copy
+them into its own graph.
 """
 
 from __future__ import annotations
