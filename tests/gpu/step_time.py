@@ -71,6 +71,8 @@ ALLOCATOR_COUNTERS = ("num_device_alloc", "num_device_free", "num_alloc_retries"
 # step times are then not steady ones: keep --steps well above STEADY_FROM + PROFILE_STEPS).
 PROFILE_STEPS = 3
 PROFILE_ROWS = 40
+# The stack sampler over steady steps ("steady") needs more of them to gather samples.
+SAMPLED_STEPS = 12
 
 
 @dataclass(frozen=True)
@@ -123,7 +125,8 @@ class Profiler:
     host's time by Python function, most time spent in the function itself first, then most
     cumulative time first) or a sampler of the Python stack ("first": the first step's
     seconds in each function and what it called, most first; stack_sampler.py says why not
-    cProfile)."""
+    cProfile; "steady": the same over the last SAMPLED_STEPS steps, sampled every 0.5 ms,
+    then the seconds in each function itself)."""
 
     def __init__(self, kind: str) -> None:
         import torch
@@ -136,6 +139,12 @@ class Profiler:
             from stack_sampler import StackSampler
 
             self.prof = StackSampler()
+        elif kind == "steady":
+            from stack_sampler import StackSampler
+
+            # A backward's Python runs in autograd's engine threads while the step waits.
+            self.prof = StackSampler(period_s=0.0005, switch_interval_s=0.0001,
+                                     waits_in={"torch/autograd/graph.py:_engine_run_backward"})
         else:
             import cProfile
 
@@ -144,7 +153,7 @@ class Profiler:
     def start(self) -> None:
         if self.kind == "torch":
             self.prof.__enter__()
-        elif self.kind == "first":
+        elif self.kind in ("first", "steady"):
             self.prof.start()
         else:
             self.prof.enable()
@@ -153,10 +162,15 @@ class Profiler:
         if self.kind == "torch":
             self.prof.__exit__(None, None, None)
             averages = self.prof.key_averages()
+            # The GPU's time by kernel, then the host's by op (what each op's call costs).
             return averages.table(sort_by="self_device_time_total", row_limit=PROFILE_ROWS,
-                                  max_name_column_width=70) + kernels_by_author(averages)
+                                  max_name_column_width=70) + kernels_by_author(averages) + \
+                averages.table(sort_by="self_cpu_time_total", row_limit=PROFILE_ROWS,
+                               max_name_column_width=70)
         if self.kind == "first":
             return self.prof.table(2 * PROFILE_ROWS)
+        if self.kind == "steady":
+            return self.prof.table(2 * PROFILE_ROWS, own=True)
         import io
         import pstats
 
@@ -232,8 +246,7 @@ def train(name: str, mode: str, steps: int, write_event: Callable[..., None],
     batches = [[fresh_like(x) for x in example] for _ in range(steps)]
     opt = torch.optim.AdamW(model.parameters(), lr=bench.lr)
     run = compiled(model, mode)
-    profiled = (range(1, 2) if profile == "first" else
-                range(steps - PROFILE_STEPS + 1, steps + 1) if profile else range(0))
+    profiled = profiled_steps(profile, steps)
     prof, table = None, None
     for step, batch in enumerate(batches, 1):
         if step == profiled.start:
@@ -255,7 +268,7 @@ def train(name: str, mode: str, steps: int, write_event: Callable[..., None],
         if prof is not None and step == profiled[-1]:
             table = prof.table()  # stops profiling: "first" covers the first step alone
     if table is not None:
-        write_event(event="profile", steps=len(profiled), table=table)
+        write_event(event="profile", steps=len(profiled), from_step=profiled.start, table=table)
     stats = torch.cuda.memory_stats()
     from torch._dynamo.utils import counters
 
@@ -264,6 +277,14 @@ def train(name: str, mode: str, steps: int, write_event: Callable[..., None],
                 aot_cache={key.removeprefix("autograd_cache_"): n
                            for key, n in counters["aot_autograd"].items()
                            if key.startswith("autograd_cache_")})
+
+
+def profiled_steps(profile: str, steps: int) -> range:
+    """The steps (from 1) that `profile` covers."""
+    if profile == "first":
+        return range(1, 2)
+    count = SAMPLED_STEPS if profile == "steady" else PROFILE_STEPS if profile else 0
+    return range(max(2, steps - count + 1), steps + 1) if count else range(0)
 
 
 def worker(name: str, mode: str, steps: int, events_path: pathlib.Path,
@@ -280,10 +301,11 @@ def summarize(events: list[dict], returncode: Optional[int], output: str,
     """One process's figures: first step, steady step and its host time (seconds), losses;
     or why it did not finish."""
     steps = [e for e in events if e.get("event") == "step"]
-    profiled = any(e.get("event") == "profile" for e in events)
+    profile = next((e for e in events if e.get("event") == "profile"), None)
     steady = steps[STEADY_FROM - 1:] if len(steps) >= STEADY_FROM else steps[1:]
-    if profiled:
-        steady = steady[:-PROFILE_STEPS] or steady
+    if profile is not None:  # profiled steps are not steady ones; the first step is not one
+        first_profiled = profile.get("from_step", len(steps) - PROFILE_STEPS + 1)
+        steady = [e for e in steady if e["step"] < first_profiled] or steady
     run: dict = {"steps": len(steps), "losses": [e["loss"] for e in steps]}
     if steps:
         run["first_s"] = steps[0]["seconds"]
@@ -432,9 +454,10 @@ def main(argv: Optional[list[str]] = None) -> int:
     parser.add_argument("--timeout", type=float, default=TIMEOUT_S)
     parser.add_argument("--repeat", type=int, default=1,
                         help="runs of each steady-state mode (median reported)")
-    parser.add_argument("--profile", choices=("torch", "python", "first"), default="",
+    parser.add_argument("--profile", choices=("torch", "python", "first", "steady"), default="",
                         help="profile each run's last steps with PyTorch's or Python's "
-                             "profiler, or its first step with a stack sampler (first); "
+                             "profiler or a stack sampler (steady), or its first step with "
+                             "a stack sampler (first); "
                              "OUT/profile.CONFIG.MODE.KIND.txt")
     args = parser.parse_args(argv)
     names = [n for n in args.only.split(",") if n]

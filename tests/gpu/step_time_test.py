@@ -35,6 +35,24 @@ def test_steps_before_steady_from_are_left_out_of_the_median() -> None:
     assert st.summarize(evs, 0, "", None)["steady_s"] == pytest.approx(0.05)
 
 
+def test_profiled_steps_are_left_out_of_the_median_but_a_first_step_profile_is_not() -> None:
+    assert st.profiled_steps("steady", 30) == range(30 - st.SAMPLED_STEPS + 1, 31)
+    assert st.profiled_steps("torch", 30) == range(30 - st.PROFILE_STEPS + 1, 31)
+    assert st.profiled_steps("first", 30) == range(1, 2)
+    assert st.profiled_steps("", 30) == range(0)
+    evs = events(7.5, 0.05, 0.01, steps=30)
+    for e in evs[30 - st.SAMPLED_STEPS:30]:
+        e["seconds"] = 1.0  # slowed by the sampler
+    evs.append({"event": "profile", "steps": st.SAMPLED_STEPS,
+                "from_step": 30 - st.SAMPLED_STEPS + 1, "table": ""})
+    assert st.summarize(evs, 0, "", None)["steady_s"] == pytest.approx(0.05)
+    evs = events(7.5, 0.05, 0.01, steps=12)
+    for e in evs[8:12]:
+        e["seconds"] = 0.04  # steps 9 to 12; without step 12 the median would be 0.045
+    evs.append({"event": "profile", "steps": 1, "from_step": 1, "table": ""})
+    assert st.summarize(evs, 0, "", None)["steady_s"] == pytest.approx(0.04)
+
+
 def test_a_run_that_did_not_finish_says_why() -> None:
     evs = events(7.5, 0.05, 0.01, steps=3)[:-1]
     assert st.summarize(evs, None, "tail", 400.0)["failed"] == "timed out after 400 s"

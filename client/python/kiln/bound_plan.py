@@ -175,6 +175,7 @@ class BoundPlan:
         self.outputs = [self._output(o) for o in runtime.outputs]
         self.typed_outputs = self._typed_outputs()
         self.graphed: Any = None  # its kiln.cuda_graphs.GraphedPlan, when runs are captured
+        self._empty_cuda, self._reinterpret = _fast_constructors()
 
     # Binding.
 
@@ -371,12 +372,17 @@ class BoundPlan:
         import torch  # noqa: PLC0415
 
         device = self.runtime.device
-        arena = torch.empty(self.arena_bytes, dtype=torch.uint8, device=device)
+        # PyTorch's allocation without its argument parsing, on the current device: a run
+        # allocates each output (a forward's saved values are hundreds).
+        empty = self._empty_cuda if self._empty_cuda is not None and \
+            torch.cuda.current_device() == device.index else None
+        arena = empty((self.arena_bytes,), (1,), torch.uint8) if empty is not None else \
+            torch.empty(self.arena_bytes, dtype=torch.uint8, device=device)
         owned: dict[int, Any] = {}  # the allocation of each output buffer
         adopted = self.adopted_outputs
         for b in self.output_buffers:
             if b not in adopted:
-                owned[b] = self._allocate_output(b)
+                owned[b] = self._allocate_output(b, empty)
         # The slot table: constants as binding left them, then this run's addresses. An input
         # buffer starts at the tensor's first element (data_ptr: its storage offset applied).
         table = cuda.SlotTable.copy_of(self._slot_template)
@@ -434,11 +440,17 @@ class BoundPlan:
                 out.append(views.view(payload, escapes=True))
         return out
 
-    def _allocate_output(self, b: int) -> Any:
+    def _allocate_output(self, b: int, empty: Optional[Callable[..., Any]] = None) -> Any:
+        """Output buffer b's memory: its one output when typed_outputs has it, else bytes;
+        through `empty` (_empty_strided_cuda) when given."""
         import torch  # noqa: PLC0415
 
-        device = self.runtime.device
         typed = self.typed_outputs.get(b)
+        if empty is not None:
+            if typed is None:
+                return empty((self.output_bytes[b],), (1,), torch.uint8)
+            return empty(tuple(typed.sizes), tuple(typed.strides), typed.dtype)
+        device = self.runtime.device
         if typed is None:
             return torch.empty(self.output_bytes[b], dtype=torch.uint8, device=device)
         return torch.empty_strided(typed.sizes, typed.strides, dtype=typed.dtype, device=device)
@@ -571,7 +583,7 @@ class BoundPlan:
         outs = [a for a in getattr(schema, "arguments", []) if getattr(a, "is_out", False)]
         if schema is None or len(outs) != 1 or outs[0].name != "out":
             return None
-        return out_op
+        return _unboxed(c) or out_op
 
     def _shares_storage(self, a: int, b: int) -> bool:
         if a == b:
@@ -581,6 +593,39 @@ class BoundPlan:
 
     def _base(self, buffer: int, views: "_Views") -> int:
         return views.base(buffer) if self.buffer_kinds[buffer] != BUFFER_INPUT else 0
+
+
+# Ops whose torch function takes the schema's positional arguments, and out=: called so, a
+# run skips torch.ops' boxed call (parsing each argument against the schema), as Inductor's
+# extern kernels do. A GPT-2 step makes about 150 such calls.
+_UNBOXED_OUT = {"aten.mm.default": ("mm", 2), "aten.bmm.default": ("bmm", 2)}
+
+
+def _unboxed(c: Call) -> Optional[Callable[..., Any]]:
+    """The torch function that writes `c`'s result to out=, when it is one of
+    _UNBOXED_OUT's and called with positional arguments only."""
+    import torch  # noqa: PLC0415
+
+    name, arity = _UNBOXED_OUT.get(c.target, ("", -1))
+    if len(c.args) != arity or c.kwargs:
+        return None
+    return getattr(getattr(torch._C, "_VariableFunctions", None), name, None)
+
+
+def _fast_constructors() -> tuple[Optional[Callable[..., Any]], Optional[Callable[..., Any]]]:
+    """PyTorch's constructors for generated code (Inductor's wrappers call them), each a C
+    function without the Python argument parsing of its public twin; None where this
+    PyTorch lacks one:
+      _empty_strided_cuda(sizes, strides, dtype)  torch.empty_strided on the current CUDA
+          device; sizes and strides are tuples
+      _reinterpret_tensor(base, sizes, strides, offset_increment)  a tensor of its own (not
+          a view of base) over base's storage, in base's dtype, starting offset_increment
+          elements after base's start"""
+    import torch  # noqa: PLC0415
+
+    guards = getattr(getattr(torch._C, "_dynamo", None), "guards", None)
+    return (getattr(guards, "_empty_strided_cuda", None),
+            getattr(guards, "_reinterpret_tensor", None))
 
 
 def _storage_address(x: Any) -> Optional[int]:
@@ -618,6 +663,7 @@ class _Views:
         self.inputs = inputs
         self.arena = arena
         self.owned = owned
+        self.reinterpret = plan._reinterpret
         self.host_values: dict[int, Any] = {}
         self._typed: dict[tuple[int, Any], Any] = {}  # a root viewed as a dtype, by root
         # The dtype of flat byte roots (the arena, outputs not allocated as themselves), which
@@ -657,17 +703,19 @@ class _Views:
         return t.set_(storage, byte_base // dtype.itemsize + offset, list(sizes), list(strides))
 
     def view(self, v: BoundView, escapes: bool = False) -> Any:
-        """A tensor over the view's memory. One that stays inside the run (an op's argument,
-        a copy's end) is an as_strided view of its buffer's root tensor, the cheapest to
-        make; one that `escapes` (an output) is a tensor of its own over the storage, as
-        autograd and AOTAutograd expect of a graph's outputs (not a view of some base)."""
+        """A tensor over the view's memory. One that `escapes` (an output) is a tensor of its
+        own over the storage, as autograd and AOTAutograd expect of a graph's outputs (not a
+        view of some base); so is every one where PyTorch has _reinterpret_tensor, the
+        cheapest to make. Without it, one that stays inside the run (an op's argument, a
+        copy's end) is an as_strided view of its buffer's root tensor."""
         b = v.buffer
         host = self.host_values.get(b) if self.host_values else None
         if host is not None:
             return self.at(host.untyped_storage(), 0, v.dtype, v.offset, v.sizes, v.strides)
         root = self.root(b)
         base = self.base(b)
-        if not escapes and base % v.itemsize == 0:
+        reinterpret = self.reinterpret
+        if (reinterpret is not None or not escapes) and base % v.itemsize == 0:
             if root.dtype == v.dtype:
                 typed = root
             else:
@@ -676,8 +724,11 @@ class _Views:
                 if typed is None and self.kinds[b] != BUFFER_INPUT and root.dtype == self.flat:
                     typed = self._typed[key] = root.view(v.dtype)
             if typed is not None:
-                # as_strided's offset counts from the storage's start, like the view's base.
-                return typed.as_strided(v.sizes, v.strides, base // v.itemsize + v.offset)
+                # The view's start counts from the storage's start, like its buffer's base.
+                start = base // v.itemsize + v.offset
+                if reinterpret is not None:
+                    return reinterpret(typed, v.sizes, v.strides, start - typed.storage_offset())
+                return typed.as_strided(v.sizes, v.strides, start)
         return self.at(root.untyped_storage(), base, v.dtype, v.offset, v.sizes, v.strides)
 
     def buffer_view(self, buffer: int, dtype: Any, sizes: Sequence[int],

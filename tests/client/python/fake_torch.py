@@ -267,11 +267,35 @@ def _tensors_data_ptrs_at_indices_equal(tensors: list, pointers: list, indices: 
     return True
 
 
+# Calls of the constructors Inductor's generated code uses (torch._C._dynamo.guards), by name.
+fast_calls: list[str] = []
+
+
+def _empty_strided_cuda(sizes: tuple, strides: tuple, kind: dtype) -> Tensor:
+    # PyTorch's parses exact tuples and allocates on the current device.
+    assert type(sizes) is tuple and type(strides) is tuple, (sizes, strides)
+    fast_calls.append("_empty_strided_cuda")
+    return empty_strided(sizes, strides, kind, device("cuda", cuda.current_device()))
+
+
+def _reinterpret_tensor(base: Tensor, sizes: Sequence[int], strides: Sequence[int],
+                        offset_increment: int = 0) -> Tensor:
+    fast_calls.append("_reinterpret_tensor")
+    return Tensor(base._storage, base.dtype, base._offset + offset_increment, sizes, strides)
+
+
 _C = types.SimpleNamespace(_construct_storage_from_data_pointer=lambda address, where, nbytes:
                            UntypedStorage(nbytes, where, base=address),
                            _construct_CUDA_Tensor_From_Storage_And_Metadata=_construct_cuda_tensor,
                            _tensors_data_ptrs_at_indices_equal=_tensors_data_ptrs_at_indices_equal,
-                           _storage_Use_Count=_storage_use_count)
+                           _storage_Use_Count=_storage_use_count,
+                           # torch.mm and the like: writes to out= are recorded as calls.
+                           _VariableFunctions=types.SimpleNamespace(
+                               mm=lambda a, b, *, out: calls.append(
+                                   ("torch.mm", (a, b), {"out": out})) or out),
+                           _dynamo=types.SimpleNamespace(guards=types.SimpleNamespace(
+                               _empty_strided_cuda=_empty_strided_cuda,
+                               _reinterpret_tensor=_reinterpret_tensor)))
 
 
 def initial_seed() -> int:

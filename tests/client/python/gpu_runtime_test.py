@@ -331,8 +331,19 @@ def test_an_extern_result_is_written_in_place_once_its_first_run_fits() -> None:
     runtime.run(mm_inputs())
     assert len(torch.copies) == copies + 1, "no copy: mm wrote into the arena itself"
     target, args, kwargs = torch.calls[-1]
-    assert target == "aten.mm.out"
+    assert target == "torch.mm"  # unboxed, as Inductor calls it
     assert (kwargs["out"].shape, kwargs["out"].stride()) == ([4, 16], [16, 1])
+    assert kwargs["out"].data_ptr() == args[0].data_ptr() + 128
+
+
+def test_without_the_torch_function_the_out_overload_is_called(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(torch._C, "_VariableFunctions", None)
+    runtime = GpuRuntime(mm_artifact(128), torch.device("cuda", 0))
+    for _ in range(2):
+        runtime.run(mm_inputs())
+    target, args, kwargs = torch.calls[-1]
+    assert target == "aten.mm.out"
     assert kwargs["out"].data_ptr() == args[0].data_ptr() + 128
 
 
@@ -392,3 +403,41 @@ def test_an_output_that_is_its_whole_buffer_is_the_allocation_itself() -> None:
     a.buffers[1].size_bytes.CopyFrom(sym("4*s0 + 64"))
     (y, _) = GpuRuntime(a, torch.device("cuda", 0)).run([cuda_input(1000)])
     assert y.dtype == torch.float32 and y.untyped_storage().nbytes() == 4096  # 64-aligned
+
+
+def layouts(tensors):  # type: ignore[no-untyped-def]
+    return [(t.shape, t.stride(), t.dtype, t.data_ptr() - t.untyped_storage().data_ptr(),
+             t.untyped_storage().nbytes()) for t in tensors]
+
+
+def test_pytorchs_lighter_constructors_make_the_same_tensors_as_the_public_ones(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    a = embedding_backward_artifact(-1, False)
+    a.outputs.insert(0, pb.OutputBinding(view=view(2, [4, 10], [1, 4], 1)))
+    grad = torch.empty_strided([6, 4], [4, 1], torch.float32, "cuda:0", 8)
+    indices = torch.empty_strided([6], [1], torch.int64, "cuda:0")
+
+    def runs() -> list:
+        runtime = GpuRuntime(a, torch.device("cuda", 0))
+        return [layouts(runtime.run([grad, indices])) for _ in range(2)] + \
+            [layouts(GpuRuntime(mm_artifact(128), torch.device("cuda", 0)).run(mm_inputs()))]
+
+    torch.fast_calls.clear()
+    fast = runs()
+    # Outputs, the arena and every view of a buffer come from the lighter constructors.
+    assert {"_empty_strided_cuda", "_reinterpret_tensor"} <= set(torch.fast_calls)
+    monkeypatch.setattr(torch._C, "_dynamo", None)  # a PyTorch without them
+    torch.fast_calls.clear()
+    assert runs() == fast
+    assert torch.fast_calls == []
+
+
+def test_a_run_off_the_current_device_allocates_on_the_plans_device(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    # _empty_strided_cuda allocates on the current device; a plan for another one asks
+    # PyTorch for its own device instead.
+    monkeypatch.setattr(torch.cuda, "current_device", lambda: 1)
+    torch.fast_calls.clear()
+    (y,) = GpuRuntime(mm_artifact(128), torch.device("cuda", 0)).run(mm_inputs())
+    assert "_empty_strided_cuda" not in torch.fast_calls
+    assert y.device == torch.device("cuda", 0)
