@@ -78,6 +78,9 @@ def loss_variants(out: pathlib.Path, table: dict) -> None:
         lines.append(f"no _nll_loss_backward: {e}")
     for name, chosen in tables.items():
         for ban in ("",) + BANS:
+            if ban and not hasattr(functorch_config, ban):
+                lines.append(f"decompositions {name}, {ban}: not a switch of this PyTorch")
+                continue
             torch._dynamo.reset()
             recorder = capture.Recorder("loss", partitioner=capture.DEFAULT_PARTITIONER)
             backend = aot_autograd(fw_compiler=recorder._compiler("fw"),
@@ -85,9 +88,6 @@ def loss_variants(out: pathlib.Path, table: dict) -> None:
                                    partition_fn=capture.partition_fn(
                                        capture.DEFAULT_PARTITIONER),
                                    decompositions=chosen)
-            if ban and not hasattr(functorch_config, ban):
-                lines.append(f"decompositions {name}, {ban}: not a switch of this PyTorch")
-                continue
             patch = {ban: False} if ban else {}
             with functorch_config.patch(patch):
                 loss = torch.compile(lambda x, y: ForCausalLMLoss(x, y, vocab),

@@ -82,15 +82,14 @@ class StackSampler:
         counts: collections.Counter = collections.Counter()
         for stack in self.samples:
             counts.update(set(stack))
-        per_sample = self.seconds / len(self.samples) if self.samples else 0.0
-        return sorted(((n * per_sample, name) for name, n in counts.items()),
-                      key=lambda row: (-row[0], row[1]))
+        return self._seconds(counts)
 
     def exclusive(self) -> list[tuple[float, str]]:
         """(seconds, function) for every sampled function, most seconds first: the seconds
         of the samples it was running in (C code it called included)."""
-        counts: collections.Counter = collections.Counter(
-            stack[-1] for stack in self.samples if stack)
+        return self._seconds(collections.Counter(stack[-1] for stack in self.samples if stack))
+
+    def _seconds(self, counts: collections.Counter) -> list[tuple[float, str]]:
         per_sample = self.seconds / len(self.samples) if self.samples else 0.0
         return sorted(((n * per_sample, name) for name, n in counts.items()),
                       key=lambda row: (-row[0], row[1]))

@@ -303,8 +303,9 @@ def summarize(events: list[dict], returncode: Optional[int], output: str,
     steps = [e for e in events if e.get("event") == "step"]
     profile = next((e for e in events if e.get("event") == "profile"), None)
     steady = steps[STEADY_FROM - 1:] if len(steps) >= STEADY_FROM else steps[1:]
-    if profile is not None:  # profiled steps are not steady ones; the first step is not one
-        first_profiled = profile.get("from_step", len(steps) - PROFILE_STEPS + 1)
+    # Profiled steps are not steady ones (a profile of the first step leaves them all be).
+    first_profiled = profile.get("from_step", len(steps) - PROFILE_STEPS + 1) if profile else 1
+    if first_profiled > 1:
         steady = [e for e in steady if e["step"] < first_profiled] or steady
     run: dict = {"steps": len(steps), "losses": [e["loss"] for e in steps]}
     if steps:
