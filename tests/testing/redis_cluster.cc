@@ -12,6 +12,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "absl/strings/str_split.h"
 #include "absl/strings/strip.h"
 #include "absl/time/clock.h"
 #include "tests/testing/loopback.h"
@@ -137,6 +138,23 @@ absl::Status LocalRedisCluster::StartNode(int node) {
           absl::StrCat("redis-server on port ", ports_[node], " did not start listening"));
     }
     absl::SleepFor(absl::Milliseconds(5));
+  }
+  // What listens may be another test's redis-server, which took the port between the check
+  // and ours binding it (ours then exits): only a server that reports our process id is ours.
+  absl::StatusOr<RunResult> info =
+      Run({kRedisCli, "-h", "127.0.0.1", "-p", absl::StrCat(ports_[node]), "INFO", "server"},
+          absl::Seconds(10));
+  if (!info.ok()) return info.status();
+  const std::string ours = absl::StrCat("process_id:", server->pid());
+  bool found = false;
+  for (absl::string_view line : absl::StrSplit(info->out, '\n')) {
+    found |= absl::StripSuffix(line, "\r") == ours;
+  }
+  if (!found) {
+    server->Signal(SIGKILL);
+    server->Wait(absl::Seconds(10));
+    return absl::UnavailableError(
+        absl::StrCat("port ", ports_[node], " is another redis-server's"));
   }
   servers_[node] = std::move(server);
   return absl::OkStatus();
