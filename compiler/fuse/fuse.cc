@@ -152,6 +152,68 @@ std::vector<int32_t> DenseOrder(const Kernel& k, const Inst& store) {
   return order;
 }
 
+// Strides of the dense layout of `parallel` whose dimensions, outermost first, are `order`.
+std::vector<IndexExpr> DenseStrides(const std::vector<IndexExpr>& parallel,
+                                    const std::vector<int32_t>& order) {
+  std::vector<IndexExpr> stride(parallel.size());
+  IndexExpr s = IndexExpr::Const(1);
+  for (size_t i = order.size(); i-- > 0;) {
+    stride[static_cast<size_t>(order[i])] = s;
+    s = s * parallel[static_cast<size_t>(order[i])];
+  }
+  return stride;
+}
+
+// Whether e uses variable v.
+bool Uses(const IndexExpr& e, int32_t v) {
+  std::vector<int32_t> vars;
+  e.CollectVars(&vars);
+  return std::find(vars.begin(), vars.end(), v) != vars.end();
+}
+
+// The coefficient of variable v in e when e is affine in it (e(v + 1) - e(v) does not use
+// v: v appears in no division, modulo, Max or Min, nor times itself), else nullopt.
+std::optional<IndexExpr> CoefficientOf(const IndexExpr& e, int32_t v) {
+  const loop::VarExtents unknown = [](int32_t) -> const IndexExpr* { return nullptr; };
+  const IndexExpr next = e.SubstituteVars(
+      [&](int32_t u) {
+        return u == v ? IndexExpr::Var(u) + IndexExpr::Const(1) : IndexExpr::Var(u);
+      },
+      unknown);
+  IndexExpr step = next - e;
+  if (Uses(step, v)) return std::nullopt;
+  return step;
+}
+
+// For a read of pointwise producer k's buffer with data-dependent terms (a gather's or an
+// index_select's load): the producer dimension each term moves along, the one whose stride in
+// k's dense layout (`stride`) is the term's stride. Inlined, the read becomes k's loads at the
+// point of the read's static index, each with the term added along that dimension: that takes
+// the term to stay within its dimension, as gather and index_select require of their indices
+// (a masked read masks the loads that replace it). Nullopt when a term matches no dimension,
+// or when some instruction of k does not follow such a dimension affinely (an index computed
+// from it, a division of it, a data-dependent stride that uses it).
+std::optional<std::vector<int32_t>> DynDims(const Kernel& k, const std::vector<IndexExpr>& stride,
+                                            const Inst& in) {
+  std::vector<int32_t> dims;
+  for (const loop::DynIndex& d : in.dyn) {
+    const auto it = std::find(stride.begin(), stride.end(), d.stride);
+    if (it == stride.end()) return std::nullopt;
+    dims.push_back(static_cast<int32_t>(it - stride.begin()));
+  }
+  for (const Inst& x : k.insts) {
+    for (const int32_t v : dims) {
+      if (x.op == Opcode::kIndex && Uses(x.index, v)) return std::nullopt;
+      if (x.op != Opcode::kLoad) continue;
+      if (!CoefficientOf(x.index, v)) return std::nullopt;
+      for (const loop::DynIndex& d : x.dyn) {
+        if (Uses(d.stride, v)) return std::nullopt;
+      }
+    }
+  }
+  return dims;
+}
+
 class Fuser {
  public:
   Fuser(Program p, const FuseOptions& o) : p_(std::move(p)), o_(o) {}
@@ -211,7 +273,9 @@ class Fuser {
       if (pinned[static_cast<size_t>(buffer)]) continue;
       const std::vector<int32_t> order = DenseOrder(k, st);
       if (order.size() != k.parallel.size()) continue;
-      // Every reader must be a later kernel reading without data-dependent terms.
+      const std::vector<IndexExpr> stride = DenseStrides(k.parallel, order);
+      // Every reader must be a later kernel reading without data-dependent terms, or with
+      // terms that move along one of k's dimensions each (DynDims).
       int sites = 0;
       bool ok = true;
       for (size_t sj = 0; sj < p_.steps.size() && ok; ++sj) {
@@ -220,7 +284,7 @@ class Fuser {
         const Kernel& c = K(p_.steps[sj].kernel);
         for (const Inst& in : c.insts) {
           if (Reads(in) && in.buffer == buffer) {
-            if (sj < si || !in.dyn.empty()) ok = false;
+            if (sj < si || (!in.dyn.empty() && !DynDims(k, stride, in))) ok = false;
             ++sites;
           }
           if (Writes(in) && in.buffer == buffer) ok = false;
@@ -247,15 +311,7 @@ class Fuser {
     bool any = false;
     for (const Inst& in : c.insts) any |= Reads(in) && in.buffer == buffer;
     if (!any) return;
-    // Strides of the producer's dense layout, per dim.
-    std::vector<IndexExpr> stride(k.parallel.size());
-    {
-      IndexExpr s = IndexExpr::Const(1);
-      for (size_t i = order.size(); i-- > 0;) {
-        stride[static_cast<size_t>(order[i])] = s;
-        s = s * k.parallel[static_cast<size_t>(order[i])];
-      }
-    }
+    const std::vector<IndexExpr> stride = DenseStrides(k.parallel, order);
     const loop::VarExtents ext = c.Extents();
     std::vector<Inst> out;
     std::vector<int32_t> map(c.insts.size(), -1);
@@ -273,18 +329,27 @@ class Fuser {
             IndexExpr q = IndexExpr::FloorDiv(in.index, stride[d], ext);
             point[d] = j == 0 ? q : IndexExpr::Mod(q, k.parallel[d], ext);
           }
+          // Data-dependent terms move the point along their dimensions (DynDims).
+          const std::vector<int32_t> dyn_dims =
+              in.dyn.empty() ? std::vector<int32_t>{} : *DynDims(k, stride, in);
+          const auto at_point = [&](int32_t v) { return point[static_cast<size_t>(v)]; };
           std::vector<int32_t> kmap(k.insts.size(), -1);
           for (size_t ki = 0; ki < k.insts.size(); ++ki) {
             if (static_cast<int32_t>(ki) == store) continue;
             Inst x = k.insts[ki];
             loop::RemapOperands(&x, kmap);
             if (x.op == Opcode::kLoad || x.op == Opcode::kIndex) {
-              x.index = x.index.SubstituteVars(
-                  [&](int32_t v) { return point[static_cast<size_t>(v)]; }, ext);
-              for (loop::DynIndex& d : x.dyn) {
-                d.stride = d.stride.SubstituteVars(
-                    [&](int32_t v) { return point[static_cast<size_t>(v)]; }, ext);
+              std::vector<loop::DynIndex> moved;
+              for (size_t t = 0; t < dyn_dims.size(); ++t) {
+                const IndexExpr coef = *CoefficientOf(x.index, dyn_dims[t]);
+                if (coef.is_zero()) continue;
+                // The term's stride is the dimension's, so it moves the point by its value.
+                moved.push_back({map[static_cast<size_t>(in.dyn[t].value)],
+                                 coef.SubstituteVars(at_point, ext)});
               }
+              x.index = x.index.SubstituteVars(at_point, ext);
+              for (loop::DynIndex& d : x.dyn) d.stride = d.stride.SubstituteVars(at_point, ext);
+              x.dyn.insert(x.dyn.end(), moved.begin(), moved.end());
             }
             if (x.op == Opcode::kLoad && mask >= 0) {
               if (x.mask >= 0) {
