@@ -11,9 +11,10 @@ after the user's are the saved values) and OUT/partitioner.log: PyTorch's partit
 DEBUG level ("materialized backwards: ..." names a value that a non-fusible op of the
 backward reads, which min-cut then never recomputes) and its debug summary.
 
-With --loss it partitions GPT-2's loss alone instead, once per set of decompositions (none,
---decompose's, and --decompose's with nll_loss_backward reading its input for the shape
-alone) and per min-cut switch turned off (BANS), and writes what each forward saves to
+The graphs are traced as the kiln backend traces them, with kiln.partitioning's
+decompositions; --decompose adds more. With --loss it partitions GPT-2's loss alone instead,
+once per set of decompositions (none, --decompose's, Kiln's, and Kiln's but detach's) and per
+min-cut switch turned off (BANS), and writes what each forward saves to
 OUT/loss_variants.txt.
 """
 
@@ -52,30 +53,23 @@ def saved(graph: dict) -> list[str]:
 
 def loss_variants(out: pathlib.Path, table: dict) -> None:
     """HF GPT-2's loss alone, on [4, 512, 50257] bf16 logits, partitioned by min-cut with
-    each of BANS off in turn (and with `table`'s decompositions): what the forward saves."""
+    each of BANS off in turn, under several sets of decompositions (none, `table`'s, Kiln's
+    and Kiln's but `detach`): what the forward saves."""
     import torch
     import torch._functorch.config as functorch_config
     from torch._dynamo.backends.common import aot_autograd
     from transformers.loss.loss_utils import ForCausalLMLoss
 
-    from kiln import capture
+    from kiln import capture, partitioning
 
     vocab = 50257
     logits = torch.randn(4, 512, vocab, device="cuda", dtype=torch.bfloat16, requires_grad=True)
     labels = torch.randint(0, vocab, (4, 512), device="cuda")
     lines = []
-    tables = {"none": {}, "asked": table}
-    try:  # nll_loss_backward reading `self` for its shape alone, through an empty tensor
-        from torch._decomp.decompositions import _nll_loss_backward
-
-        def nll_loss_backward(grad, x, *args: object) -> object:
-            like = torch.empty(x.shape, dtype=x.dtype, device=x.device)
-            return _nll_loss_backward(grad, like, *args)
-
-        tables["asked, nll_loss_backward's zeros not from self"] = {**table, torch.ops.aten.nll_loss_backward.default:
-                                         nll_loss_backward}
-    except ImportError as e:
-        lines.append(f"no _nll_loss_backward: {e}")
+    kilns = partitioning.decompositions(capture.DEFAULT_PARTITIONER)
+    tables = {"none": {}, "asked": table, "kiln's": kilns,
+              "kiln's but detach": {op: fn for op, fn in kilns.items()
+                                    if str(op) != "aten.detach.default"}}
     for name, chosen in tables.items():
         for ban in ("",) + BANS:
             if ban and not hasattr(functorch_config, ban):
@@ -85,7 +79,7 @@ def loss_variants(out: pathlib.Path, table: dict) -> None:
             recorder = capture.Recorder("loss", partitioner=capture.DEFAULT_PARTITIONER)
             backend = aot_autograd(fw_compiler=recorder._compiler("fw"),
                                    bw_compiler=recorder._compiler("bw"),
-                                   partition_fn=capture.partition_fn(
+                                   partition_fn=partitioning.partition_fn(
                                        capture.DEFAULT_PARTITIONER),
                                    decompositions=chosen)
             patch = {ban: False} if ban else {}
@@ -139,7 +133,12 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         import torch._dynamo.backends.common as common
 
         aot_autograd = common.aot_autograd
-        common.aot_autograd = lambda **kwargs: aot_autograd(**kwargs, decompositions=table)
+
+        def with_table(**kwargs: object) -> object:
+            kwargs["decompositions"] = {**kwargs.get("decompositions", {}), **table}
+            return aot_autograd(**kwargs)
+
+        common.aot_autograd = with_table
     bench, dtype = CONFIGS[args.config]
     case = corpus.Case(args.config, bench.name, dtype,
                        lambda: getattr(corpus, bench.builder)(**bench.kwargs), dtype=dtype)

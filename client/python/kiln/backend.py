@@ -21,6 +21,8 @@ partitioner, the forward saves four tensors of the MLP's width (x, x/2, the tanh
 it) that the backward reads back; split by min-cut, it saves x and the tanh, and the
 backward's kernel recomputes the rest (0.56 ms of GPU time less a step for GPT-2 124M in bf16).
 `partitioner="default"` keeps everything the backward reads from the forward, as eager does.
+For min-cut, AOTAutograd decomposes a cross-entropy loss while it traces, so that the backward
+recomputes the log-probabilities instead of the forward saving them (kiln.partitioning).
 
 A single-rank process keeps each compiled frame in kilnd as well (kiln.frame_cache): a fresh
 process whose Dynamo graph kilnd already holds loads the frame, AOTAutograd's metadata and
@@ -183,7 +185,7 @@ def _compilers(compiler: GraphCompiler, settings: Settings, frame: str,
                cached: bool) -> dict[str, Callable]:
     """AOTAutograd's forward, backward and inference compilers for `frame`; for a frame
     kept in kilnd (`cached`), each makes a KilnOutputCode, which AOTAutograd's cache stores."""
-    from kiln.capture import partition_fn  # noqa: PLC0415
+    from kiln.partitioning import aot_autograd_options  # noqa: PLC0415
 
     if cached:
         from torch._functorch.aot_autograd import SerializableAOTDispatchCompiler  # noqa: PLC0415
@@ -200,7 +202,7 @@ def _compilers(compiler: GraphCompiler, settings: Settings, frame: str,
 
     return {"fw_compiler": compile_kind("fw"), "bw_compiler": compile_kind("bw"),
             "inference_compiler": compile_kind("infer"),
-            "partition_fn": partition_fn(settings.partitioner)}
+            **aot_autograd_options(settings.partitioner)}
 
 
 def _compile_aot_graph(compiler: GraphCompiler, settings: Settings, gm: Any,

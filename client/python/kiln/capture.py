@@ -21,6 +21,7 @@ import sys
 from dataclasses import dataclass, field
 from typing import Any, Callable, Optional, Sequence
 
+from kiln.partitioning import aot_autograd_options
 from kiln.settings import DEFAULT_PARTITIONER, PARTITIONERS
 
 FORMAT = "kiln capture 1"
@@ -313,16 +314,7 @@ class Recorder:
 
         return aot_autograd(fw_compiler=self._compiler("fw"), bw_compiler=self._compiler("bw"),
                             inference_compiler=self._compiler("infer"),
-                            partition_fn=partition_fn(self.partitioner))
-
-
-def partition_fn(partitioner: str) -> Callable:
-    """AOTAutograd's partitioner that the setting `partitioner` names (kiln.settings)."""
-    from torch._functorch import partitioners  # noqa: PLC0415
-
-    if partitioner == "default":
-        return partitioners.default_partition
-    return partitioners.min_cut_rematerialization_partition
+                            **aot_autograd_options(self.partitioner))
 
 
 def write_graphs(graphs: Sequence[CapturedGraph], out_dir: pathlib.Path, stem: str) -> list:

@@ -39,6 +39,7 @@ import threading
 from dataclasses import dataclass
 from typing import Any, Callable, Iterator, Optional, Sequence
 
+from kiln import partitioning
 from kiln.client import compile_options
 from kiln.fallback import Decision, FallbackPolicy
 from kiln.settings import Settings
@@ -51,13 +52,14 @@ FORMAT = 1
 
 
 def frame_tag(settings: Settings, target: str) -> str:
-    """The tag in every frame key: Kiln's entry format, the partitioner, which changes the
-    graphs AOTAutograd hands over (AOTAutogradCache's key leaves it out), and a digest of the
+    """The tag in every frame key: Kiln's entry format, the partitioner and the ops
+    AOTAutograd decomposes for it (kiln.partitioning.recipe), which change the graphs
+    AOTAutograd hands over (AOTAutogradCache's key leaves both out), and a digest of the
     compile options (target, precision, require_cudagraph, backend options) that change
     kilnd's code."""
     options = compile_options(settings, target).SerializeToString(deterministic=True)
     digest = hashlib.sha256(options).hexdigest()[:16]
-    return f"kiln-frame-{FORMAT}-{settings.partitioner}-{digest}"
+    return f"kiln-frame-{FORMAT}-{partitioning.recipe(settings.partitioner)}-{digest}"
 
 
 def refusal(settings: Settings, world_size: int) -> Optional[str]:

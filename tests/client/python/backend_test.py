@@ -152,19 +152,21 @@ def test_graphs_of_one_compile_id_get_names_of_their_own() -> None:
 
 def test_the_joint_graph_is_split_by_min_cut_unless_the_setting_says_default(
         monkeypatch) -> None:
-    # A stand-in for torch._functorch.partitioners: which of its two partitioners AOTAutograd
-    # is handed, for the backend's graphs and for kiln.capture's.
+    # Stand-ins for PyTorch's partitioners and decompositions (partitioning_test): which
+    # partitioner and decompositions AOTAutograd is handed, for the backend's graphs and for
+    # kiln.capture's.
     import types
 
-    from kiln import backend, capture
+    from partitioning_test import stand_in_torch
 
-    partitioners = types.ModuleType("torch._functorch.partitioners")
-    partitioners.default_partition = lambda *a, **k: "default"
-    partitioners.min_cut_rematerialization_partition = lambda *a, **k: "min_cut"
-    functorch = types.ModuleType("torch._functorch")
-    functorch.partitioners = partitioners
-    monkeypatch.setitem(sys.modules, "torch._functorch", functorch)
-    monkeypatch.setitem(sys.modules, "torch._functorch.partitioners", partitioners)
+    from kiln import backend, capture, partitioning
+
+    stand_in_torch(monkeypatch)
+    common = types.ModuleType("torch._dynamo.backends.common")
+    common.aot_autograd = lambda **kwargs: kwargs  # what kiln.capture's recorder hands over
+    monkeypatch.setitem(sys.modules, "torch._dynamo.backends.common", common)
+    monkeypatch.setitem(sys.modules, "functorch.compile",
+                        types.SimpleNamespace(make_boxed_func=lambda f: f))
     for options, env, expected in (({}, {}, "min_cut"),
                                    ({}, {"KILN_PARTITIONER": "default"}, "default"),
                                    ({"partitioner": "min_cut"}, {"KILN_PARTITIONER": "default"},
@@ -173,9 +175,13 @@ def test_the_joint_graph_is_split_by_min_cut_unless_the_setting_says_default(
         said: list = []
         compilers = backend._compilers(compiler(ScriptedClient(), settings, said), settings,
                                        "frame 0/0", cached=False)
-        assert compilers["partition_fn"]() == expected
-        assert capture.Recorder("m", partitioner=settings.partitioner).partitioner == expected
-        assert capture.partition_fn(settings.partitioner)() == expected
+        assert settings.partitioner == expected
+        assert {k: compilers[k] for k in ("partition_fn", "decompositions")} == (
+            partitioning.aot_autograd_options(expected))
+        assert len(compilers["decompositions"]) == (5 if expected == "min_cut" else 0)
+        handed = capture.Recorder("m", partitioner=settings.partitioner).backend()
+        assert {k: handed[k] for k in ("partition_fn", "decompositions")} == (
+            partitioning.aot_autograd_options(expected))
 
 
 def test_a_forwards_saved_values_start_after_what_autograd_returns(monkeypatch) -> None:

@@ -120,6 +120,35 @@ TEST(FusionTest, AMatmulBiasJoinsThePointwiseOpOverItsView) {
       (std::vector<loop::IndexExpr>{loop::IndexExpr::Const(512), loop::IndexExpr::Const(1024)}));
 }
 
+// GPT-2's loss forward as min-cut leaves it (log-softmax and the NLL loss decomposed): the
+// log-probabilities, [128, 512] f32, are only read where the labels point (a gather). Inlined
+// into that read, they are computed there from the logits, the row maximum and the log of the
+// row sum, and never stored.
+TEST(FusionTest, ALossReadsItsLogProbabilitiesWhereTheLabelsPointWithoutStoringThem) {
+  const Compiled c = Build("min_cut/gpt2_bf16_1.fw.json.gz");
+  const auto full_rows = [](const loop::Program& p) {
+    int n = 0;
+    for (const loop::Buffer& b : p.buffers) {
+      n += b.kind == loop::Buffer::Kind::kIntermediate && b.dtype == graph::DType::kFloat32 &&
+           b.elements == loop::IndexExpr::Const(128 * 512);
+    }
+    return n;
+  };
+  EXPECT_GE(full_rows(c.unfused), 1) << "the log-probabilities are a buffer before fusion";
+  EXPECT_EQ(full_rows(c.fused), 0) << loop::ToString(c.fused);
+  const std::string gather = c.NodeName("gather");
+  ASSERT_FALSE(gather.empty());
+  const int k = KernelOf(c.fused, gather);
+  ASSERT_GE(k, 0);
+  int gathered = 0;  // loads of the logits (the bf16 input) at the labels
+  for (const loop::Inst& in : c.fused.kernels[static_cast<size_t>(k)].insts) {
+    const loop::Buffer& b = c.fused.buffers[static_cast<size_t>(in.buffer)];
+    gathered += in.op == loop::Opcode::kLoad && !in.dyn.empty() &&
+                b.kind == loop::Buffer::Kind::kInput && b.dtype == graph::DType::kBFloat16;
+  }
+  EXPECT_EQ(gathered, 1) << loop::ToString(c.fused);
+}
+
 // GPT-2's loss backward: the log-softmax backward sums each row of [128, 512], and its
 // result is converted to bf16 through a view, [2, 64, 512]. Seen over the rows and their
 // elements, the conversion is the reduction kernel's last loop: one kernel, where the
