@@ -53,6 +53,9 @@ v1::Graph SmallGraph();
 v1::Graph CollectiveGraph(const std::string& group_a, const std::string& group_b);
 
 // Pieces of hand-built loop programs over one dimension p0, for fusion and codegen tests.
+// Loop variable v and constant c as index expressions.
+inline loop::IndexExpr V(int32_t v) { return loop::IndexExpr::Var(v); }
+inline loop::IndexExpr C(int64_t c) { return loop::IndexExpr::Const(c); }
 // A graph input of `size` elements `stride` apart (its buffer holds size * stride); returns
 // its buffer.
 int32_t AddInput(loop::Program& p, int64_t size, int64_t stride = 1);

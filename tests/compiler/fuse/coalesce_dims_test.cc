@@ -16,9 +16,8 @@ namespace {
 using loop::IndexExpr;
 using loop::Inst;
 using loop::Opcode;
-
-IndexExpr V(int32_t v) { return IndexExpr::Var(v); }
-IndexExpr C(int64_t c) { return IndexExpr::Const(c); }
+using testing::C;
+using testing::V;
 
 Inst Reduce(int32_t a) {
   Inst r;

@@ -5,6 +5,7 @@
 #include "compiler/fuse/fuse.h"
 
 #include <cstdint>
+#include <utility>
 #include <vector>
 
 #include "gtest/gtest.h"
@@ -13,14 +14,13 @@
 namespace kiln {
 namespace {
 
-using loop::IndexExpr;
-using loop::Inst;
-using loop::Opcode;
+using IndexExpr = loop::IndexExpr;
+using Inst = loop::Inst;
+using Opcode = loop::Opcode;
+using testing::C;
+using testing::V;
 
 constexpr int64_t kRows = 4, kCols = 8;
-
-IndexExpr V(int32_t v) { return IndexExpr::Var(v); }
-IndexExpr C(int64_t c) { return IndexExpr::Const(c); }
 
 struct Gather {
   loop::Program program;
@@ -71,32 +71,45 @@ std::vector<Inst> LoadsOf(const loop::Program& p, int32_t buffer) {
   return loads;
 }
 
-TEST(FuseTest, AProducerReadAtAGathersIndicesIsComputedThere) {
-  const Gather g = Build(V(0) * C(kCols) + V(1));
-  auto fused = fuse::Fuse(g.program);
-  ASSERT_TRUE(fused.ok()) << fused.status();
-  EXPECT_EQ(fused->kernels.size(), 1u) << loop::ToString(*fused);
-  EXPECT_EQ(fused->buffers.size(), kWithoutProduced) << loop::ToString(*fused);
-  const std::vector<Inst> loads = LoadsOf(*fused, g.x);
-  ASSERT_EQ(loads.size(), 1u) << loop::ToString(*fused);
-  EXPECT_EQ(loads[0].index, V(0) * C(kCols));
+loop::Program Fused(const Gather& g) {
+  absl::StatusOr<loop::Program> fused = fuse::Fuse(g.program);
+  EXPECT_TRUE(fused.ok()) << fused.status();
+  return fused.ok() ? *std::move(fused) : loop::Program();
+}
+
+// The produced values were inlined into the read: no buffer holds them, and x is loaded
+// once, at `index` plus the label times 1.
+void ExpectInlined(const loop::Program& fused, const Gather& g, const IndexExpr& index) {
+  EXPECT_EQ(fused.buffers.size(), kWithoutProduced) << loop::ToString(fused);
+  const std::vector<Inst> loads = LoadsOf(fused, g.x);
+  ASSERT_EQ(loads.size(), 1u) << loop::ToString(fused);
+  EXPECT_EQ(loads[0].index, index);
   ASSERT_EQ(loads[0].dyn.size(), 1u);
   EXPECT_EQ(loads[0].dyn[0].stride, C(1));
-  // The label's load, the one instruction before the inlined read.
-  EXPECT_EQ(fused->kernels[0].insts[static_cast<size_t>(loads[0].dyn[0].value)].buffer, g.labels);
+}
+
+// The produced values stay in their buffer, read once at the labels.
+void ExpectKept(const loop::Program& fused, const Gather& g) {
+  ASSERT_EQ(fused.buffers.size(), kWithoutProduced + 1) << loop::ToString(fused);
+  const std::vector<Inst> reads = LoadsOf(fused, g.produced);
+  ASSERT_EQ(reads.size(), 1u);
+  EXPECT_EQ(reads[0].dyn.size(), 1u);
+}
+
+TEST(FuseTest, AProducerReadAtAGathersIndicesIsComputedThere) {
+  const Gather g = Build(V(0) * C(kCols) + V(1));
+  const loop::Program fused = Fused(g);
+  EXPECT_EQ(fused.kernels.size(), 1u) << loop::ToString(fused);
+  ExpectInlined(fused, g, V(0) * C(kCols));
+  // The label's load is what moves the inlined read.
+  const Inst read = LoadsOf(fused, g.x).at(0);
+  EXPECT_EQ(fused.kernels[0].insts[static_cast<size_t>(read.dyn[0].value)].buffer, g.labels);
 }
 
 TEST(FuseTest, AGatherAlongTheRowsMovesTheProducersRowIndex) {
   // produced[r, c] reads x[c * kRows + r]: the label, a row, moves x's index by 1.
   const Gather g = Build(V(1) * C(kRows) + V(0), /*rows=*/true);
-  auto fused = fuse::Fuse(g.program);
-  ASSERT_TRUE(fused.ok()) << fused.status();
-  EXPECT_EQ(fused->buffers.size(), kWithoutProduced) << loop::ToString(*fused);
-  const std::vector<Inst> loads = LoadsOf(*fused, g.x);
-  ASSERT_EQ(loads.size(), 1u) << loop::ToString(*fused);
-  EXPECT_EQ(loads[0].index, V(0) * C(kRows));
-  ASSERT_EQ(loads[0].dyn.size(), 1u);
-  EXPECT_EQ(loads[0].dyn[0].stride, C(1));
+  ExpectInlined(Fused(g), g, V(0) * C(kRows));
 }
 
 TEST(FuseTest, AProducerThatDividesTheGatheredDimensionKeepsItsBuffer) {
@@ -104,12 +117,7 @@ TEST(FuseTest, AProducerThatDividesTheGatheredDimensionKeepsItsBuffer) {
                            static const IndexExpr extent = C(kCols);
                            return &extent;
                          }));
-  auto fused = fuse::Fuse(g.program);
-  ASSERT_TRUE(fused.ok()) << fused.status();
-  ASSERT_EQ(fused->buffers.size(), kWithoutProduced + 1) << loop::ToString(*fused);
-  const std::vector<Inst> reads = LoadsOf(*fused, g.produced);
-  ASSERT_EQ(reads.size(), 1u);
-  EXPECT_EQ(reads[0].dyn.size(), 1u);
+  ExpectKept(Fused(g), g);
 }
 
 TEST(FuseTest, AGatherWhoseStrideIsNoDimensionsKeepsTheBuffer) {
@@ -117,10 +125,7 @@ TEST(FuseTest, AGatherWhoseStrideIsNoDimensionsKeepsTheBuffer) {
   for (Inst& in : g.program.kernels[1].insts) {
     if (in.op == Opcode::kLoad && in.buffer == g.produced) in.dyn[0].stride = C(2);
   }
-  auto fused = fuse::Fuse(g.program);
-  ASSERT_TRUE(fused.ok()) << fused.status();
-  ASSERT_EQ(fused->buffers.size(), kWithoutProduced + 1) << loop::ToString(*fused);
-  EXPECT_EQ(LoadsOf(*fused, g.produced).size(), 1u);
+  ExpectKept(Fused(g), g);
 }
 
 }  // namespace

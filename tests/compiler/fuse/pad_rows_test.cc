@@ -19,9 +19,8 @@ using loop::IndexExpr;
 using loop::Inst;
 using loop::Opcode;
 using loop::TensorRef;
-
-IndexExpr V(int32_t v) { return IndexExpr::Var(v); }
-IndexExpr C(int64_t c) { return IndexExpr::Const(c); }
+using testing::C;
+using testing::V;
 
 constexpr int64_t kRows = 4, kCols = 100;  // 200 bytes of bf16: not a multiple of 16
 constexpr int64_t kPadded = 104;           // 208 bytes

@@ -15,9 +15,8 @@ using loop::IndexExpr;
 using loop::Inst;
 using loop::Kernel;
 using loop::Opcode;
-
-IndexExpr V(int32_t v) { return IndexExpr::Var(v); }
-IndexExpr C(int64_t c) { return IndexExpr::Const(c); }
+using testing::C;
+using testing::V;
 
 Inst Load(int32_t buffer, IndexExpr index) {
   Inst in;

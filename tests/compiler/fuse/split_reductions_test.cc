@@ -17,11 +17,10 @@ namespace {
 using loop::IndexExpr;
 using loop::Inst;
 using loop::Opcode;
+using testing::C;
+using testing::V;
 
 constexpr int64_t kRows = 4096, kCols = 256;
-
-IndexExpr V(int32_t v) { return IndexExpr::Var(v); }
-IndexExpr C(int64_t c) { return IndexExpr::Const(c); }
 
 // out[c] = reduce over r of x[r, c], x of kRows x kCols: the column reduction of a bias's
 // gradient.
