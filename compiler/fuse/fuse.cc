@@ -197,9 +197,15 @@ std::optional<std::vector<int32_t>> DynDims(const Kernel& k, const std::vector<I
                                             const Inst& in) {
   std::vector<int32_t> dims;
   for (const loop::DynIndex& d : in.dyn) {
-    const auto it = std::find(stride.begin(), stride.end(), d.stride);
-    if (it == stride.end()) return std::nullopt;
-    dims.push_back(static_cast<int32_t>(it - stride.begin()));
+    // A dimension of extent 1 shares its stride with the one inside it, but cannot move.
+    int32_t dim = -1;
+    for (size_t i = 0; i < stride.size() && dim < 0; ++i) {
+      if (stride[i] == d.stride && k.parallel[i] != IndexExpr::Const(1)) {
+        dim = static_cast<int32_t>(i);
+      }
+    }
+    if (dim < 0) return std::nullopt;
+    dims.push_back(dim);
   }
   for (const Inst& x : k.insts) {
     for (const int32_t v : dims) {

@@ -112,6 +112,24 @@ TEST(FuseTest, AGatherAlongTheRowsMovesTheProducersRowIndex) {
   ExpectInlined(Fused(g), g, V(0) * C(kRows));
 }
 
+TEST(FuseTest, AGatherMovesTheDimensionThatCanMoveWhereAnExtentOfOneSharesItsStride) {
+  // The producer over [1, kRows, kCols]: its first dimension has the rows' stride too.
+  Gather g = Build(V(0) * C(kCols) + V(1), /*rows=*/true);
+  loop::Kernel& producer = g.program.kernels[0];
+  producer.parallel = {C(1), C(kRows), C(kCols)};
+  for (Inst& in : producer.insts) {
+    if (in.op == Opcode::kLoad) in.index = V(1) * C(kCols) + V(2);
+    if (in.op == Opcode::kStore) in.index = V(0) * C(kCols) + V(1) * C(kCols) + V(2);
+  }
+  const loop::Program fused = Fused(g);
+  ASSERT_EQ(fused.buffers.size(), kWithoutProduced) << loop::ToString(fused);
+  const std::vector<Inst> loads = LoadsOf(fused, g.x);
+  ASSERT_EQ(loads.size(), 1u) << loop::ToString(fused);
+  EXPECT_EQ(loads[0].index, V(0));
+  ASSERT_EQ(loads[0].dyn.size(), 1u) << "the label moves the rows, not the dimension of 1";
+  EXPECT_EQ(loads[0].dyn[0].stride, C(kCols));
+}
+
 TEST(FuseTest, AProducerThatDividesTheGatheredDimensionKeepsItsBuffer) {
   const Gather g = Build(V(0) * C(kCols) + IndexExpr::Mod(V(1), C(3), [](int32_t) {
                            static const IndexExpr extent = C(kCols);
