@@ -142,9 +142,9 @@ TEST(FusionTest, ALossReadsItsLogProbabilitiesWhereTheLabelsPointWithoutStoringT
   ASSERT_GE(k, 0);
   int gathered = 0;  // loads of the logits (the bf16 input) at the labels
   for (const loop::Inst& in : c.fused.kernels[static_cast<size_t>(k)].insts) {
+    if (in.op != loop::Opcode::kLoad || in.dyn.empty()) continue;
     const loop::Buffer& b = c.fused.buffers[static_cast<size_t>(in.buffer)];
-    gathered += in.op == loop::Opcode::kLoad && !in.dyn.empty() &&
-                b.kind == loop::Buffer::Kind::kInput && b.dtype == graph::DType::kBFloat16;
+    gathered += b.kind == loop::Buffer::Kind::kInput && b.dtype == graph::DType::kBFloat16;
   }
   EXPECT_EQ(gathered, 1) << loop::ToString(c.fused);
 }
