@@ -13,6 +13,7 @@
 #include "compiler/fuse/pad_rows.h"
 #include "compiler/fuse/split_reductions.h"
 #include "compiler/loop/verify.h"
+#include "compiler/lower/kernel_names.h"
 #include "compiler/lower/lower.h"
 #include "compiler/plan/plan.h"
 #include "proto/base/digest.h"
@@ -60,10 +61,10 @@ absl::StatusOr<v1::CompiledGraph> Compile(const graph::Graph& graph,
   absl::StatusOr<const codegen::Backend*> backend = backends.For(options.target());
   if (!backend.ok()) return backend.status();
 
+  const canon::CanonicalGraph canonical(graph);
   auto prims = RunPhase(
       context, "decompose",
       [&]() -> absl::StatusOr<decompose::PrimGraph> {
-        const canon::CanonicalGraph canonical(graph);
         return decompose::Decompose(graph, canonical);
       },
       /*reads_graph=*/true);
@@ -99,6 +100,7 @@ absl::StatusOr<v1::CompiledGraph> Compile(const graph::Graph& graph,
     return (*backend)->Specialize(*std::move(fused));
   });
   if (!fused.ok()) return fused.status();
+  lower::NameKernels(canonical, *fused);
   show("specialize", *fused);
   plan::PlanOptions plan_options;
   plan_options.target = options.target();

@@ -41,8 +41,9 @@ struct CodeModule {
 // What code generation decided or learned about one kernel.
 struct KernelCode {
   int32_t module = 0;  // index into GeneratedCode::modules
-  // The entry symbol in that module: "kiln_k<j>", j the first kernel in program order of the
-  // same code (codegen/llvm/kernel_module.h), which kernels of the same code share.
+  // The entry symbol in that module: "kiln_k<j>_<name>", j the first kernel in program order
+  // of the same code and name its name (codegen/llvm/kernel_module.h EntryName), which kernels
+  // of the same code share.
   std::string entry;
   // Elements per vector operation: x86-64, the widest one of its innermost loop; sm_90, the
   // elements of each thread's run (nvptx/launch.h VectorLanes).

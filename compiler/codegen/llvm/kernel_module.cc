@@ -10,11 +10,16 @@
 
 namespace kiln::codegen {
 
+std::string EntryName(const loop::Program& program, size_t index) {
+  const std::string& name = program.kernels[index].name;
+  return absl::StrCat("kiln_k", index, name.empty() ? "" : "_", name);
+}
+
 absl::StatusOr<KernelModule> KernelModule::Emit(const TargetDescription& target,
                                                 const CodegenOptions& options,
                                                 const loop::Program& program, size_t index,
                                                 const KernelAbi& abi) {
-  return EmitNamed(target, options, program, index, abi, absl::StrCat("kiln_k", index));
+  return EmitNamed(target, options, program, index, abi, EntryName(program, index));
 }
 
 absl::StatusOr<std::string> KernelModule::CodeDigest(const TargetDescription& target,

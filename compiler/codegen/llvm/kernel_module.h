@@ -34,11 +34,16 @@
 
 namespace kiln::codegen {
 
+// The entry symbol of program kernel `index`: "kiln_k<index>", then "_<name>" where the kernel
+// has a name (lower/kernel_names.h).
+std::string EntryName(const loop::Program& program, size_t index);
+
 // Kernel `index` of a program in an LLVM module of its own, for one target. Used by one
 // thread at a time; distinct ones are independent.
 class KernelModule {
  public:
-  // The kernel, named "kiln_k<index>", emitted through `abi` into a new module for `target`
+  // The kernel, named EntryName(program, index), emitted through `abi` into a new module for
+  // `target`
   // and verified; code is generated at options.opt_level. INTERNAL when LLVM does not know
   // the target, the emitter cannot express the kernel, or its IR is invalid.
   static absl::StatusOr<KernelModule> Emit(const TargetDescription& target,
@@ -110,14 +115,14 @@ struct CompiledKernels {
   std::vector<T> codes;  // in program order of the first kernel of each
   // For each program kernel, the index of its code in `codes`.
   std::vector<size_t> code_of;
-  // For each code, the program kernel it was compiled as: its entry symbol is "kiln_k<that>".
+  // For each code, the program kernel it was compiled as, and its entry symbol: that kernel's
+  // EntryName.
   std::vector<size_t> compiled_as;
+  std::vector<std::string> entries;
   std::string llvm_ir;  // every code's IR, in order, where the options asked for it
 
   // The entry symbol of program kernel `kernel`'s code.
-  std::string EntryOf(size_t kernel) const {
-    return absl::StrCat("kiln_k", compiled_as[code_of[kernel]]);
-  }
+  const std::string& EntryOf(size_t kernel) const { return entries[code_of[kernel]]; }
 };
 
 // Every kernel of `program` emitted for `target` through `abi` (KernelModule::Emit) and turned
@@ -148,6 +153,7 @@ absl::StatusOr<CompiledKernels<T>> CompileKernels(
       out.code_of[i] = out.compiled_as.size();
     }
     out.compiled_as.push_back(i);
+    out.entries.push_back(EntryName(program, i));
   }
 
   const size_t codes = out.compiled_as.size();

@@ -43,8 +43,8 @@ struct CodegenResult {
   const KernelBinary& CodeOf(size_t kernel) const { return codes[code_of[kernel]]; }
 };
 
-// Kernel i is the PTX entry "kiln_k<j>", j <= i the first kernel with the same code, with
-// parameters in plan::ParamsOf order.
+// Kernel i is the PTX entry "kiln_k<j>_<name>", j <= i the first kernel with the same code
+// (codegen/llvm/kernel_module.h EntryName), with parameters in plan::ParamsOf order.
 absl::StatusOr<CodegenResult> GenerateCubins(const loop::Program& program,
                                              const CodegenOptions& options = {});
 

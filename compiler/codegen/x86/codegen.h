@@ -34,8 +34,8 @@ struct CodegenResult {
   std::vector<std::string> entry;      // per kernel: its symbol
 };
 
-// Kernel i is the symbol "kiln_k<j>", j <= i the first kernel with the same code
-// (codegen/llvm/kernel_module.h), with parameters in plan::ParamsOf order.
+// Kernel i is the symbol "kiln_k<j>_<name>", j <= i the first kernel with the same code
+// (codegen/llvm/kernel_module.h EntryName), with parameters in plan::ParamsOf order.
 absl::StatusOr<CodegenResult> GenerateSharedObject(const loop::Program& program,
                                                    const CodegenOptions& options = {});
 
