@@ -7,6 +7,7 @@
 #include <map>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "client/runtime/extern_args.h"
 #include "client/runtime/gemm.h"
 #include "proto/ops/registry.h"
@@ -41,11 +42,36 @@ bool CheckFloating(ArgReader& r, const Tensor& a, const Tensor& b) {
                  " and ", DTypeName(b.dtype()));
 }
 
-absl::Status Matmul(const ExternCall& call, bool batched) {
+// `t` broadcast to a matrix (a batch of them) of `sizes` ([m, n] or [b, m, n]): its trailing
+// dims against those, a dim of one element or one it lacks read with stride 0; false when it
+// does not broadcast.
+bool BroadcastMat(const Tensor& t, const std::vector<int64_t>& sizes, MatRef* m) {
+  const int64_t rank = static_cast<int64_t>(sizes.size());
+  if (t.dim() > rank) return false;
+  int64_t strides[3] = {0, 0, 0};
+  for (int64_t d = 0; d < t.dim(); ++d) {
+    const int64_t at = rank - t.dim() + d;
+    if (t.size(d) != 1 && t.size(d) != sizes[static_cast<size_t>(at)]) return false;
+    strides[at] = t.size(d) == 1 ? 0 : t.stride(d);
+  }
+  m->data = t.data();
+  m->dtype = t.dtype();
+  m->bs = rank == 3 ? strides[0] : 0;
+  m->rs = strides[rank - 2];
+  m->cs = strides[rank - 1];
+  return true;
+}
+
+// mm and bmm, and with an addend (`addmm`: addmm and baddbmm, whose `self` is the addend,
+// broadcast, scaled by beta, the product by alpha).
+absl::Status Matmul(const ExternCall& call, bool batched, bool addmm = false) {
   ArgReader r(call);
-  const Tensor a = r.GetTensor(0, "self");
-  const Tensor b = r.GetTensor(1, "mat2");
+  const int first = addmm ? 1 : 0;
+  const Tensor a = r.GetTensor(first, addmm ? (batched ? "batch1" : "mat1") : "self");
+  const Tensor b = r.GetTensor(first + 1, addmm ? (batched ? "batch2" : "mat2") : "mat2");
+  const Tensor addend = addmm ? r.GetTensor(0, "self") : Tensor();
   if (!r.ok() || !CheckFloating(r, a, b)) return r.status();
+  if (addmm && !CheckFloating(r, a, addend)) return r.status();
   const int64_t rank = batched ? 3 : 2;
   const int64_t off = batched ? 1 : 0;
   if (!r.Check(a.dim() == rank && b.dim() == rank && a.size(off + 1) == b.size(off) &&
@@ -60,6 +86,16 @@ absl::Status Matmul(const ExternCall& call, bool batched) {
   g.n = b.size(off + 1);
   std::vector<int64_t> out_sizes = {g.m, g.n};
   if (batched) out_sizes.insert(out_sizes.begin(), g.batch);
+  MatRef added;
+  if (addmm) {
+    if (!r.Check(BroadcastMat(addend, out_sizes, &added), "self ", addend.DebugString(),
+                 " does not broadcast to [", absl::StrJoin(out_sizes, ", "), "]")) {
+      return r.status();
+    }
+    g.beta = r.GetDouble(-1, "beta", 1.0);
+    g.alpha = r.GetDouble(-1, "alpha", 1.0);
+    g.addend = &added;
+  }
   r.CheckOutput(0, out_sizes, a.dtype());
   const Tensor out = r.Output(0);
   if (!r.ok() || !out.defined()) return r.status();
@@ -162,13 +198,13 @@ absl::Status Collective(const ExternCall& call, const ops::Op& op) {
 using OpFn = std::function<absl::Status(const ExternCall&)>;
 
 // The implementations, each registered against the op registry's entry: an op the registry
-// does not list as an extern call is a programming error, caught by the first test that runs
-// an extern op. Every registry collective is implemented from its layout.
+// does not list as one that may run as an extern call is a programming error, caught by the first
+// test that runs an extern op. Every registry collective is implemented from its layout.
 const std::map<std::string, OpFn, std::less<>>& Ops() {
   static const auto* table = [] {
     auto* m = new std::map<std::string, OpFn, std::less<>>;
     auto add = [m](absl::string_view target, OpFn fn) {
-      if (!ops::IsExtern(target)) {
+      if (!ops::MayRunAsExtern(target)) {
         std::fprintf(stderr, "kiln: the runtime implements %.*s, which is no extern op\n",
                      static_cast<int>(target.size()), target.data());
         std::abort();
@@ -177,6 +213,8 @@ const std::map<std::string, OpFn, std::less<>>& Ops() {
     };
     add("aten.mm.default", [](const ExternCall& c) { return Matmul(c, false); });
     add("aten.bmm.default", [](const ExternCall& c) { return Matmul(c, true); });
+    add("aten.addmm.default", [](const ExternCall& c) { return Matmul(c, false, true); });
+    add("aten.baddbmm.default", [](const ExternCall& c) { return Matmul(c, true, true); });
     add("aten.convolution.default", RunConvolution);
     add("aten.convolution_backward.default", RunConvolutionBackward);
     add("aten._scaled_dot_product_efficient_attention.default", RunAttention);

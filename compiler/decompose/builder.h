@@ -266,6 +266,12 @@ class Builder {
   std::vector<int64_t> Ints(const graph::Arg& a) const;
   // The random stream of `node`, -1 when it draws none.
   int64_t rng_stream(uint32_t node) const { return rng_streams_[node]; }
+  // Whether a run stores `v` whatever computes it: a graph output, or read (through views) by
+  // a library call or a fallback (decompose.cc StoredValues). False until SetStored.
+  bool Stored(const graph::Value& v) const {
+    return ValueId(v) < stored_.size() && stored_[ValueId(v)];
+  }
+  void SetStored(std::vector<bool> stored) { stored_ = std::move(stored); }
 
   // --- Loads and operands.
   // A scalar argument as an SSA value of type `t` (symbolic ints through their expression).
@@ -344,6 +350,7 @@ class Builder {
   std::vector<int32_t> value_tensor_;
   std::map<std::string, int32_t> sym_ids_;
   std::vector<int64_t> rng_streams_;
+  std::vector<bool> stored_;  // by value id
   int temp_ = 0;
 };
 

@@ -4,6 +4,7 @@
 #include "compiler/decompose/decompose.h"
 
 #include <algorithm>
+#include <functional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -22,6 +23,12 @@ namespace {
 using graph::Arg;
 using graph::ArgKind;
 using loop::IndexExpr;
+
+// Whether Visit passes `target`'s operand through to its results without computing: views,
+// reshapes and getitem.
+bool PassesThrough(const std::string& target) {
+  return target == "operator.getitem" || target == "aten.reshape.default" || ops::IsView(target);
+}
 
 // Dispatches `node` to what decomposes it; returns UNIMPLEMENTED where it must fall back.
 absl::Status Visit(Builder& d, uint32_t node) {
@@ -51,12 +58,65 @@ absl::Status Visit(Builder& d, uint32_t node) {
   if (gn.schema == nullptr) return d.Fallback(node, absl::StrCat("Kiln does not know ", target));
   // Library calls (collectives among them) and views, as the op registry says.
   if (ops::IsExtern(target)) return d.Extern(node, target, false, "");
-  if (ops::IsView(target) || target == "aten.reshape.default") return d.View(node);
+  if (PassesThrough(target)) return d.View(node);
   const Rule* rule = DefaultRuleRegistry().Find(target);
   if (rule == nullptr) return d.Fallback(node, absl::StrCat("no lowering for ", target));
   absl::Status s = (*rule)(d, node);
   if (absl::IsUnimplemented(s)) return d.Fallback(node, std::string(s.message()));
   return s;
+}
+
+// By value id, the values a run stores whatever computes them (Builder::Stored): the graph's
+// outputs and what library calls (collectives among them) and ops without a lowering read,
+// and through views, reshapes and getitem, what those pass through. Users come after their
+// operands in canonical order, so one walk back from the end sees each value's users first.
+std::vector<bool> StoredValues(const graph::Graph& graph, const canon::CanonicalGraph& canonical) {
+  std::vector<bool> stored(graph.values().size(), false);
+  auto id = [&](const graph::Value& v) { return static_cast<size_t>(&v - graph.values().data()); };
+  const std::function<void(const Arg&)> mark = [&](const Arg& a) {
+    if (a.kind == ArgKind::kList) {
+      for (const Arg& x : graph.items(a)) mark(x);
+    } else if (a.kind == ArgKind::kRef) {
+      const graph::Node& src = graph.node(a.ref.node);
+      const absl::Span<const graph::Value> values = graph.outputs(src);
+      if (a.ref.output >= 0 && static_cast<size_t>(a.ref.output) < values.size()) {
+        stored[id(values[static_cast<size_t>(a.ref.output)])] = true;
+      } else {
+        for (const graph::Value& v : values) stored[id(v)] = true;
+      }
+    }
+  };
+  mark(graph.output());
+  const absl::Span<const uint32_t> order = canonical.order();
+  for (auto it = order.rbegin(); it != order.rend(); ++it) {
+    const graph::Node& gn = graph.node(*it);
+    if (gn.kind != graph::NodeKind::kCall) continue;
+    const std::string& target = graph.target(gn);
+    const absl::Span<const Arg> args = graph.args(gn);
+    if (target == "operator.getitem") {
+      // Its one result is item k of its operand.
+      if (args.size() < 2 || args[0].kind != ArgKind::kRef) continue;
+      const graph::Node& src = graph.node(args[0].ref.node);
+      const int64_t k = args[1].int_value;
+      for (const graph::Value& v : graph.outputs(gn)) {
+        if (stored[id(v)] && k >= 0 && static_cast<uint32_t>(k) < src.num_outputs) {
+          stored[id(graph.outputs(src)[static_cast<size_t>(k)])] = true;
+        }
+      }
+      continue;
+    }
+    bool reads_stored = false;
+    if (PassesThrough(target)) {
+      for (const graph::Value& v : graph.outputs(gn)) reads_stored = reads_stored || stored[id(v)];
+    } else {
+      reads_stored = gn.schema == nullptr || ops::IsExtern(target) || ops::IsCollective(target) ||
+                     DefaultRuleRegistry().Find(target) == nullptr;
+    }
+    if (reads_stored) {
+      for (const Arg& a : args) mark(a);
+    }
+  }
+  return stored;
 }
 
 // What the runtime is told about graph input `i`.
@@ -135,6 +195,7 @@ absl::StatusOr<PrimGraph> Decompose(const graph::Graph& graph,
     if (ops::DrawsRandom(graph.target(graph.node(i)))) rng_streams[i] = rng_ops++;
   }
   Builder d(graph, canonical, std::move(rng_streams));
+  d.SetStored(StoredValues(graph, canonical));
   std::vector<loop::InputDesc> inputs;
   for (uint32_t i = 0; i < graph.num_inputs(); ++i) {
     auto desc = InputDescOf(d, i);

@@ -1,5 +1,8 @@
-// Linear algebra with an epilogue: addmm and baddbmm, a matmul extern plus a pointwise bias.
+// Linear algebra with an epilogue: addmm and baddbmm, a matmul extern plus a pointwise bias, or
+// one library call where the result is stored anyway.
 
+#include <optional>
+#include <string>
 #include <utility>
 
 #include "compiler/decompose/rule_registry.h"
@@ -9,10 +12,68 @@ namespace {
 
 using loop::ScalarType;
 
+// beta or alpha of addmm: its number, or nullopt for a symbolic scalar.
+std::optional<double> Scale(const graph::Arg& a) {
+  if (Builder::IsNone(a)) return 1.0;
+  if (a.kind != graph::ArgKind::kInt && a.kind != graph::ArgKind::kFloat &&
+      a.kind != graph::ArgKind::kBool) {
+    return std::nullopt;
+  }
+  return Builder::Num(a, 1);
+}
+
+// Whether the product's rows suit the library as they are: a 16-bit product whose inner or
+// output rows are not a multiple of 16 bytes is padded first (fuse/pad_rows.h), which only
+// a plain matmul gets.
+bool RowsAligned(const Builder& d, uint32_t node, const graph::Value& out, bool batched) {
+  const size_t off = batched ? 1 : 0;
+  const graph::Value* a = d.graph().Resolve(d.A(node, 1).ref);
+  if (out.dtype != graph::DType::kFloat16 && out.dtype != graph::DType::kBFloat16) return true;
+  if (a == nullptr || d.A(node, 1).kind != graph::ArgKind::kRef) return false;
+  const graph::SymInt& k = d.graph().sizes(*a)[off + 1];
+  const graph::SymInt& n = d.graph().sizes(out)[off + 1];
+  return !k.is_symbolic() && !n.is_symbolic() && k.value() % 8 == 0 && n.value() % 8 == 0;
+}
+
+// addmm as one library call, its result written where the graph's value lives; beta and
+// alpha passed only where they are not 1, so that the runtime makes a plain call.
+absl::Status AddmmCall(Builder& d, uint32_t node, double beta, double alpha) {
+  const std::string& target = d.graph().target(d.N(node));
+  Node n;
+  n.kind = Node::Kind::kExtern;
+  n.name = d.NodeName(node);
+  n.stack_trace = d.graph().str(d.N(node).stack_trace);
+  n.op = target;
+  for (size_t i = 0; i <= 2; ++i) {
+    auto a = d.ConvertArg(d.A(node, i));
+    if (!a.ok()) return a.status();
+    n.args.push_back(*std::move(a));
+  }
+  for (auto [name, value] : {std::pair<const char*, double>{"beta", beta}, {"alpha", alpha}}) {
+    if (value == 1) continue;
+    CallArg c;
+    c.value.set_float_value(value);
+    n.kwargs.emplace_back(name, std::move(c));
+  }
+  const graph::Value* o = d.Out(node, 0);
+  auto t = d.TensorOfValue(*o);
+  if (!t.ok()) return t.status();
+  d.Bind(*o, *t);
+  n.outputs = {*t};
+  d.AddNode(std::move(n));
+  return absl::OkStatus();
+}
+
 absl::Status Addmm(Builder& d, uint32_t node, bool batched) {
   // addmm(bias, a, b, beta, alpha) = beta * bias + alpha * mm(a, b): the product is an extern,
-  // the bias an epilogue that fusion folds into a neighbouring kernel.
+  // the bias an epilogue that fusion folds into a neighbouring kernel. Where the result is
+  // stored anyway (saved for the backward, read by attention), that kernel would read the
+  // product and write the sum: the library adds the bias as it writes, for nothing.
   const graph::Value* o = d.Out(node, 0);
+  const std::optional<double> beta_arg = Scale(d.A(node, 3)), alpha_arg = Scale(d.A(node, 4));
+  if (o != nullptr && beta_arg && alpha_arg && d.Stored(*o) && RowsAligned(d, node, *o, batched)) {
+    return AddmmCall(d, node, *beta_arg, *alpha_arg);
+  }
   const int32_t bias = d.In(node, 0);
   auto sizes = d.Syms(d.graph().sizes(*o));
   if (!sizes.ok()) return sizes.status();

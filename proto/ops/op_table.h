@@ -19,6 +19,7 @@ struct Traits {
   int view_of = -1;
   bool view_within_base = true;
   bool extern_call = false;
+  bool extern_when_stored = false;
   bool collective = false;
   bool attention = false;
   bool random = false;

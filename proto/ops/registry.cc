@@ -126,6 +126,7 @@ void OpTable::Add(const Traits& traits, absl::Span<const char* const> schemas) {
     op.view_of = traits.view_of;
     op.view_within_base = traits.view_of >= 0 && traits.view_within_base;
     op.extern_call = traits.extern_call;
+    op.extern_when_stored = traits.extern_when_stored;
     if (traits.collective) op.collective = CollectiveLayoutOf(op.schema);
     if (traits.attention) op.attention = AttentionLayoutOf(op.schema);
     op.random = traits.random;
@@ -164,6 +165,11 @@ bool IsView(absl::string_view target) {
 bool IsExtern(absl::string_view target) {
   const Op* op = FindOp(target);
   return op != nullptr && op->extern_call;
+}
+
+bool MayRunAsExtern(absl::string_view target) {
+  const Op* op = FindOp(target);
+  return op != nullptr && (op->extern_call || op->extern_when_stored);
 }
 
 bool DrawsRandom(absl::string_view target) {

@@ -68,6 +68,10 @@ struct Op {
   // The runtime runs it with a library (matmuls, convolution, attention, collectives): the
   // compiler emits an extern step for it, and every runtime implements it.
   bool extern_call = false;
+  // Decomposed (a library call and an epilogue that fuses with its neighbours), except where
+  // its result is stored anyway: then the compiler emits an extern step for the whole op
+  // (addmm, whose bias the library adds as it writes), so every runtime implements it too.
+  bool extern_when_stored = false;
   // A functional collective over a process group (never reordered, duplicated or removed).
   std::optional<CollectiveLayout> collective;
   // Scaled-dot-product attention.
@@ -98,6 +102,9 @@ std::vector<std::string> TargetsWhere(absl::FunctionRef<bool(const Op&)> pred);
 // Trait queries by target; an unknown op has none of these traits, except as noted.
 bool IsView(absl::string_view target);
 bool IsExtern(absl::string_view target);
+// IsExtern, or an extern step where its result is stored anyway (Op::extern_when_stored):
+// what a runtime must implement.
+bool MayRunAsExtern(absl::string_view target);
 bool DrawsRandom(absl::string_view target);
 // Also every op of the functional-collectives namespace Kiln has no entry for: whatever it
 // is, it talks to other ranks.

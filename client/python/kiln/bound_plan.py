@@ -598,7 +598,8 @@ class BoundPlan:
 # Ops whose torch function takes the schema's positional arguments, and out=: called so, a
 # run skips torch.ops' boxed call (parsing each argument against the schema), as Inductor's
 # extern kernels do. A GPT-2 step makes about 150 such calls.
-_UNBOXED_OUT = {"aten.mm.default": ("mm", 2), "aten.bmm.default": ("bmm", 2)}
+_UNBOXED_OUT = {"aten.mm.default": ("mm", 2), "aten.bmm.default": ("bmm", 2),
+                "aten.addmm.default": ("addmm", 3), "aten.baddbmm.default": ("baddbmm", 3)}
 
 
 def _unboxed(c: Call) -> Optional[Callable[..., Any]]:

@@ -19,7 +19,8 @@ constexpr const char* kLibraryCalls[] = {
 };
 
 // The product is an extern call; the compiler adds the bias and the scaling itself, so
-// that they fuse with what follows.
+// that they fuse with what follows -- unless the result is stored anyway, where the library
+// adds the bias as it writes the product.
 constexpr const char* kWithEpilogue[] = {
     "aten.addmm.default(Tensor self, Tensor mat1, Tensor mat2, *, Scalar beta=1, "
     "Scalar alpha=1) -> Tensor",
@@ -31,7 +32,7 @@ constexpr const char* kWithEpilogue[] = {
 
 void AddLinalgOps(OpTable& t) {
   t.Add(Traits{.extern_call = true}, kLibraryCalls);
-  t.Add(Traits{}, kWithEpilogue);
+  t.Add(Traits{.extern_when_stored = true}, kWithEpilogue);
 }
 
 }  // namespace kiln::ops

@@ -6,6 +6,7 @@
 
 #include "client/runtime/extern_ops.h"
 
+#include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -126,6 +127,46 @@ TEST_F(ExternOpsTest, BmmAgainstInterpreter) {
       Check("aten.bmm.default", {V(a), V(b)}, {}, la);
     }
   }
+}
+
+// addmm and baddbmm, which the compiler emits where the result is stored anyway: the addend
+// broadcast from any of its forms, scaled by beta, the product by alpha.
+TEST_F(ExternOpsTest, AddmmAgainstInterpreter) {
+  const int64_t m = 37, k = 19, n = 24;
+  const std::vector<std::vector<int64_t>> biases = {{n}, {1, n}, {m, 1}, {m, n}, {1}};
+  for (DType dtype : {kF32, kBF16}) {
+    for (const std::vector<int64_t>& bias_sizes : biases) {
+      for (auto [beta, alpha] : {std::pair{1.0, 1.0}, {0.5, 2.0}, {0.0, 1.0}}) {
+        SCOPED_TRACE(::testing::Message() << "bias " << absl::StrJoin(bias_sizes, "x") << " beta "
+                                          << beta << " alpha " << alpha);
+        const Tensor bias = RandomTensor(bias_sizes, dtype, Layout::kContiguous, rng_);
+        const Tensor a = RandomTensor({m, k}, dtype, Layout::kContiguous, rng_);
+        const Tensor b = RandomTensor({k, n}, dtype, Layout::kTransposed, rng_);
+        Kwargs kwargs;
+        if (beta != 1) kwargs.emplace_back("beta", V(beta));
+        if (alpha != 1) kwargs.emplace_back("alpha", V(alpha));
+        Check("aten.addmm.default", {V(bias), V(a), V(b)}, kwargs);
+      }
+    }
+  }
+  for (Layout la : {Layout::kContiguous, Layout::kStrided}) {
+    const Tensor bias = RandomTensor({11}, kF32, Layout::kContiguous, rng_);
+    const Tensor a = RandomTensor({3, 17, 9}, kF32, la, rng_);
+    const Tensor b = RandomTensor({3, 9, 11}, kF32, Layout::kTransposed, rng_);
+    Check("aten.baddbmm.default", {V(bias), V(a), V(b)}, {{"alpha", V(0.25)}}, la);
+  }
+}
+
+TEST_F(ExternOpsTest, AnAddendThatDoesNotBroadcastIsNamed) {
+  ExternContext ctx;
+  ctx.pool = &pool_;
+  const Tensor bias = Tensor::Empty({3}, kF32);
+  const Tensor a = Tensor::Empty({2, 4}, kF32);
+  const Tensor b = Tensor::Empty({4, 5}, kF32);
+  const Tensor out = Tensor::Empty({2, 5}, kF32);
+  const absl::Status s = RunDirect("aten.addmm.default", {V(bias), V(a), V(b)}, {out}, ctx);
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << s;
+  EXPECT_THAT(std::string(s.message()), ::testing::HasSubstr("does not broadcast to [2, 5]"));
 }
 
 TEST_F(ExternOpsTest, MatmulErrors) {
@@ -566,14 +607,15 @@ TEST_F(ExternOpsTest, SameBytesForAnyThreadCount) {
 
 TEST(ExternContractTest, RuntimeImplementsExactlyTheRegistryExterns) {
   const std::vector<std::string> registry =
-      ops::TargetsWhere([](const ops::Op& op) { return op.extern_call; });
+      ops::TargetsWhere([](const ops::Op& op) { return op.extern_call || op.extern_when_stored; });
   ASSERT_FALSE(registry.empty());
   EXPECT_EQ(SupportedExternOps(), registry)
       << "runtime: " << absl::StrJoin(SupportedExternOps(), ", ")
       << "\nregistry: " << absl::StrJoin(registry, ", ");
   for (const std::string& op : registry) EXPECT_TRUE(IsExternOpSupported(op)) << op;
-  // addmm is no extern op: the compiler splits it into an extern mm and a fused epilogue.
-  EXPECT_FALSE(IsExternOpSupported("aten.addmm.default"));
+  // addmm is one where its result is stored anyway (below, a graph's output).
+  EXPECT_TRUE(IsExternOpSupported("aten.addmm.default"));
+  EXPECT_FALSE(IsExternOpSupported("aten.add.Tensor"));
 }
 
 // A one-node graph calling `op` with arguments of the types its schema asks for (values
@@ -646,11 +688,12 @@ absl::StatusOr<v1::Graph> OneCallGraph(const ops::Op& op) {
 }
 
 // Decompose turns every call of a registry extern op into an extern step (not a fallback),
-// so every extern step of a compiled plan is one the runtime implements.
+// and so every call of an op that runs as one where its result is stored (here, the graph's
+// output), so every extern step of a compiled plan is one the runtime implements.
 TEST(ExternContractTest, DecomposeEmitsAnExternStepForEveryRegistryExtern) {
   int checked = 0;
   for (const ops::Op* op : ops::AllOps()) {
-    if (!op->extern_call) continue;
+    if (!op->extern_call && !op->extern_when_stored) continue;
     SCOPED_TRACE(op->target());
     absl::StatusOr<v1::Graph> proto = OneCallGraph(*op);
     ASSERT_TRUE(proto.ok()) << proto.status();

@@ -203,6 +203,7 @@ TEST(RegistryTest, TraitsFitTheirSchemas) {
   EXPECT_TRUE(FindOp("aten.mm.default")->extern_call);
   EXPECT_FALSE(FindOp("aten.addmm.default")->extern_call)
       << "the compiler splits addmm into an extern mm and a fused epilogue";
+  EXPECT_TRUE(FindOp("aten.addmm.default")->extern_when_stored);
 }
 
 TEST(RegistryTest, QueriesAnswerFromTheEntries) {
@@ -210,6 +211,11 @@ TEST(RegistryTest, QueriesAnswerFromTheEntries) {
   EXPECT_FALSE(IsView("aten.reshape.default"));
   EXPECT_FALSE(IsView("aten.no_such_op.default"));
   EXPECT_TRUE(IsExtern("aten.bmm.default"));
+  EXPECT_TRUE(MayRunAsExtern("aten.bmm.default"));
+  EXPECT_FALSE(IsExtern("aten.baddbmm.default"));
+  EXPECT_TRUE(MayRunAsExtern("aten.baddbmm.default"));
+  EXPECT_FALSE(MayRunAsExtern("aten.add.Tensor"));
+  EXPECT_FALSE(MayRunAsExtern("aten.no_such_op.default"));
   EXPECT_FALSE(IsExtern("aten.no_such_op.default"));
   EXPECT_TRUE(DrawsRandom("aten.rand_like.default"));
   EXPECT_FALSE(DrawsRandom("aten.no_such_op.default"));

@@ -42,8 +42,8 @@ TEST(CodegenTest, BytesDoNotDependOnThreads) {
 
 // x86-64-v3 has 256-bit vectors: float32 loops run 8 lanes wide. Kernels that stay scalar
 // are the few whose innermost loop walks a strided or gathered dimension or calls a math
-// function without a vector form (GELU's tanh): a third of nanoGPT's forward, whose residual
-// adds run inside its layer norms' kernels.
+// function without a vector form (GELU's tanh): under half of nanoGPT's forward, whose residual
+// adds run inside its layer norms' kernels and whose stored bias adds run in the library.
 TEST(CodegenTest, Float32LoopsVectorize) {
   for (const char* name : {"nanogpt_fp32.fw.json", "nanogpt_fp32.bw.json", "mlp_fp32.bw.json"}) {
     auto program = testing::FuseSharedGraph(name);
@@ -52,7 +52,7 @@ TEST(CodegenTest, Float32LoopsVectorize) {
     ASSERT_TRUE(code.ok()) << code.status();
     size_t wide = 0;
     for (int32_t w : code->vector_widths) wide += w >= 8 ? 1 : 0;
-    EXPECT_GE(3 * wide, 2 * code->vector_widths.size()) << name;
+    EXPECT_GE(2 * wide, code->vector_widths.size()) << name;
   }
 }
 
