@@ -95,7 +95,9 @@ std::vector<bool> StoredValues(const graph::Graph& graph, const canon::Canonical
     const absl::Span<const Arg> args = graph.args(gn);
     if (target == "operator.getitem") {
       // Its one result is item k of its operand.
-      if (args.size() < 2 || args[0].kind != ArgKind::kRef) continue;
+      if (args.size() < 2 || args[0].kind != ArgKind::kRef || args[1].kind != ArgKind::kInt) {
+        continue;
+      }
       const graph::Node& src = graph.node(args[0].ref.node);
       const int64_t k = args[1].int_value;
       for (const graph::Value& v : graph.outputs(gn)) {

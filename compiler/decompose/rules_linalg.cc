@@ -26,10 +26,12 @@ std::optional<double> Scale(const graph::Arg& a) {
 // output rows are not a multiple of 16 bytes is padded first (fuse/pad_rows.h), which only
 // a plain matmul gets.
 bool RowsAligned(const Builder& d, uint32_t node, const graph::Value& out, bool batched) {
-  const size_t off = batched ? 1 : 0;
-  const graph::Value* a = d.graph().Resolve(d.A(node, 1).ref);
   if (out.dtype != graph::DType::kFloat16 && out.dtype != graph::DType::kBFloat16) return true;
-  if (a == nullptr || d.A(node, 1).kind != graph::ArgKind::kRef) return false;
+  if (d.A(node, 1).kind != graph::ArgKind::kRef) return false;
+  const graph::Value* a = d.graph().Resolve(d.A(node, 1).ref);
+  if (a == nullptr) return false;
+  const size_t off = batched ? 1 : 0;
+  if (d.graph().sizes(*a).size() != off + 2 || d.graph().sizes(out).size() != off + 2) return false;
   const graph::SymInt& k = d.graph().sizes(*a)[off + 1];
   const graph::SymInt& n = d.graph().sizes(out)[off + 1];
   return !k.is_symbolic() && !n.is_symbolic() && k.value() % 8 == 0 && n.value() % 8 == 0;
