@@ -198,8 +198,8 @@ absl::Status Collective(const ExternCall& call, const ops::Op& op) {
 using OpFn = std::function<absl::Status(const ExternCall&)>;
 
 // The implementations, each registered against the op registry's entry: an op the registry
-// does not list as one that may run as an extern call is a programming error, caught by the first
-// test that runs an extern op. Every registry collective is implemented from its layout.
+// does not list as one that may run as an extern call is a programming error, caught by the
+// first test that runs an extern op. Every registry collective is implemented from its layout.
 const std::map<std::string, OpFn, std::less<>>& Ops() {
   static const auto* table = [] {
     auto* m = new std::map<std::string, OpFn, std::less<>>;

@@ -43,9 +43,8 @@ std::string EntryName(const loop::Program& program, size_t index);
 class KernelModule {
  public:
   // The kernel, named EntryName(program, index), emitted through `abi` into a new module for
-  // `target`
-  // and verified; code is generated at options.opt_level. INTERNAL when LLVM does not know
-  // the target, the emitter cannot express the kernel, or its IR is invalid.
+  // `target` and verified; code is generated at options.opt_level. INTERNAL when LLVM does not
+  // know the target, the emitter cannot express the kernel, or its IR is invalid.
   static absl::StatusOr<KernelModule> Emit(const TargetDescription& target,
                                            const CodegenOptions& options,
                                            const loop::Program& program, size_t index,
