@@ -37,6 +37,7 @@ each configuration and OUT/step_time.txt at the end; a run that fails is a row t
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import pathlib
@@ -49,6 +50,7 @@ from typing import Any, Callable, Mapping, Optional
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
 
+from gpu_timeline import STEP_PREFIX, idle_table, spans_of  # noqa: E402
 from kilnd_process import KilnServer, script_parser  # noqa: E402
 from worker_process import logged, run_worker  # noqa: E402
 
@@ -165,6 +167,7 @@ class Profiler:
             # The GPU's time by kernel, then the host's by op (what each op's call costs).
             return averages.table(sort_by="self_device_time_total", row_limit=PROFILE_ROWS,
                                   max_name_column_width=70) + kernels_by_author(averages) + \
+                idle_table(spans_of(self.prof.events())) + \
                 averages.table(sort_by="self_cpu_time_total", row_limit=PROFILE_ROWS,
                                max_name_column_width=70)
         if self.kind == "first":
@@ -225,7 +228,7 @@ class EventLog(logging.Handler):
 
 
 def train(name: str, mode: str, steps: int, write_event: Callable[..., None],
-          profile: str = "") -> None:
+          profile: str = "", hide_start_ms: float = 0.0) -> None:
     import random
 
     import torch
@@ -248,23 +251,31 @@ def train(name: str, mode: str, steps: int, write_event: Callable[..., None],
     run = compiled(model, mode)
     profiled = profiled_steps(profile, steps)
     prof, table = None, None
+    spin = GpuSpin(hide_start_ms) if hide_start_ms > 0 else None
     for step, batch in enumerate(batches, 1):
         if step == profiled.start:
             prof = Profiler(profile)
             prof.start()
         torch.cuda.synchronize()
         start = time.perf_counter()
-        opt.zero_grad()
-        with corpus.autocast(dtype):
-            out = run(*batch)
-        loss = out if out.dim() == 0 else out.float().square().mean()
-        loss.backward()
-        opt.step()
-        issued = time.perf_counter()
-        value = loss.item()
-        torch.cuda.synchronize()
-        write_event(event="step", step=step, loss=value, seconds=time.perf_counter() - start,
-                    host_seconds=issued - start)
+        if spin is not None:
+            spin.queue()
+        # A torch profile's step ranges, from which gpu_timeline reads the GPU's idle time.
+        marked = torch.profiler.record_function(f"{STEP_PREFIX}{step}") \
+            if prof is not None and profile == "torch" else contextlib.nullcontext()
+        with marked:
+            opt.zero_grad()
+            with corpus.autocast(dtype):
+                out = run(*batch)
+            loss = out if out.dim() == 0 else out.float().square().mean()
+            loss.backward()
+            opt.step()
+            issued = time.perf_counter()
+            value = loss.item()
+            torch.cuda.synchronize()
+        hidden = spin.seconds() if spin is not None else 0.0
+        write_event(event="step", step=step, loss=value,
+                    seconds=time.perf_counter() - start - hidden, host_seconds=issued - start)
         if prof is not None and step == profiled[-1]:
             table = prof.table()  # stops profiling: "first" covers the first step alone
     if table is not None:
@@ -279,6 +290,33 @@ def train(name: str, mode: str, steps: int, write_event: Callable[..., None],
                            if key.startswith("autograd_cache_")})
 
 
+class GpuSpin:
+    """A GPU wait of about `ms` queued at a step's start: the host's work before the step's
+    first kernel overlaps it instead of leaving the GPU idle, and the step's time less the
+    wait (timed on the GPU) is the GPU's work and the host's gaps inside the step."""
+
+    def __init__(self, ms: float) -> None:
+        import torch
+
+        self.torch = torch
+        self.begin, self.end = torch.cuda.Event(enable_timing=True), \
+            torch.cuda.Event(enable_timing=True)
+        probe = 10_000_000
+        self.begin.record()
+        torch.cuda._sleep(probe)
+        self.end.record()
+        self.end.synchronize()
+        self.cycles = max(1, int(probe * ms / self.begin.elapsed_time(self.end)))
+
+    def queue(self) -> None:
+        self.begin.record()
+        self.torch.cuda._sleep(self.cycles)
+        self.end.record()
+
+    def seconds(self) -> float:
+        return self.begin.elapsed_time(self.end) / 1000
+
+
 def profiled_steps(profile: str, steps: int) -> range:
     """The steps (from 1) that `profile` covers."""
     if profile == "first":
@@ -288,9 +326,9 @@ def profiled_steps(profile: str, steps: int) -> range:
 
 
 def worker(name: str, mode: str, steps: int, events_path: pathlib.Path,
-           profile: str) -> int:
-    return logged(events_path, lambda write_event: train(name, mode, steps, write_event, profile),
-                  OUTPUT_TAIL)
+           profile: str, hide_start_ms: float = 0.0) -> int:
+    return logged(events_path, lambda write_event: train(name, mode, steps, write_event, profile,
+                                                         hide_start_ms), OUTPUT_TAIL)
 
 
 # --- reading runs (no PyTorch) --------------------------------------------------------------
@@ -420,14 +458,15 @@ def compile_counts(before: Optional[dict], after: Optional[dict]) -> Optional[di
 
 def run_mode(name: str, mode: str, steps: int, timeout: float, env: dict,
              server: Optional[KilnServer], out: pathlib.Path, profile: str = "",
-             repeat: int = 0) -> dict:
+             repeat: int = 0, hide_start_ms: float = 0.0) -> dict:
     events_path = out / RUNS_DIR / (f"{name}.{mode}.jsonl" if repeat == 0 else
                                     f"{name}.{mode}.{repeat}.jsonl")
     events_path.parent.mkdir(parents=True, exist_ok=True)
     events_path.write_text("")
     before = server.metrics() if server else None
     result = run_worker([str(pathlib.Path(__file__).resolve()), "--worker", name, mode,
-                         str(steps), str(events_path), profile or "-"], env, timeout)
+                         str(steps), str(events_path), profile or "-", str(hide_start_ms)],
+                        env, timeout)
     from train_models import read_events
 
     events = read_events(events_path)
@@ -442,10 +481,11 @@ def run_mode(name: str, mode: str, steps: int, timeout: float, env: dict,
 
 def main(argv: Optional[list[str]] = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
-    if argv[:1] == ["--worker"]:  # the runner's own call: CONFIG MODE STEPS EVENTS_PATH PROFILE
-        name, mode, steps, events_path, profile = argv[1:]
+    if argv[:1] == ["--worker"]:  # the runner's own call: CONFIG MODE STEPS EVENTS_PATH
+        # PROFILE HIDE_START_MS
+        name, mode, steps, events_path, profile, hide_start_ms = argv[1:]
         return worker(name, mode, int(steps), pathlib.Path(events_path),
-                      "" if profile == "-" else profile)
+                      "" if profile == "-" else profile, float(hide_start_ms))
     parser = script_parser()
     parser.add_argument("--only", default="gpt2_124m_fp32,gpt2_124m_bf16",
                         help=f"configurations, comma-separated, of {', '.join(CONFIGS)}")
@@ -460,6 +500,11 @@ def main(argv: Optional[list[str]] = None) -> int:
                              "profiler or a stack sampler (steady), or its first step with "
                              "a stack sampler (first); "
                              "OUT/profile.CONFIG.MODE.KIND.txt")
+    parser.add_argument("--hide-start-ms", type=float, default=0.0,
+                        help="queue a GPU wait this long at each step's start, so the host's "
+                             "work before the first kernel overlaps it; steps are timed "
+                             "without the wait (the GPU's work and the host's gaps inside a "
+                             "step)")
     args = parser.parse_args(argv)
     names = [n for n in args.only.split(",") if n]
     unknown = [n for n in names if n not in CONFIGS]
@@ -481,7 +526,8 @@ def main(argv: Optional[list[str]] = None) -> int:
                 uses_kiln = mode.startswith("kiln")
                 run = run_mode(name, mode, args.steps, args.timeout, env,
                                server if uses_kiln else None, args.out,
-                               args.profile if r == 0 else "", repeat=r)
+                               args.profile if r == 0 else "", repeat=r,
+                               hide_start_ms=args.hide_start_ms)
                 repeated.setdefault(mode, []).append(run)
                 brief = {k: v for k, v in run.items() if k != "losses"}
                 print(f"{name} {mode}{f' (run {r + 1})' if r else ''}: "
