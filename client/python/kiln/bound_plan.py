@@ -131,6 +131,13 @@ class _Segment:
     src: Optional[BoundView] = None
     dst: Optional[BoundView] = None
     input_index: int = -1
+    # What a run does just before this segment for the buffers no earlier one touches, so
+    # that the GPU starts on the first kernels while the host works through the rest: the
+    # output buffers it allocates, the inputs it checks and the input buffers whose
+    # addresses it puts in the slot table (buffer, input index).
+    allocates: list[int] = field(default_factory=list)
+    checks: list[_InputCheck] = field(default_factory=list)
+    input_slots: list[tuple[int, int]] = field(default_factory=list)
 
 
 class BoundPlan:
@@ -172,6 +179,7 @@ class BoundPlan:
                              enumerate(self.buffer_kinds) if kind == BUFFER_INPUT]
         self.output_buffers = [b for b, kind in enumerate(self.buffer_kinds)
                                if kind == BUFFER_OUTPUT]
+        self._untouched_outputs, self._late_checks = self._place_first_uses()
         self.outputs = [self._output(o) for o in runtime.outputs]
         self.typed_outputs = self._typed_outputs()
         self.graphed: Any = None  # its kiln.cuda_graphs.GraphedPlan, when runs are captured
@@ -310,6 +318,34 @@ class BoundPlan:
                             c.may_adopt.add(i)
             touched |= self._buffers_of(segment)
 
+    def _place_first_uses(self) -> tuple[list[int], list[_InputCheck]]:
+        """Gives each segment the buffers it is the first to touch (_Segment.allocates,
+        checks, input_slots). Returns the output buffers no segment touches, which a run
+        allocates before the first segment, and the checks of inputs no segment reads, which
+        it makes after the last (an output may view such an input). Every input is checked
+        before the first write-back, so that a run refused for its inputs wrote none."""
+        checks = {c.index: c for c in self.checks}
+        unchecked = set(checks)
+        outputs_left = set(self.output_buffers)
+        slots_left = dict(self._input_slots)
+        for segment in self.segments:
+            touched = self._buffers_of(segment)
+            first = outputs_left & touched
+            segment.allocates = sorted(first)
+            outputs_left -= first
+            segment.input_slots = [(b, slots_left.pop(b)) for b in sorted(touched & slots_left.keys())]
+            indices = {index for _, index in segment.input_slots}
+            if segment.kind == "write_back":
+                indices.add(segment.input_index)
+            segment.checks = [checks[i] for i in sorted(indices & unchecked)]
+            unchecked -= indices
+        late = [checks[i] for i in sorted(unchecked)]
+        write_back = next((s for s in self.segments if s.kind == "write_back"), None)
+        if write_back is not None:
+            write_back.checks = late + write_back.checks
+            late = []
+        return sorted(outputs_left), late
+
     def _buffers_of(self, segment: _Segment) -> set[int]:
         if segment.kind == "launches":
             found: set[int] = set()
@@ -368,7 +404,12 @@ class BoundPlan:
                                     f"expects {list(c.strides)}")
 
     def run(self, inputs: Sequence[Any], seed: int, offset: int,
-            after_step: Optional[Callable[[int, Callable[..., Any]], None]] = None) -> list:
+            after_step: Optional[Callable[[int, Callable[..., Any]], None]] = None,
+            checked: bool = False) -> list:
+        """Runs the plan on `inputs`; each input is checked (check_inputs) before the first
+        step that reads it, unless the caller has `checked` them all. A mismatch raises
+        InputMismatch before any step reads that input and before any write-back: what
+        steps ran wrote only the run's own memory."""
         import torch  # noqa: PLC0415
 
         device = self.runtime.device
@@ -378,11 +419,6 @@ class BoundPlan:
             torch.cuda.current_device() == device.index else None
         arena = empty((self.arena_bytes,), (1,), torch.uint8) if empty is not None else \
             torch.empty(self.arena_bytes, dtype=torch.uint8, device=device)
-        owned: dict[int, Any] = {}  # the allocation of each output buffer
-        adopted = self.adopted_outputs
-        for b in self.output_buffers:
-            if b not in adopted:
-                owned[b] = self._allocate_output(b, empty)
         # The slot table: constants as binding left them, then this run's addresses. An input
         # buffer starts at the tensor's first element (data_ptr: its storage offset applied).
         table = cuda.SlotTable.copy_of(self._slot_template)
@@ -390,16 +426,32 @@ class BoundPlan:
         start = arena.data_ptr()
         for slot, arena_offset in self._arena_slots:
             values[slot] = start + arena_offset
-        for b, index in self._input_slots:
-            values[b] = inputs[index].data_ptr()
-        for b, t in owned.items():
-            values[b] = t.data_ptr()
+        check = None if checked else self.check_inputs
+        if check is not None:
+            check(inputs, [])  # the count of inputs
+        # The allocation of each output buffer, made before the first segment that touches it
+        # (a forward's saved values are hundreds; allocating them all first would keep the
+        # GPU waiting). A result kept as its buffer's memory (adopted) needs none.
+        owned: dict[int, Any] = {}
+        adopted = self.adopted_outputs
+        for b in self._untouched_outputs:
+            if b not in adopted:
+                t = owned[b] = self._allocate_output(b, empty)
+                values[b] = t.data_ptr()
         values[self._seed_slot] = seed & _U64
         values[self._offset_slot] = offset & _U64
         stream = torch.cuda.current_stream(device).cuda_stream
         views = _Views(self, inputs, arena, owned, table)
 
         for segment in self.segments:
+            if check is not None and segment.checks:
+                check(inputs, segment.checks)
+            for b, index in segment.input_slots:
+                values[b] = inputs[index].data_ptr()
+            for b in segment.allocates:
+                if b not in adopted:
+                    t = owned[b] = self._allocate_output(b, empty)
+                    values[b] = t.data_ptr()
             try:
                 if segment.kind == "launches":
                     assert segment.launches is not None
@@ -425,6 +477,8 @@ class BoundPlan:
             if after_step is not None:
                 for index in segment.steps:
                     after_step(index, views.buffer_view)
+        if check is not None and self._late_checks:
+            check(inputs, self._late_checks)
         out: list[Any] = []
         returned: set[int] = set()
         for kind, payload in self.outputs:

@@ -120,13 +120,13 @@ class GraphedPlan:
         previous, self._previous = self._previous, addresses
         if self._graph is None:
             if previous is None or self.captures >= MAX_CAPTURES:
-                return self.plan.run(inputs, seed, offset)
+                return self.plan.run(inputs, seed, offset, checked=True)
             in_place = {i for i, a in enumerate(addresses) if a is not None and (
                 i in self.static_inputs or (a == previous[i] and i not in self._copied_always))}
             held_still, self._held_still = self._held_still, in_place
             settled = in_place == held_still and generation == self._generation
             if self.calls <= WARMUP_CALLS or (not settled and self.calls < MAX_WARMUP_CALLS):
-                return self.plan.run(inputs, seed, offset)
+                return self.plan.run(inputs, seed, offset, checked=True)
             self._graph = _Capture(self.plan, inputs, in_place, seed, offset, self.saved_from)
             _keep(self, self._graph)
             self.captures += 1
@@ -150,7 +150,7 @@ class GraphedPlan:
                 self._held_still = None
                 if self.captures >= MAX_CAPTURES:
                     self.log(f"captured {self.captures} times; runs eagerly from now on")
-        return self.plan.run(inputs, seed, offset)
+        return self.plan.run(inputs, seed, offset, checked=True)
 
 
 def _address(x: Any) -> Optional[int]:
@@ -202,7 +202,7 @@ class _Capture:
         self.pool = torch.cuda.graph_pool_handle()
         torch.cuda.synchronize(plan.runtime.device)
         with torch.cuda.graph(self.graph, pool=self.pool):
-            outputs = plan.run(static, seed, offset)
+            outputs = plan.run(static, seed, offset, checked=True)
         # Where each output lives: a view of an input (made again from the caller's tensor at
         # each replay), a value, or a place in the pool (storage address and size).
         self.outputs: list[tuple] = []

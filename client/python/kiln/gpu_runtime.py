@@ -357,8 +357,7 @@ class GpuRuntime:
                 plan.graphed = GraphedPlan(plan, self.static_inputs, self.log,
                                            self.saved_from)
             return plan.graphed.run(inputs, rng_seed, rng_offset)  # checks the inputs
-        plan.check_inputs(inputs)
-        return plan.run(inputs, rng_seed, rng_offset, after_step)
+        return plan.run(inputs, rng_seed, rng_offset, after_step)  # checks the inputs
 
     def bind_groups(self, target: str, args: list[Any],
                      kwargs: dict[str, Any]) -> tuple[list[Any], dict[str, Any]]:

@@ -148,6 +148,15 @@ def test_inputs_that_do_not_fit_are_refused_naming_the_input() -> None:
         runtime.run([torch.empty_strided([8], [1], torch.float32, "cpu")])
     with pytest.raises(InputMismatch, match="the plan takes 1 inputs, 2 given"):
         runtime.run([cuda_input(8), cuda_input(8)])
+    # An input no step reads is checked too, after the steps.
+    a = artifact()
+    spec = a.inputs.add(name="u", dtype=1)
+    spec.sizes.append(sym("2"))
+    spec.strides.append(sym("1"))
+    runtime = GpuRuntime(a, torch.device("cuda", 0))
+    runtime.run([cuda_input(8), cuda_input(2)])
+    with pytest.raises(InputMismatch, match=r"input u: sizes \[3\]"):
+        runtime.run([cuda_input(8), cuda_input(3)])
 
 
 def test_artifacts_the_runtime_cannot_run_are_refused_saying_why() -> None:
@@ -321,6 +330,48 @@ def test_kernels_between_other_steps_launch_in_order_with_the_runs_addresses() -
         assert mm_a.data_ptr() == arena
 
 
+def test_each_input_is_checked_before_the_first_step_that_reads_it() -> None:
+    # k0 launches before b, which only the product reads, is checked: the GPU starts while
+    # the host checks the rest. A b that does not fit stops the run before the product.
+    driver = Driver()
+    runtime = GpuRuntime(mm_artifact(128), torch.device("cuda", 0))
+    runtime.run(mm_inputs())
+    a, _ = mm_inputs()
+    launches, calls = driver.count(), len(torch.calls)
+    wrong = torch.empty_strided([8, 16], [1, 8], torch.float32, "cuda:0")
+    with pytest.raises(InputMismatch, match=r"input b: strides \[1, 8\], the plan expects"):
+        runtime.run([a, wrong])
+    assert (driver.count(), len(torch.calls)) == (launches + 1, calls)
+    # An a that does not fit stops it before anything runs.
+    with pytest.raises(InputMismatch, match="input a: dtype torch.float16"):
+        runtime.run([torch.empty_strided([4, 8], [8, 1], torch.float16, "cuda:0"), wrong])
+    assert driver.count() == launches + 1
+
+
+def test_every_input_is_checked_before_a_write_back_writes() -> None:
+    a = mm_artifact(128)
+    for name in ("c", "unused"):  # c receives y at the end; nothing reads unused
+        spec = a.inputs.add(name=name, dtype=1)
+        spec.sizes.extend([sym("4"), sym("16")])
+        spec.strides.extend([sym("16"), sym("1")])
+    a.steps.add().write_back.CopyFrom(pb.WriteBackStep(input_index=2,
+                                                       src=view(3, [4, 16], [16, 1], 1)))
+    runtime = GpuRuntime(a, torch.device("cuda", 0))
+
+    def tensor(strides: list[int]):  # type: ignore[no-untyped-def]
+        return torch.empty_strided([4, 16], strides, torch.float32, "cuda:0")
+
+    c = tensor([16, 1])
+    runtime.run(mm_inputs() + [c, tensor([16, 1])])
+    assert torch.copies[-1][0].data_ptr() == c.data_ptr()  # y written back into c
+    copies = len(torch.copies)
+    with pytest.raises(InputMismatch, match="input c: strides"):
+        runtime.run(mm_inputs() + [tensor([1, 4]), tensor([16, 1])])
+    with pytest.raises(InputMismatch, match="input unused: strides"):
+        runtime.run(mm_inputs() + [c, tensor([1, 4])])
+    assert len(torch.copies) == copies  # neither wrote c back
+
+
 def test_an_extern_result_is_written_in_place_once_its_first_run_fits() -> None:
     runtime = GpuRuntime(mm_artifact(128), torch.device("cuda", 0))
     copies = len(torch.copies)
@@ -430,6 +481,35 @@ def test_pytorchs_lighter_constructors_make_the_same_tensors_as_the_public_ones(
     torch.fast_calls.clear()
     assert runs() == fast
     assert torch.fast_calls == []
+
+
+def test_an_output_is_allocated_just_before_the_first_step_that_touches_it(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    # The GPU starts on the first kernels while the host allocates later steps' outputs; an
+    # output no step touches is allocated before them all.
+    driver = Driver()
+    a = mm_artifact(128)
+    a.buffers.add(kind=pb.BUFFER_KIND_OUTPUT, dtype=1, size_bytes=sym("64"), alignment=64,
+                  name="z")
+    a.outputs.add().view.CopyFrom(view(5, [16], [1], 1))
+    made: list[tuple[tuple, int, int]] = []  # (sizes, launches so far, ATen calls so far)
+    allocate = torch._C._dynamo.guards._empty_strided_cuda
+
+    def recorded(sizes: tuple, strides: tuple, kind):  # type: ignore[no-untyped-def]
+        made.append((sizes, driver.count(), len(torch.calls)))
+        return allocate(sizes, strides, kind)
+
+    monkeypatch.setattr(torch._C._dynamo.guards, "_empty_strided_cuda", recorded)
+    runtime = GpuRuntime(a, torch.device("cuda", 0))
+    for _ in range(2):
+        made.clear()
+        launches, calls = driver.count(), len(torch.calls)
+        y, z = runtime.run(mm_inputs())
+        # The arena and z first, then y after k0 and the product, before k1.
+        assert made == [((128 + 256,), launches, calls), ((16,), launches, calls),
+                        ((4, 16), launches + 1, calls + 1)]
+        assert driver.launch(launches + 1)[1][1] == y.data_ptr()
+        assert z.shape == [16]
 
 
 def test_a_run_off_the_current_device_allocates_on_the_plans_device(
