@@ -549,14 +549,28 @@ absl::StatusOr<CallArg> Builder::ConvertArg(const Arg& a) const {
   return out;
 }
 
-absl::Status Builder::Extern(uint32_t node, const std::string& op, bool fallback,
-                             const std::string& reason) {
-  const graph::Node& gn = N(node);
+Node Builder::CallOf(uint32_t node, const std::string& op) const {
   Node n;
   n.kind = Node::Kind::kExtern;
   n.name = NodeName(node);
-  n.stack_trace = g_.str(gn.stack_trace);
+  n.stack_trace = g_.str(N(node).stack_trace);
   n.op = op;
+  return n;
+}
+
+absl::Status Builder::AddArgs(uint32_t node, size_t first, size_t last, Node& n) const {
+  for (size_t i = first; i <= last; ++i) {
+    auto a = ConvertArg(A(node, i));
+    if (!a.ok()) return a.status();
+    n.args.push_back(*std::move(a));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status Builder::Extern(uint32_t node, const std::string& op, bool fallback,
+                             const std::string& reason) {
+  const graph::Node& gn = N(node);
+  Node n = CallOf(node, op);
   n.fallback = fallback;
   n.reason = reason;
   n.collective = ops::IsCollective(op);

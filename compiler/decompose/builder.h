@@ -333,6 +333,10 @@ class Builder {
   absl::Status View(uint32_t node);
   // An argument for an extern call.
   absl::StatusOr<CallArg> ConvertArg(const graph::Arg& a) const;
+  // A call of `op` standing for `node`: its name and stack trace, no arguments or results.
+  Node CallOf(uint32_t node, const std::string& op) const;
+  // Appends `node`'s positional arguments first..last (inclusive) to call `n`.
+  absl::Status AddArgs(uint32_t node, size_t first, size_t last, Node& n) const;
   // `node` as a call of `op` with its arguments and results.
   absl::Status Extern(uint32_t node, const std::string& op, bool fallback,
                       const std::string& reason);

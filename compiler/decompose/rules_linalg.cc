@@ -40,17 +40,8 @@ bool RowsAligned(const Builder& d, uint32_t node, const graph::Value& out, bool 
 // addmm as one library call, its result written where the graph's value lives; beta and
 // alpha passed only where they are not 1, so that the runtime makes a plain call.
 absl::Status AddmmCall(Builder& d, uint32_t node, double beta, double alpha) {
-  const std::string& target = d.graph().target(d.N(node));
-  Node n;
-  n.kind = Node::Kind::kExtern;
-  n.name = d.NodeName(node);
-  n.stack_trace = d.graph().str(d.N(node).stack_trace);
-  n.op = target;
-  for (size_t i = 0; i <= 2; ++i) {
-    auto a = d.ConvertArg(d.A(node, i));
-    if (!a.ok()) return a.status();
-    n.args.push_back(*std::move(a));
-  }
+  Node n = d.CallOf(node, d.graph().target(d.N(node)));
+  if (absl::Status s = d.AddArgs(node, 0, 2, n); !s.ok()) return s;
   for (auto [name, value] : {std::pair<const char*, double>{"beta", beta}, {"alpha", alpha}}) {
     if (value == 1) continue;
     CallArg c;
@@ -80,16 +71,8 @@ absl::Status Addmm(Builder& d, uint32_t node, bool batched) {
   auto sizes = d.Syms(d.graph().sizes(*o));
   if (!sizes.ok()) return sizes.status();
   const int32_t prod = d.TempTensor(node, o->dtype, *sizes);
-  Node n;
-  n.kind = Node::Kind::kExtern;
-  n.name = d.NodeName(node);
-  n.stack_trace = d.graph().str(d.N(node).stack_trace);
-  n.op = batched ? "aten.bmm.default" : "aten.mm.default";
-  for (size_t i = 1; i <= 2; ++i) {
-    auto a = d.ConvertArg(d.A(node, i));
-    if (!a.ok()) return a.status();
-    n.args.push_back(*std::move(a));
-  }
+  Node n = d.CallOf(node, batched ? "aten.bmm.default" : "aten.mm.default");
+  if (absl::Status s = d.AddArgs(node, 1, 2, n); !s.ok()) return s;
   n.outputs = {prod};
   d.AddNode(std::move(n));
   const double beta = d.Num(d.A(node, 3), 1), alpha = d.Num(d.A(node, 4), 1);
