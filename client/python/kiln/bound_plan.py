@@ -333,7 +333,8 @@ class BoundPlan:
             first = outputs_left & touched
             segment.allocates = sorted(first)
             outputs_left -= first
-            segment.input_slots = [(b, slots_left.pop(b)) for b in sorted(touched & slots_left.keys())]
+            segment.input_slots = [(b, slots_left.pop(b))
+                                   for b in sorted(touched & slots_left.keys())]
             indices = {index for _, index in segment.input_slots}
             if segment.kind == "write_back":
                 indices.add(segment.input_index)
