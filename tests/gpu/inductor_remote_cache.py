@@ -388,7 +388,7 @@ def train(config: str, steps: int, write_event: Callable[..., None]) -> None:
 
     import capture_corpus as corpus
     from step_time import CONFIGS
-    from train_models import fresh_like
+    from train_models import backward_step, fresh_like
 
     bench, dtype = CONFIGS[config]
     torch.backends.cuda.matmul.allow_tf32 = False
@@ -403,11 +403,7 @@ def train(config: str, steps: int, write_event: Callable[..., None]) -> None:
     for step, batch in enumerate(batches, 1):
         torch.cuda.synchronize()
         start = time.perf_counter()
-        opt.zero_grad()
-        with corpus.autocast(dtype):
-            out = run(*batch)
-        loss = out if out.dim() == 0 else out.float().square().mean()
-        loss.backward()
+        loss = backward_step(run, batch, opt, corpus.autocast(dtype))
         opt.step()
         value = loss.item()
         torch.cuda.synchronize()

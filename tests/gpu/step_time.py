@@ -234,7 +234,7 @@ def train(name: str, mode: str, steps: int, write_event: Callable[..., None],
     import torch
 
     import capture_corpus as corpus  # imports kiln, which registers the backend
-    from train_models import fresh_like
+    from train_models import backward_step, fresh_like
 
     bench, dtype = CONFIGS[name]
     kiln_log = logging.getLogger("kiln")
@@ -264,11 +264,7 @@ def train(name: str, mode: str, steps: int, write_event: Callable[..., None],
         marked = torch.profiler.record_function(f"{STEP_PREFIX}{step}") \
             if prof is not None and profile == "torch" else contextlib.nullcontext()
         with marked:
-            opt.zero_grad()
-            with corpus.autocast(dtype):
-                out = run(*batch)
-            loss = out if out.dim() == 0 else out.float().square().mean()
-            loss.backward()
+            loss = backward_step(run, batch, opt, corpus.autocast(dtype))
             opt.step()
             issued = time.perf_counter()
             value = loss.item()

@@ -210,12 +210,7 @@ def train(config: TrainConfig, mode: str, steps: int, write_event: Callable[...,
             for step, batch in enumerate(batches, 1):
                 torch.cuda.synchronize()
                 start = time.perf_counter()
-                opt.zero_grad()
-                with corpus.autocast(config.dtype):
-                    out = run(*batch)
-                # A model that returns no loss (the MLP) trains on its output's mean square.
-                loss = out if out.dim() == 0 else out.float().square().mean()
-                loss.backward()
+                loss = backward_step(run, batch, opt, corpus.autocast(config.dtype))
                 if step == 1 and grads_path is not None:
                     # The first step's gradients, before any update: the runner compares them
                     # with eager's parameter by parameter (a wrong gradient shows here, while
@@ -267,6 +262,18 @@ def gradient_errors(reference: pathlib.Path, other: pathlib.Path) -> Optional[di
     return {"worst_param": worst, "worst_rel": errors[worst],
             "median_rel": statistics.median(errors.values()), "params": len(errors),
             "by_param": {name: float(f"{e:.3g}") for name, e in errors.items()}}
+
+
+def backward_step(run: Any, batch: list, opt: Any, autocast: Any) -> Any:
+    """One training step up to the optimizer's: gradients zeroed, the forward under
+    `autocast`, its loss and the backward. A model that returns no loss (the MLP) trains on
+    its output's mean square. Returns the loss, not read back."""
+    opt.zero_grad()
+    with autocast:
+        out = run(*batch)
+    loss = out if out.dim() == 0 else out.float().square().mean()
+    loss.backward()
+    return loss
 
 
 def fresh_like(example: Any) -> Any:
