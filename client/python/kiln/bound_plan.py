@@ -138,6 +138,7 @@ class _Segment:
     allocates: list[int] = field(default_factory=list)
     checks: list[_InputCheck] = field(default_factory=list)
     input_slots: list[tuple[int, int]] = field(default_factory=list)
+    prepares: bool = False  # any of the three
 
 
 class BoundPlan:
@@ -345,6 +346,8 @@ class BoundPlan:
         if write_back is not None:
             write_back.checks = late + write_back.checks
             late = []
+        for segment in self.segments:
+            segment.prepares = bool(segment.allocates or segment.checks or segment.input_slots)
         return sorted(outputs_left), late
 
     def _buffers_of(self, segment: _Segment) -> set[int]:
@@ -378,31 +381,7 @@ class BoundPlan:
         if runtime.inputs and len(inputs) != len(runtime.inputs):
             raise InputMismatch(f"the plan takes {len(runtime.inputs)} inputs, {len(inputs)} "
                                 "given")
-        device = runtime.device
-        tensor = torch.Tensor
-        for c in self.checks if checks is None else checks:
-            x = inputs[c.index]
-            # The common case in one expression: a tensor that fits exactly.
-            if isinstance(x, tensor) and x.dtype == c.dtype and x.shape == c.sizes and \
-                    x.stride() == c.strides and x.device == device:
-                continue
-            if not isinstance(x, tensor):
-                raise InputMismatch(f"input {c.name}: expected a tensor, got {type(x).__name__}")
-            if x.dtype != c.dtype:
-                raise InputMismatch(f"input {c.name}: dtype {x.dtype}, the plan expects "
-                                    f"{c.dtype}")
-            # CPU tensors (attention's philox seed and offset, saved by the forward) reach
-            # only extern and fallback ops, which take them where they are; a kernel cannot.
-            if x.device != device and (x.device.type != "cpu" or c.on_kernel):
-                raise InputMismatch(f"input {c.name}: on {x.device}, the plan runs on {device}")
-            if tuple(x.shape) != c.sizes:
-                raise InputMismatch(f"input {c.name}: sizes {list(x.shape)}, the plan expects "
-                                    f"{list(c.sizes)}")
-            strides = tuple(x.stride())
-            if strides != c.strides and (c.stride_dims is None or any(
-                    strides[d] != c.strides[d] for d in c.stride_dims)):
-                raise InputMismatch(f"input {c.name}: strides {list(strides)}, the plan "
-                                    f"expects {list(c.strides)}")
+        _check(inputs, self.checks if checks is None else checks, runtime.device, torch.Tensor)
 
     def run(self, inputs: Sequence[Any], seed: int, offset: int,
             after_step: Optional[Callable[[int, Callable[..., Any]], None]] = None,
@@ -427,9 +406,9 @@ class BoundPlan:
         start = arena.data_ptr()
         for slot, arena_offset in self._arena_slots:
             values[slot] = start + arena_offset
-        check = None if checked else self.check_inputs
-        if check is not None:
-            check(inputs, [])  # the count of inputs
+        if not checked:
+            self.check_inputs(inputs, [])  # the count of inputs
+        tensor = torch.Tensor
         # The allocation of each output buffer, made before the first segment that touches it
         # (a forward's saved values are hundreds; allocating them all first would keep the
         # GPU waiting). A result kept as its buffer's memory (adopted) needs none.
@@ -445,14 +424,15 @@ class BoundPlan:
         views = _Views(self, inputs, arena, owned, table)
 
         for segment in self.segments:
-            if check is not None and segment.checks:
-                check(inputs, segment.checks)
-            for b, index in segment.input_slots:
-                values[b] = inputs[index].data_ptr()
-            for b in segment.allocates:
-                if b not in adopted:
-                    t = owned[b] = self._allocate_output(b, empty)
-                    values[b] = t.data_ptr()
+            if segment.prepares:
+                if not checked and segment.checks:
+                    _check(inputs, segment.checks, device, tensor)
+                for b, index in segment.input_slots:
+                    values[b] = inputs[index].data_ptr()
+                for b in segment.allocates:
+                    if b not in adopted:
+                        t = owned[b] = self._allocate_output(b, empty)
+                        values[b] = t.data_ptr()
             try:
                 if segment.kind == "launches":
                     assert segment.launches is not None
@@ -478,8 +458,8 @@ class BoundPlan:
             if after_step is not None:
                 for index in segment.steps:
                     after_step(index, views.buffer_view)
-        if check is not None and self._late_checks:
-            check(inputs, self._late_checks)
+        if not checked and self._late_checks:
+            _check(inputs, self._late_checks, device, tensor)
         out: list[Any] = []
         returned: set[int] = set()
         for kind, payload in self.outputs:
@@ -655,6 +635,34 @@ class BoundPlan:
 # extern kernels do. A GPT-2 step makes about 150 such calls.
 _UNBOXED_OUT = {"aten.mm.default": ("mm", 2), "aten.bmm.default": ("bmm", 2),
                 "aten.addmm.default": ("addmm", 3), "aten.baddbmm.default": ("baddbmm", 3)}
+
+
+def _check(inputs: Sequence[Any], checks: list[_InputCheck], device: Any, tensor: type) -> None:
+    """Raises InputMismatch naming the first of `checks` whose input does not fit."""
+    for c in checks:
+        x = inputs[c.index]
+        # The common case in one expression: a tensor that fits exactly.
+        if isinstance(x, tensor) and x.dtype == c.dtype and x.shape == c.sizes and \
+                x.stride() == c.strides and x.device == device:
+            continue
+        if not isinstance(x, tensor):
+            raise InputMismatch(f"input {c.name}: expected a tensor, got {type(x).__name__}")
+        if x.dtype != c.dtype:
+            raise InputMismatch(f"input {c.name}: dtype {x.dtype}, the plan expects "
+                                f"{c.dtype}")
+        # CPU tensors (attention's philox seed and offset, saved by the forward) reach
+        # only extern and fallback ops, which take them where they are; a kernel cannot.
+        if x.device != device and (x.device.type != "cpu" or c.on_kernel):
+            raise InputMismatch(f"input {c.name}: on {x.device}, the plan runs on {device}")
+        if tuple(x.shape) != c.sizes:
+            raise InputMismatch(f"input {c.name}: sizes {list(x.shape)}, the plan expects "
+                                f"{list(c.sizes)}")
+        strides = tuple(x.stride())
+        if strides != c.strides and (c.stride_dims is None or any(
+                strides[d] != c.strides[d] for d in c.stride_dims)):
+            raise InputMismatch(f"input {c.name}: strides {list(strides)}, the plan "
+                                f"expects {list(c.strides)}")
+
 
 
 def _unboxed(c: Call) -> Optional[Callable[..., Any]]:
