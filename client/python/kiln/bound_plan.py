@@ -430,7 +430,7 @@ class BoundPlan:
                 for b, index in segment.input_slots:
                     values[b] = inputs[index].data_ptr()
                 for b in segment.allocates:
-                    if b not in adopted:
+                    if b not in adopted and b not in owned:
                         t = owned[b] = self._allocate_output(b, empty)
                         values[b] = t.data_ptr()
             try:
@@ -797,5 +797,6 @@ class _Views:
 
     def buffer_view(self, buffer: int, dtype: Any, sizes: Sequence[int],
                     strides: Sequence[int]) -> Any:
+        self.allocate(buffer)  # an output buffer no step has touched yet: its own memory
         return self.at(self.root(buffer).untyped_storage(), self.base(buffer), dtype, 0, sizes,
                        strides)

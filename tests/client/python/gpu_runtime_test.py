@@ -330,6 +330,22 @@ def test_kernels_between_other_steps_launch_in_order_with_the_runs_addresses() -
         assert mm_a.data_ptr() == arena
 
 
+def test_a_step_callback_sees_an_output_buffer_no_step_has_touched_in_its_own_memory() -> None:
+    # y is first written by k1 (step 2); a callback after step 0 viewing it gets y's memory,
+    # which the run then keeps for k1 and returns.
+    driver = Driver()
+    runtime = GpuRuntime(mm_artifact(128), torch.device("cuda", 0))
+    seen = {}
+
+    def after(index: int, buffer_view) -> None:  # type: ignore[no-untyped-def]
+        if index == 0:
+            seen["y"] = buffer_view(3, torch.float32, [4, 16], [16, 1])
+
+    (y,) = runtime.run(mm_inputs(), after_step=after)
+    assert seen["y"].data_ptr() == y.data_ptr()
+    assert driver.launch(driver.count() - 1)[1][1] == y.data_ptr()
+
+
 def test_each_input_is_checked_before_the_first_step_that_reads_it() -> None:
     # k0 launches before b, which only the product reads, is checked: the GPU starts while
     # the host checks the rest. A b that does not fit stops the run before the product.
