@@ -664,7 +664,6 @@ def _check(inputs: Sequence[Any], checks: list[_InputCheck], device: Any, tensor
                                 f"expects {list(c.strides)}")
 
 
-
 def _unboxed(c: Call) -> Optional[Callable[..., Any]]:
     """The torch function that writes `c`'s result to out=, when it is one of
     _UNBOXED_OUT's and called with positional arguments only."""
