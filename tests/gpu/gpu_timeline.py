@@ -72,19 +72,38 @@ class StepIdle:
     tail_us: float = 0.0  # from its last kernel to the step's end
 
 
-def idle_table(timeline: Timeline, top: int = 25, lead_ops: int = 15) -> str:
+def _host_during(host: list[Span], start: float, end: float,
+                 into: dict[str, list[float]]) -> None:
+    """Adds each host op's time inside [start, end) to `into` under its name (nested ops
+    counted in each)."""
+    for op in host:
+        overlap = min(op.end, end) - max(op.start, start)
+        if overlap > 0:
+            into.setdefault(op.name, []).append(overlap)
+
+
+def _host_lines(ops: dict[str, list[float]], n: int, top: int, indent: str) -> list[str]:
+    return [f"{indent}{sum(times) / n / 1000:8.3f} ms {len(times) / n:6.1f}x  {name[:70]}"
+            for name, times in sorted(ops.items(), key=lambda kv: (-sum(kv[1]), kv[0]))[:top]]
+
+
+def idle_table(timeline: Timeline, top: int = 25, lead_ops: int = 15, waited: int = 3,
+               wait_ops: int = 8) -> str:
     """Per step: wall, busy, and idle time before the first kernel, between kernels and after
     the last; the host's ops while the device waits for the first kernel (time inside the
     wait, nested ops counted in each); then the gaps of WAIT_US or more between kernels,
-    summed over the steps by the kernel that ended them, most first."""
+    summed over the steps by the kernel that ended them, most first; then, for the `waited`
+    kernels waited for longest, the host's ops during those gaps."""
     if not timeline.steps:
         return "\nGPU idle: no step ranges were recorded.\n"
     per_step: list[StepIdle] = []
     waits: dict[str, list[float]] = {}
     before: dict[str, str] = {}
     in_lead: dict[str, list[float]] = {}
+    in_wait: dict[str, dict[str, list[float]]] = {}
     for step in sorted(timeline.steps, key=lambda s: s.start):
         inside = [s for s in timeline.device if step.start <= s.start < step.end]
+        host = [op for op in timeline.host if op.start < step.end and op.end > step.start]
         row = StepIdle(wall_us=step.end - step.start)
         intervals = busy(inside)
         if intervals:
@@ -97,19 +116,15 @@ def idle_table(timeline: Timeline, top: int = 25, lead_ops: int = 15) -> str:
                 if gap >= WAIT_US:
                     waits.setdefault(nxt.name, []).append(gap)
                     before.setdefault(nxt.name, prev.name)
-            lead_end = intervals[0].start
-            for op in timeline.host:
-                overlap = min(op.end, lead_end) - max(op.start, step.start)
-                if overlap > 0:
-                    in_lead.setdefault(op.name, []).append(overlap)
+                    _host_during(host, prev.end, nxt.start, in_wait.setdefault(nxt.name, {}))
+            _host_during(host, step.start, intervals[0].start, in_lead)
         per_step.append(row)
     n = len(per_step)
     lines = ["", f"GPU idle per step (ms, mean of {n} steps): " + ", ".join(
         f"{name} {sum(getattr(r, name + '_us') for r in per_step) / n / 1000:.3f}"
         for name in ("wall", "busy", "lead", "inside", "tail"))]
     lines.append("Host ops before a step's first kernel (ms per step, calls per step):")
-    for name, times in sorted(in_lead.items(), key=lambda kv: (-sum(kv[1]), kv[0]))[:lead_ops]:
-        lines.append(f"  {sum(times) / n / 1000:8.3f} ms {len(times) / n:6.1f}x  {name[:70]}")
+    lines += _host_lines(in_lead, n, lead_ops, "  ")
     lines.append(f"Gaps of {WAIT_US:g} us or more between kernels, by the kernel after the gap "
                  "(ms per step, count per step, longest us; the kernel before the first such "
                  "gap):")
@@ -117,4 +132,8 @@ def idle_table(timeline: Timeline, top: int = 25, lead_ops: int = 15) -> str:
     for name, gaps in ranked[:top]:
         lines.append(f"  {sum(gaps) / n / 1000:8.3f} ms {len(gaps) / n:6.1f}x "
                      f"{max(gaps):8.1f} us  {name[:60]}  <- {before[name][:40]}")
+    for name, _ in ranked[:waited]:
+        lines.append(f"Host ops while the GPU waited for {name[:60]} (ms per step, calls per "
+                     "step):")
+        lines += _host_lines(in_wait[name], n, wait_ops, "    ")
     return "\n".join(lines) + "\n"

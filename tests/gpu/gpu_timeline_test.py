@@ -20,11 +20,13 @@ def test_a_steps_idle_time_is_split_into_lead_inside_and_tail() -> None:
     device = [Span("k0", 10, 20), Span("k1", 22, 40), Span("k2", 60, 91),  # step 1
               Span("k0", 130, 140), Span("k2", 150, 195)]  # step 2
     host = [Span("zero_grad", 1, 5), Span("CompiledFunction", 4, 30),  # 4 + 6 in step 1's lead
+            Span("aten::addmm", 35, 58),  # 18 inside step 1's wait for k2 (40 to 60)
             Span("zero_grad", 100, 104), Span("CompiledFunction", 104, 150)]  # 4 + 26
     table = tl.idle_table(tl.Timeline(device, steps, host))
     # busy (10+18+31 + 10+45)/2, lead (10+30)/2, inside (2+20 + 10)/2, tail (9+5)/2
     assert "wall 0.100, busy 0.057, lead 0.020, inside 0.016, tail 0.007" in table
-    rows = [line.split() for line in table.splitlines() if line.startswith("  ")]
+    summary, waited = table.split("Host ops while the GPU waited for k2")
+    rows = [line.split() for line in summary.splitlines() if line.startswith("  ")]
     # What the host did while the GPU waited for each step's first kernel.
     assert rows[:2] == [["0.016", "ms", "1.0x", "CompiledFunction"],
                         ["0.004", "ms", "1.0x", "zero_grad"]]
@@ -32,6 +34,10 @@ def test_a_steps_idle_time_is_split_into_lead_inside_and_tail() -> None:
     assert len(rows) == 3
     assert rows[2][:5] == ["0.015", "ms", "1.0x", "20.0", "us"]
     assert rows[2][5:] == ["k2", "<-", "k1"]
+    # What the host did while the GPU waited for k2: step 2's wait (140 to 150) is the end of
+    # CompiledFunction's range.
+    assert [line.split() for line in waited.splitlines()[1:]] == [
+        ["0.009", "ms", "0.5x", "aten::addmm"], ["0.005", "ms", "0.5x", "CompiledFunction"]]
 
 
 def test_no_step_ranges_is_said() -> None:

@@ -51,6 +51,7 @@ from typing import Any, Callable, Mapping, Optional
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
 
 from gpu_timeline import STEP_PREFIX, idle_table, spans_of  # noqa: E402
+from host_threads import busiest, probe, process_cpu, thread_cpu  # noqa: E402
 from kilnd_process import KilnServer, script_parser  # noqa: E402
 from worker_process import logged, run_worker  # noqa: E402
 
@@ -252,7 +253,12 @@ def train(name: str, mode: str, steps: int, write_event: Callable[..., None],
     profiled = profiled_steps(profile, steps)
     prof, table = None, None
     spin = GpuSpin(hide_start_ms) if hide_start_ms > 0 else None
+    # Each thread's CPU time over the steady steps that are not profiled.
+    measured = range(STEADY_FROM, profiled.start if profiled.start > STEADY_FROM else steps + 1)
+    threads: dict[str, dict[str, float]] = {}
     for step, batch in enumerate(batches, 1):
+        if step in (measured.start, measured.stop):
+            threads["before" if step == measured.start else "after"] = thread_cpu()
         if step == profiled.start:
             prof = Profiler(profile)
             prof.start()
@@ -274,6 +280,7 @@ def train(name: str, mode: str, steps: int, write_event: Callable[..., None],
                     seconds=time.perf_counter() - start - hidden, host_seconds=issued - start)
         if prof is not None and step == profiled[-1]:
             table = prof.table()  # stops profiling: "first" covers the first step alone
+    threads.setdefault("after", thread_cpu())
     if table is not None:
         write_event(event="profile", steps=len(profiled), from_step=profiled.start, table=table)
     stats = torch.cuda.memory_stats()
@@ -283,7 +290,17 @@ def train(name: str, mode: str, steps: int, write_event: Callable[..., None],
                 allocator={key: stats.get(key, 0) for key in ALLOCATOR_COUNTERS},
                 aot_cache={key.removeprefix("autograd_cache_"): n
                            for key, n in counters["aot_autograd"].items()
-                           if key.startswith("autograd_cache_")})
+                           if key.startswith("autograd_cache_")},
+                threads=busiest(threads.get("before", {}), threads["after"], len(measured)),
+                probe=host_probe(torch, corpus.DEVICE))
+
+
+def host_probe(torch: Any, device: Any) -> dict[str, float]:
+    """This process's host speed at fixed work, microseconds: PyTorch's allocation through
+    the dispatcher (an op's host path), and plain Python."""
+    empty = probe(lambda: [torch.empty((256,), device=device) for _ in range(1000)]) / 1000
+    python = probe(lambda: sum(i * i for i in range(100_000)))
+    return {"torch_empty_us": empty * 1e6, "python_100k_us": python * 1e6}
 
 
 class GpuSpin:
@@ -354,6 +371,9 @@ def summarize(events: list[dict], returncode: Optional[int], output: str,
         run["allocator"] = done.get("allocator", {})
         if done.get("aot_cache"):
             run["aot_cache"] = done["aot_cache"]  # AOTAutogradCache's hits, misses, bypasses
+        for key in ("threads", "probe"):
+            if done.get(key):
+                run[key] = done[key]
     else:
         run["failed"] = (error["error"] if error else
                          f"timed out after {timed_out_after:.0f} s" if timed_out_after else
@@ -364,7 +384,8 @@ def summarize(events: list[dict], returncode: Optional[int], output: str,
 
 def merge_repeats(runs: list[dict]) -> dict:
     """One mode's runs as one: the first run's figures, with the steady and host times the
-    medians over the runs that finished, and the steady times' spread."""
+    medians over the runs that finished, and the steady times' spread, each beside its
+    process's host speed (probe)."""
     run = dict(runs[0])
     finished = [r for r in runs if not r.get("failed") and r.get("steady_s") is not None]
     if len(runs) > 1 and finished:
@@ -372,6 +393,7 @@ def merge_repeats(runs: list[dict]) -> dict:
         run["steady_s"] = statistics.median(steady)
         run["host_s"] = statistics.median(r["host_s"] for r in finished)
         run["steady_runs_s"] = steady
+        run["probe_runs"] = [r.get("probe") for r in finished]
     return run
 
 
@@ -433,7 +455,30 @@ def table(config: str, runs: dict, ratio_values: dict) -> str:
                      f"{_num(loss_difference(run, runs.get('eager')), '.1e')} |")
     lines.append("")
     lines += [f"- {label}: {_num(value, '.2f')}" for label, value in ratio_values.items()]
+    lines += host_lines(runs)
     return "\n".join(lines) + "\n"
+
+
+def host_lines(runs: dict) -> list[str]:
+    """Each process's host speed at fixed work and its busiest threads over the steady steps
+    (CPU ms a step), with kilnd's CPU time over the process: a process whose host is slower
+    at everything shows it here."""
+    lines = []
+    for mode, run in runs.items():
+        speed = run.get("probe")
+        if not speed:
+            continue
+        threads = ", ".join(f"{name} {cpu * 1e3:.1f}" for name, cpu in run.get("threads", []))
+        kilnd = run.get("kilnd_cpu_s")
+        lines.append(f"- host of {mode}: torch.empty {speed['torch_empty_us']:.2f} us, python "
+                     f"{speed['python_100k_us'] / 1e3:.2f} ms; threads (CPU ms a step): "
+                     f"{threads}" + (f"; kilnd CPU {kilnd:.2f} s" if kilnd is not None else ""))
+        pairs = [f"{steady * 1e3:.1f} ms at python {probe['python_100k_us'] / 1e3:.2f} ms"
+                 for steady, probe in zip(run.get("steady_runs_s", []),
+                                          run.get("probe_runs", [])) if probe]
+        if pairs:
+            lines.append(f"  - each run's steady step at its host's speed: {', '.join(pairs)}")
+    return lines
 
 
 def compile_counts(before: Optional[dict], after: Optional[dict]) -> Optional[dict]:
@@ -460,6 +505,8 @@ def run_mode(name: str, mode: str, steps: int, timeout: float, env: dict,
     events_path.parent.mkdir(parents=True, exist_ok=True)
     events_path.write_text("")
     before = server.metrics() if server else None
+    kilnd_pid = server.process.pid if server and server.process else None
+    kilnd_before = process_cpu(kilnd_pid) if kilnd_pid else None
     result = run_worker([str(pathlib.Path(__file__).resolve()), "--worker", name, mode,
                          str(steps), str(events_path), profile or "-", str(hide_start_ms)],
                         env, timeout)
@@ -472,6 +519,9 @@ def run_mode(name: str, mode: str, steps: int, timeout: float, env: dict,
         (out / f"profile.{name}.{mode}.{profile}.txt").write_text(profiles[0])
     if server:
         run["server"] = compile_counts(before, server.metrics())
+    kilnd_after = process_cpu(kilnd_pid) if kilnd_pid else None
+    if kilnd_before is not None and kilnd_after is not None:
+        run["kilnd_cpu_s"] = kilnd_after - kilnd_before
     return run
 
 

@@ -98,6 +98,19 @@ def test_the_table_has_a_row_per_mode_and_the_ratios() -> None:
     assert "- kiln steady / eager steady: 1.20" in text
 
 
+def test_each_process_reports_its_host_speed_and_busiest_threads() -> None:
+    evs = events(9.0, 0.06, 0.02)
+    evs[-1].update(threads=[["python3", 0.0412], ["pt_autograd_0", 0.0051]],
+                   probe={"torch_empty_us": 5.25, "python_100k_us": 4100.0})
+    kiln = dict(st.summarize(evs, 0, "", None), kilnd_cpu_s=0.5)
+    text = st.table("gpt2_124m_fp32", {"kiln": kiln,
+                                       "eager": st.summarize(events(0.5, 0.05, 0.01), 0, "",
+                                                             None)}, {})
+    assert ("- host of kiln: torch.empty 5.25 us, python 4.10 ms; threads (CPU ms a step): "
+            "python3 41.2, pt_autograd_0 5.1; kilnd CPU 0.50 s") in text
+    assert "host of eager" not in text  # it reported no probe
+
+
 def test_the_loss_difference_is_relative_to_eagers_first_loss() -> None:
     eager = {"losses": [4.0, 3.0, 2.0]}
     assert st.loss_difference({"losses": [4.0, 3.2, 2.0]}, eager) == pytest.approx(0.05)
@@ -131,10 +144,13 @@ def test_gpu_time_is_split_by_who_wrote_the_kernels() -> None:
 
 
 def test_repeated_runs_report_the_median_steady_step_and_its_spread() -> None:
-    runs = [{"first_s": 9.0, "steady_s": 0.030, "host_s": 0.020},
-            {"first_s": 8.0, "steady_s": 0.020, "host_s": 0.010},
+    def probe(python_ms: float) -> dict:
+        return {"torch_empty_us": 3.0, "python_100k_us": python_ms * 1e3}
+
+    runs = [{"first_s": 9.0, "steady_s": 0.030, "host_s": 0.020, "probe": probe(8.0)},
+            {"first_s": 8.0, "steady_s": 0.020, "host_s": 0.010, "probe": probe(4.0)},
             {"failed": "timed out after 400 s"},
-            {"first_s": 8.5, "steady_s": 0.025, "host_s": 0.015}]
+            {"first_s": 8.5, "steady_s": 0.025, "host_s": 0.015, "probe": probe(5.0)}]
     run = st.merge_repeats(runs)
     assert run["first_s"] == 9.0  # the first run's: later ones start from warm caches
     assert run["steady_s"] == 0.025 and run["host_s"] == 0.015
@@ -142,3 +158,7 @@ def test_repeated_runs_report_the_median_steady_step_and_its_spread() -> None:
     assert st.merge_repeats(runs[:1]) == runs[0]
     text = st.table("gpt2_124m_bf16", {"kiln_warm": run}, {})
     assert "| kiln_warm | 9.00 | 25.0 (20.0-30.0) | 15.0 |" in text
+    # A slow host's process is seen beside its step.
+    assert ("each run's steady step at its host's speed: 30.0 ms at python 8.00 ms, 20.0 ms "
+            "at python 4.00 ms, 25.0 ms at python 5.00 ms") in text
+
