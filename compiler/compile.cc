@@ -10,6 +10,7 @@
 #include "compiler/decompose/decompose.h"
 #include "compiler/fuse/coalesce_dims.h"
 #include "compiler/fuse/fuse.h"
+#include "compiler/fuse/narrow_masks.h"
 #include "compiler/fuse/pad_rows.h"
 #include "compiler/fuse/split_reductions.h"
 #include "compiler/loop/verify.h"
@@ -91,6 +92,11 @@ absl::StatusOr<v1::CompiledGraph> Compile(const graph::Graph& graph,
   });
   if (!fused.ok()) return fused.status();
   show("split", *fused);
+  fused = RunPhase(context, "narrow", [&]() -> absl::StatusOr<loop::Program> {
+    return fuse::NarrowMaskedIndices(*std::move(fused));
+  });
+  if (!fused.ok()) return fused.status();
+  show("narrow", *fused);
   fused = RunPhase(context, "coalesce", [&]() -> absl::StatusOr<loop::Program> {
     return fuse::CoalesceDims(*std::move(fused));
   });

@@ -30,7 +30,7 @@ struct CompileContext {
   std::function<void(absl::string_view phase, absl::Time start, absl::Time end)> on_phase;
   // Where the target's backend comes from; nullptr: codegen::BuiltinBackends().
   const codegen::BackendRegistry* backends = nullptr;
-  // Shown the loop program after each phase that makes one (lower, pad, fuse, split,
+  // Shown the loop program after each phase that makes one (lower, pad, fuse, split, narrow,
   // coalesce, specialize): for tools that print what the compiler decided (kilnc --dump-loop).
   std::function<void(absl::string_view phase, const loop::Program& program)> on_program;
 };

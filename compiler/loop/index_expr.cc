@@ -93,6 +93,8 @@ Term CommonMonomial(const Term& a, const Term& b) {
   return g;
 }
 
+bool ExprMax(const IndexExpr& e, const VarExtents& extents, IndexExpr* max);
+
 // An upper bound (inclusive) of a non-negative atom, or false when none is known.
 bool AtomMax(const Atom& a, const VarExtents& extents, IndexExpr* max) {
   switch (a.kind) {
@@ -108,7 +110,17 @@ bool AtomMax(const Atom& a, const VarExtents& extents, IndexExpr* max) {
     case Atom::Kind::kMod:
       *max = a.operands->second - IndexExpr::Const(1);
       return true;
-    case Atom::Kind::kDiv:
+    case Atom::Kind::kDiv: {
+      // Floor division by a positive constant does not decrease as its dividend grows.
+      const IndexExpr& d = a.operands->second;
+      IndexExpr dividend_max;
+      if (!d.is_const() || d.const_value() <= 0 ||
+          !ExprMax(a.operands->first, extents, &dividend_max)) {
+        return false;
+      }
+      *max = IndexExpr::FloorDiv(dividend_max, d, extents);
+      return true;
+    }
     case Atom::Kind::kCeilDiv:
     case Atom::Kind::kMax:
     case Atom::Kind::kMin:
@@ -491,20 +503,32 @@ IndexExpr operator*(const IndexExpr& a, const IndexExpr& b) {
   return e;
 }
 
-bool IndexExpr::ProvablyBelow(const IndexExpr& bound, const VarExtents& extents) const {
-  // Upper bound of this: every term's coefficient >= 0 and factors with a known maximum.
-  IndexExpr max;
-  for (const Term& t : terms_) {
+namespace {
+
+// An upper bound (inclusive) of `e` when every term's coefficient is >= 0 and every factor
+// has a known maximum (atoms being non-negative, the largest of each product is the product
+// of the largest); false otherwise.
+bool ExprMax(const IndexExpr& e, const VarExtents& extents, IndexExpr* max) {
+  IndexExpr sum;
+  for (const Term& t : e.terms()) {
     if (t.coef < 0) return false;
-    IndexExpr tm = Const(t.coef);
+    IndexExpr tm = IndexExpr::Const(t.coef);
     for (const Atom& a : t.factors) {
       IndexExpr am;
       if (!AtomMax(a, extents, &am)) return false;
       tm = tm * am;
     }
-    max = max + tm;
+    sum = sum + tm;
   }
-  return NonNegativeAtLeast(bound - max, 1);
+  *max = std::move(sum);
+  return true;
+}
+
+}  // namespace
+
+bool IndexExpr::ProvablyBelow(const IndexExpr& bound, const VarExtents& extents) const {
+  IndexExpr max;
+  return ExprMax(*this, extents, &max) && NonNegativeAtLeast(bound - max, 1);
 }
 
 IndexExpr IndexExpr::FloorDiv(const IndexExpr& a, const IndexExpr& d, const VarExtents& extents) {

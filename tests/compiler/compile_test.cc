@@ -95,8 +95,8 @@ TEST_F(CompileTest, TheTargetsBackendSchedulesAndGenerates) {
   absl::StatusOr<v1::CompiledGraph> artifact =
       Compile(*graph_, Target(codegen::kTargetCudaSm90), "key", context);
   ASSERT_TRUE(artifact.ok()) << artifact.status();
-  EXPECT_THAT(phases, ElementsAre("decompose", "lower", "pad", "fuse", "split", "coalesce",
-                                  "specialize", "plan", "codegen", "digest"));
+  EXPECT_THAT(phases, ElementsAre("decompose", "lower", "pad", "fuse", "split", "narrow",
+                                  "coalesce", "specialize", "plan", "codegen", "digest"));
 
   EXPECT_EQ(artifact->target(), codegen::kTargetCudaSm90);
   ASSERT_EQ(artifact->modules_size(), 1);

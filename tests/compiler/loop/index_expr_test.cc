@@ -148,6 +148,18 @@ TEST(IndexExprTest, ProvablyBelowUsesExtentsAndSymbols) {
   EXPECT_FALSE((C(0) - V(0)).ProvablyBelow(C(100), TwoVars)) << "negative terms are not bounded";
 }
 
+TEST(IndexExprTest, AFloorDivisionByAConstantIsBoundedByItsDividendsBound) {
+  // p1 < 8, so p1 // 2 <= 3 and (p1 // 2) % 4 is p1 // 2.
+  const IndexExpr half = IndexExpr::FloorDiv(V(1), C(2), TwoVars);
+  EXPECT_TRUE(half.ProvablyBelow(C(4), TwoVars));
+  EXPECT_FALSE(half.ProvablyBelow(C(3), TwoVars));
+  EXPECT_EQ(IndexExpr::Mod(half, C(4), TwoVars), half);
+  EXPECT_EQ(IndexExpr::FloorDiv(half, C(4), TwoVars), C(0));
+  // By a symbol (which may be 0) or over an unbounded dividend, nothing is known.
+  EXPECT_FALSE(IndexExpr::FloorDiv(V(1), S(1), TwoVars).ProvablyBelow(C(100), TwoVars));
+  EXPECT_FALSE(IndexExpr::FloorDiv(V(2), C(2), TwoVars).ProvablyBelow(C(100), TwoVars));
+}
+
 TEST(IndexExprTest, SubstitutionAndRenamingRenormalize) {
   const IndexExpr e = V(0) * C(4) + V(1) + S(0);
   const IndexExpr moved = e.SubstituteVars([](int32_t v) { return v == 0 ? V(2) : C(3); }, nullptr);
