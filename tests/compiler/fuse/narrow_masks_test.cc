@@ -128,6 +128,15 @@ TEST(NarrowMaskedIndicesTest, AnUpperBoundAloneNarrowsTheExtent) {
   const IndexExpr before = load.index;
   const loop::Kernel narrowed = fuse::NarrowMaskedIndices(k);
   EXPECT_EQ(Text(narrowed.insts[static_cast<size_t>(cat.load)].index), "p2") << Text(before);
+  // 0 <= p2 < 64 (and -5 <= p2): a lower bound at or below zero narrows nothing more.
+  for (int64_t lo : {0, -5}) {
+    k.insts[2] = IndexOf(C(lo));
+    k.insts[3] = Compare(Opcode::kGe, 0, 2);
+    k.insts[5] = Compare(Opcode::kAnd, 3, 4);
+    k.insts[4] = Compare(Opcode::kLt, 0, 1);
+    const loop::Kernel bounded = fuse::NarrowMaskedIndices(k);
+    EXPECT_EQ(Text(bounded.insts[static_cast<size_t>(cat.load)].index), "p2") << lo;
+  }
 }
 
 TEST(NarrowMaskedIndicesTest, AnIndexWithNothingToGainIsLeftAsItWas) {
