@@ -148,20 +148,16 @@ std::optional<IndexExpr> Narrowed(const Kernel& kernel, const IndexExpr& index,
   const loop::VarExtents unknown_parts = [&](int32_t var) -> const IndexExpr* {
     return parts.count(var) != 0 ? nullptr : kernel.Extent(var);
   };
-  const IndexExpr shifted = index.SubstituteVars(
-      [&](int32_t var) {
-        auto it = parts.find(var);
-        const bool moves = it != parts.end() && it->second.lo.has_value();
-        return moves ? IndexExpr::Var(var) + *it->second.lo : IndexExpr::Var(var);
-      },
-      over_parts);
-  IndexExpr back = shifted.SubstituteVars(
-      [&](int32_t var) {
-        auto it = parts.find(var);
-        const bool moves = it != parts.end() && it->second.lo.has_value();
-        return moves ? IndexExpr::Var(var) - *it->second.lo : IndexExpr::Var(var);
-      },
-      unknown_parts);
+  // v -> v + sign * lo for each narrowed variable with a lower bound.
+  const auto shift = [&parts](int64_t sign) {
+    return [&parts, sign](int32_t var) {
+      auto it = parts.find(var);
+      if (it == parts.end() || !it->second.lo.has_value()) return IndexExpr::Var(var);
+      return IndexExpr::Var(var) + IndexExpr::Const(sign) * *it->second.lo;
+    };
+  };
+  const IndexExpr back =
+      index.SubstituteVars(shift(1), over_parts).SubstituteVars(shift(-1), unknown_parts);
   if (Cost(back) >= Cost(index)) return std::nullopt;
   return back;
 }
