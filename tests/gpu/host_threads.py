@@ -61,13 +61,17 @@ def probe(work: Callable[[], None], repeats: int = 5) -> float:
     return best
 
 
-def core_speeds(work: Callable[[], None], rounds: int = 2,
-                cpus: Optional[list[int]] = None) -> dict[int, list[float]]:
+def python_loop() -> None:
+    """The plain-Python work a host's speed is timed at: a loop of 100,000 steps."""
+    sum(i * i for i in range(100_000))
+
+
+def core_speeds(work: Callable[[], None], rounds: int = 2) -> dict[int, list[float]]:
     """`work`'s fastest time (probe) on each CPU this process may use, pinned to it in turn,
     `rounds` times round all of them (a slow core stays slow; a slow moment passes): which
-    cores a benchmark's processes should be held to. The process's CPUs are restored."""
+    cores run the host slower, and whether they stay so. The process's CPUs are restored."""
     allowed = sorted(os.sched_getaffinity(0))
-    speeds: dict[int, list[float]] = {cpu: [] for cpu in (cpus or allowed)}
+    speeds: dict[int, list[float]] = {cpu: [] for cpu in allowed}
     try:
         for _ in range(rounds):
             for cpu in speeds:
@@ -89,7 +93,7 @@ def siblings(cpu: int) -> str:
 
 def main() -> int:
     """Prints each CPU's speed at a Python loop, pinned to it, with its core's siblings."""
-    speeds = core_speeds(lambda: sum(i * i for i in range(100_000)), rounds=3)
+    speeds = core_speeds(python_loop, rounds=3)
     for cpu, times in speeds.items():
         print(f"cpu {cpu:3d} (siblings {siblings(cpu)}): " +
               " ".join(f"{t * 1e3:6.2f}" for t in times) + " ms")

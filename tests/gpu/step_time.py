@@ -51,7 +51,8 @@ from typing import Any, Callable, Mapping, Optional
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
 
 from gpu_timeline import STEP_PREFIX, idle_table, spans_of  # noqa: E402
-from host_threads import busiest, probe, process_cpu, thread_cpu  # noqa: E402
+from host_threads import (busiest, probe, process_cpu, python_loop,  # noqa: E402
+                          thread_cpu)
 from kilnd_process import KilnServer, script_parser  # noqa: E402
 from worker_process import logged, run_worker  # noqa: E402
 
@@ -299,7 +300,7 @@ def host_probe(torch: Any, device: Any) -> dict[str, float]:
     """This process's host speed at fixed work, microseconds: PyTorch's allocation through
     the dispatcher (an op's host path), and plain Python."""
     empty = probe(lambda: [torch.empty((256,), device=device) for _ in range(1000)]) / 1000
-    python = probe(lambda: sum(i * i for i in range(100_000)))
+    python = probe(python_loop)
     return {"torch_empty_us": empty * 1e6, "python_100k_us": python * 1e6}
 
 
