@@ -76,3 +76,72 @@ def test_each_cpu_is_timed_pinned_and_the_process_keeps_its_cpus() -> None:
     assert all(len(pinned) == 1 for pinned in seen)
     assert os.sched_getaffinity(0) == allowed
     assert ht.siblings(min(allowed)) != ""
+
+
+def _engine_like_spinner(stop: threading.Event, started: threading.Event) -> None:
+    """A thread that threading did not start, named as autograd's engine names its own, that
+    runs Python until told to stop."""
+    import ctypes
+
+    libc = ctypes.CDLL(None, use_errno=True)
+    libc.prctl(15, b"pt_autograd_9", 0, 0, 0)  # PR_SET_NAME
+    started.set()
+    while not stop.is_set():
+        sum(range(1000))
+
+
+def test_thread_states_show_an_engine_thread_running_python_while_main_sleeps() -> None:
+    import _thread
+    import sys
+
+    stop, started = threading.Event(), threading.Event()
+    _thread.start_new_thread(_engine_like_spinner, (stop, started))
+    started.wait(5)
+    states = ht.ThreadStates(period_s=0.001)
+    saved = sys.getswitchinterval()
+    sys.setswitchinterval(0.0002)
+    try:
+        states.start()
+        time.sleep(0.4)
+        table = states.table()
+    finally:
+        sys.setswitchinterval(saved)
+        stop.set()
+    engine = next(counts for (_, name), counts in states.samples.items()
+                  if name == "pt_autograd_9")
+    main = next(counts for (tid, _), counts in states.samples.items()
+                if tid == threading.get_native_id())
+    total = sum(engine.values())
+    running_python = sum(n for (state, python), n in engine.items()
+                         if state == "R" and "_engine_like_spinner" in python)
+    assert total >= 50 and running_python >= total // 2, table
+    assert sum(n for (state, _), n in main.items() if state == "S") >= sum(main.values()) // 2
+    assert "pt_autograd_9/" in table and "against the main thread" in table
+    assert "involuntary context switches" in table and "CPUs of its running samples" in table
+    spinner = next(key for key in states.counters if key[1] == "pt_autograd_9")
+    first, last = states.counters[spinner]
+    assert last[0] + last[1] > first[0] + first[1]  # it used CPU while sampled
+
+
+def test_gc_time_counts_collections_by_generation_while_on() -> None:
+    import gc
+
+    with ht.GcTime() as collected:
+        gc.collect(0)
+        gc.collect(2)
+    gc.collect(1)  # after: not counted
+    assert collected.counts == [1, 0, 1]
+    assert all(t >= 0 for t in collected.seconds)
+    per_step = collected.per_step(2)
+    assert per_step[0][0] == 0.5 and per_step[2][0] == 0.5
+
+
+def test_the_main_threads_last_cpu_is_one_it_may_use_and_can_be_timed_alone() -> None:
+    placed = ht.last_cpus()
+    mine = f"/{threading.get_native_id()}"
+    cpu = next(c for key, c in placed.items() if key.endswith(mine))
+    assert cpu in os.sched_getaffinity(0)
+    allowed = os.sched_getaffinity(0)
+    speeds = ht.core_speeds(lambda: None, rounds=1, cpus={cpu})
+    assert list(speeds) == [cpu] and len(speeds[cpu]) == 1
+    assert os.sched_getaffinity(0) == allowed

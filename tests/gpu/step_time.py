@@ -45,14 +45,15 @@ import statistics
 import sys
 import tempfile
 import time
+from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any, Callable, Mapping, Optional
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
 
 from gpu_timeline import STEP_PREFIX, idle_table, spans_of  # noqa: E402
-from host_threads import (busiest, probe, process_cpu, python_loop,  # noqa: E402
-                          thread_cpu)
+from host_threads import (GcTime, ThreadStates, busiest, core_speeds,  # noqa: E402
+                          last_cpus, probe, process_cpu, python_loop, thread_cpu)
 from kilnd_process import KilnServer, script_parser  # noqa: E402
 from worker_process import logged, run_worker  # noqa: E402
 
@@ -130,7 +131,8 @@ class Profiler:
     cumulative time first) or a sampler of the Python stack ("first": the first step's
     seconds in each function and what it called, most first; stack_sampler.py says why not
     cProfile; "steady": the same over the last SAMPLED_STEPS steps, sampled every 0.5 ms,
-    then the seconds in each function itself)."""
+    then the seconds in each function itself; "threads": over as many steps, what the main
+    thread and autograd's engine threads do, host_threads.ThreadStates)."""
 
     def __init__(self, kind: str) -> None:
         import torch
@@ -149,6 +151,8 @@ class Profiler:
             # A backward's Python runs in autograd's engine threads while the step waits.
             self.prof = StackSampler(period_s=0.0005, switch_interval_s=0.0001,
                                      waits_in={"torch/autograd/graph.py:_engine_run_backward"})
+        elif kind == "threads":
+            self.prof = ThreadStates()
         else:
             import cProfile
 
@@ -157,6 +161,11 @@ class Profiler:
     def start(self) -> None:
         if self.kind == "torch":
             self.prof.__enter__()
+        elif self.kind == "threads":
+            # The main thread would hold the interpreter for 5 ms at a time.
+            self.saved_interval = sys.getswitchinterval()
+            sys.setswitchinterval(0.0002)
+            self.prof.start()
         elif self.kind in ("first", "steady"):
             self.prof.start()
         else:
@@ -174,6 +183,10 @@ class Profiler:
                                max_name_column_width=70)
         if self.kind == "first":
             return self.prof.table(2 * PROFILE_ROWS)
+        if self.kind == "threads":
+            table = self.prof.table()
+            sys.setswitchinterval(self.saved_interval)
+            return table
         if self.kind == "steady":
             return self.prof.table(2 * PROFILE_ROWS, own=True)
         import io
@@ -257,9 +270,14 @@ def train(name: str, mode: str, steps: int, write_event: Callable[..., None],
     # Each thread's CPU time over the steady steps that are not profiled.
     measured = range(STEADY_FROM, profiled.start if profiled.start > STEADY_FROM else steps + 1)
     threads: dict[str, dict[str, float]] = {}
+    gc_time = GcTime()
     for step, batch in enumerate(batches, 1):
         if step in (measured.start, measured.stop):
             threads["before" if step == measured.start else "after"] = thread_cpu()
+            if step == measured.start:
+                gc_time.__enter__()
+            else:
+                gc_time.__exit__()
         if step == profiled.start:
             prof = Profiler(profile)
             prof.start()
@@ -281,7 +299,9 @@ def train(name: str, mode: str, steps: int, write_event: Callable[..., None],
                     seconds=time.perf_counter() - start - hidden, host_seconds=issued - start)
         if prof is not None and step == profiled[-1]:
             table = prof.table()  # stops profiling: "first" covers the first step alone
-    threads.setdefault("after", thread_cpu())
+    if "after" not in threads:
+        threads["after"] = thread_cpu()
+        gc_time.__exit__()
     if table is not None:
         write_event(event="profile", steps=len(profiled), from_step=profiled.start, table=table)
     stats = torch.cuda.memory_stats()
@@ -293,7 +313,62 @@ def train(name: str, mode: str, steps: int, write_event: Callable[..., None],
                            for key, n in counters["aot_autograd"].items()
                            if key.startswith("autograd_cache_")},
                 threads=busiest(threads.get("before", {}), threads["after"], len(measured)),
+                placement=placement_speeds(),
+                gc=gc_time.per_step(len(measured)), heap=heap_size(),
+                growth=heap_growth(lambda: backward_step(run, batches[-1], opt,
+                                                         corpus.autocast(dtype)).item()),
                 probe=host_probe(torch, corpus.DEVICE))
+
+
+def placement_speeds() -> list[list[Any]]:
+    """[thread, CPU, python_100k_us] for the main thread and autograd's, each CPU's speed
+    timed pinned to it: whether a process's steps ran on slow CPUs (host_threads.main times
+    them all)."""
+    placed = last_cpus()
+    speeds = core_speeds(python_loop, rounds=1, cpus=set(placed.values()))
+    return [[key.rsplit("/", 1)[0], cpu, speeds[cpu][0] * 1e6]
+            for key, cpu in sorted(placed.items()) if speeds.get(cpu)]
+
+
+def heap_size() -> dict[str, float]:
+    """The objects Python's collector tracks and how long a full collection of them takes,
+    in ms: what a collection of the oldest generation costs this process when one comes."""
+    import gc
+
+    start = time.perf_counter()
+    gc.collect()
+    return {"objects": len(gc.get_objects()), "full_ms": (time.perf_counter() - start) * 1e3}
+
+
+def heap_growth(step: Callable[[], Any], steps: int = 5,
+                top: int = 6) -> dict[str, dict[str, float]]:
+    """What `step` leaves on Python's heap, by type, a step, most first: "kept", objects that
+    are still alive after it (a step that keeps some grows the process without bound), and
+    "cyclic", garbage in reference cycles that only a collection frees. Either makes the
+    collector run during steady steps; a step that leaves neither never triggers it."""
+    import gc
+
+    def census() -> Counter:
+        return Counter(type(o).__qualname__ for o in gc.get_objects())
+
+    census()  # what a census makes once (its type names' caches) is then in both
+    gc.collect()
+    before = census()
+    gc.disable()
+    gc.set_debug(gc.DEBUG_SAVEALL)
+    try:
+        for _ in range(steps):
+            step()
+        gc.collect()
+        cyclic = Counter(type(o).__qualname__ for o in gc.garbage)
+    finally:
+        gc.garbage.clear()
+        gc.set_debug(0)
+        gc.enable()
+    gc.collect()
+    kept = census() - before
+    return {name: {kind: n / steps for kind, n in counts.most_common(top)}
+            for name, counts in (("kept", kept), ("cyclic", cyclic))}
 
 
 def host_probe(torch: Any, device: Any) -> dict[str, float]:
@@ -335,7 +410,7 @@ def profiled_steps(profile: str, steps: int) -> range:
     """The steps (from 1) that `profile` covers."""
     if profile == "first":
         return range(1, 2)
-    count = SAMPLED_STEPS if profile == "steady" else PROFILE_STEPS if profile else 0
+    count = SAMPLED_STEPS if profile in ("steady", "threads") else PROFILE_STEPS if profile else 0
     return range(max(2, steps - count + 1), steps + 1) if count else range(0)
 
 
@@ -372,7 +447,7 @@ def summarize(events: list[dict], returncode: Optional[int], output: str,
         run["allocator"] = done.get("allocator", {})
         if done.get("aot_cache"):
             run["aot_cache"] = done["aot_cache"]  # AOTAutogradCache's hits, misses, bypasses
-        for key in ("threads", "probe"):
+        for key in ("threads", "probe", "placement", "gc", "heap", "growth"):
             if done.get(key):
                 run[key] = done[key]
     else:
@@ -471,9 +546,23 @@ def host_lines(runs: dict) -> list[str]:
             continue
         threads = ", ".join(f"{name} {cpu * 1e3:.1f}" for name, cpu in run.get("threads", []))
         kilnd = run.get("kilnd_cpu_s")
+        collected = run.get("gc")
+        gc_text = "; gc a step: " + ", ".join(
+            f"gen{g} {n:.2f}x {ms:.2f} ms" for g, (n, ms) in enumerate(collected)) \
+            if collected else ""
+        heap = run.get("heap")
+        if heap:
+            gc_text += (f"; {heap['objects'] / 1e6:.2f}M objects, a full collection "
+                        f"{heap['full_ms']:.0f} ms")
+        for name, counts in run.get("growth", {}).items():
+            gc_text += f"; {name} a step: " + (", ".join(
+                f"{kind} {n:g}" for kind, n in counts.items()) or "none")
+        placed = ", ".join(f"{name} on {cpu} ({us / 1e3:.2f} ms)"
+                           for name, cpu, us in run.get("placement", []))
         lines.append(f"- host of {mode}: torch.empty {speed['torch_empty_us']:.2f} us, python "
                      f"{speed['python_100k_us'] / 1e3:.2f} ms; threads (CPU ms a step): "
-                     f"{threads}" + (f"; kilnd CPU {kilnd:.2f} s" if kilnd is not None else ""))
+                     f"{threads}" + (f"; their CPUs' python: {placed}" if placed else "")
+                     + (f"; kilnd CPU {kilnd:.2f} s" if kilnd is not None else "") + gc_text)
         pairs = [f"{steady * 1e3:.1f} ms at python {probe['python_100k_us'] / 1e3:.2f} ms"
                  for steady, probe in zip(run.get("steady_runs_s", []),
                                           run.get("probe_runs", [])) if probe]
@@ -542,10 +631,12 @@ def main(argv: Optional[list[str]] = None) -> int:
     parser.add_argument("--timeout", type=float, default=TIMEOUT_S)
     parser.add_argument("--repeat", type=int, default=1,
                         help="runs of each steady-state mode (median reported)")
-    parser.add_argument("--profile", choices=("torch", "python", "first", "steady"), default="",
+    parser.add_argument("--profile", choices=("torch", "python", "first", "steady", "threads"),
+                        default="",
                         help="profile each run's last steps with PyTorch's or Python's "
-                             "profiler or a stack sampler (steady), or its first step with "
-                             "a stack sampler (first); "
+                             "profiler, a stack sampler (steady) or a sampler of its threads' "
+                             "states (threads), or its first step with a stack sampler "
+                             "(first); "
                              "OUT/profile.CONFIG.MODE.KIND.txt")
     parser.add_argument("--hide-start-ms", type=float, default=0.0,
                         help="queue a GPU wait this long at each step's start, so the host's "

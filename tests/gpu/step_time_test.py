@@ -101,13 +101,20 @@ def test_the_table_has_a_row_per_mode_and_the_ratios() -> None:
 def test_each_process_reports_its_host_speed_and_busiest_threads() -> None:
     evs = events(9.0, 0.06, 0.02)
     evs[-1].update(threads=[["python3", 0.0412], ["pt_autograd_0", 0.0051]],
-                   probe={"torch_empty_us": 5.25, "python_100k_us": 4100.0})
+                   probe={"torch_empty_us": 5.25, "python_100k_us": 4100.0},
+                   placement=[["pt_autograd_0", 6, 8120.0], ["python3", 2, 4700.0]],
+                   gc=[[2.0, 0.1], [0.25, 0.05], [0.0, 0.0]],
+                   heap={"objects": 1_250_000, "full_ms": 310.4},
+                   growth={"kept": {"dict": 4.0, "Frame": 0.2}, "cyclic": {}})
     kiln = dict(st.summarize(evs, 0, "", None), kilnd_cpu_s=0.5)
     text = st.table("gpt2_124m_fp32", {"kiln": kiln,
                                        "eager": st.summarize(events(0.5, 0.05, 0.01), 0, "",
                                                              None)}, {})
     assert ("- host of kiln: torch.empty 5.25 us, python 4.10 ms; threads (CPU ms a step): "
-            "python3 41.2, pt_autograd_0 5.1; kilnd CPU 0.50 s") in text
+            "python3 41.2, pt_autograd_0 5.1; their CPUs' python: pt_autograd_0 on 6 (8.12 ms), "
+            "python3 on 2 (4.70 ms); kilnd CPU 0.50 s; gc a step: gen0 2.00x 0.10 ms, "
+            "gen1 0.25x 0.05 ms, gen2 0.00x 0.00 ms; 1.25M objects, a full collection "
+            "310 ms; kept a step: dict 4, Frame 0.2; cyclic a step: none") in text
     assert "host of eager" not in text  # it reported no probe
 
 
@@ -162,3 +169,25 @@ def test_repeated_runs_report_the_median_steady_step_and_its_spread() -> None:
     assert ("each run's steady step at its host's speed: 30.0 ms at python 8.00 ms, 20.0 ms "
             "at python 4.00 ms, 25.0 ms at python 5.00 ms") in text
 
+
+
+class _Cycle:
+    def __init__(self) -> None:
+        self.me = self
+
+
+class _Kept:
+    pass
+
+
+def test_heap_growth_names_what_a_step_keeps_and_the_cycles_it_leaves() -> None:
+    kept: list = []
+
+    def step() -> None:
+        kept.append(_Kept())
+        _Cycle()
+
+    growth = st.heap_growth(step, steps=4)
+    assert growth["kept"]["_Kept"] == 1.0 and "_Cycle" not in growth["kept"]
+    assert growth["cyclic"] == {"_Cycle": 1.0}
+    assert st.heap_growth(lambda: None)["cyclic"] == {}
