@@ -45,8 +45,10 @@ class _Library:
         lib.kiln_cuda_launch.argtypes = [vp, ctypes.POINTER(ctypes.c_uint32),
                                          ctypes.POINTER(ctypes.c_uint32), ctypes.c_uint32, vp,
                                          ctypes.POINTER(ctypes.c_uint64), ctypes.c_size_t] + err
+        # Every argument an address or a size: a run passes ints it worked out once
+        # (LaunchSequence.run), which ctypes converts fastest.
         lib.kiln_cuda_launch_sequence.argtypes = [vp, ctypes.c_size_t, vp, ctypes.c_size_t, vp,
-                                                  ctypes.POINTER(ctypes.c_size_t)] + err
+                                                  vp, vp, ctypes.c_size_t]
         for fn in (lib.kiln_cuda_open, lib.kiln_cuda_module_load, lib.kiln_cuda_module_function,
                    lib.kiln_cuda_function_attributes, lib.kiln_cuda_launch,
                    lib.kiln_cuda_launch_sequence):
@@ -179,6 +181,7 @@ class SlotTable:
         self.count = len(values)
         self.array = (ctypes.c_uint64 * max(1, self.count))(
             *(v & 0xFFFFFFFFFFFFFFFF for v in values))
+        self.address = ctypes.addressof(self.array)
 
     @classmethod
     def copy_of(cls, other: "SlotTable") -> "SlotTable":
@@ -187,19 +190,29 @@ class SlotTable:
         table = cls.__new__(cls)
         table.count = other.count
         table.array = type(other.array).from_buffer_copy(other.array)
+        table.address = ctypes.addressof(table.array)
         return table
 
 
 _thread_status = threading.local()
 
 
-def _sequence_status() -> tuple[ctypes.c_size_t, ctypes.Array]:
-    """This thread's place for a failed sequence's index and message, made once: a run
-    launches its sequences one after another, and each reads them only when it failed."""
+class _Status:
+    """A thread's place for a failed sequence's index and message, with their addresses."""
+
+    def __init__(self) -> None:
+        self.failed = ctypes.c_size_t(0)
+        self.message = ctypes.create_string_buffer(_ERROR_BYTES)
+        self.failed_address = ctypes.addressof(self.failed)
+        self.message_address = ctypes.addressof(self.message)
+
+
+def _sequence_status() -> _Status:
+    """This thread's _Status, made once: a run launches its sequences one after another,
+    and each reads it only when it failed."""
     status = getattr(_thread_status, "value", None)
     if status is None:
-        status = _thread_status.value = (ctypes.c_size_t(0),
-                                         ctypes.create_string_buffer(_ERROR_BYTES))
+        status = _thread_status.value = _Status()
     return status
 
 
@@ -214,10 +227,11 @@ class LaunchSequence:
 
     def __init__(self, launches: Sequence[tuple[Function, Sequence[int], Sequence[int], int,
                                                  Sequence[int]]]) -> None:
-        self._lib = _lib()
+        self._launch_sequence = _lib().kiln_cuda_launch_sequence
         self.functions = [launch[0] for launch in launches]  # kept alive with their modules
         self.count = len(launches)
         self._records = (_LaunchRecord * max(1, self.count))()
+        self._records_address = ctypes.addressof(self._records)
         self._slots = []
         for record, (function, grid, block, shared_bytes, slots) in zip(self._records, launches):
             if len(slots) > MAX_PARAMS:
@@ -239,9 +253,10 @@ class LaunchSequence:
         if self.count == 0:
             return
         table = slots if isinstance(slots, SlotTable) else SlotTable(slots)
-        failed, buf = _sequence_status()
-        code = self._lib.kiln_cuda_launch_sequence(self._records, self.count, table.array,
-                                                   table.count, stream,
-                                                   ctypes.byref(failed), buf, _ERROR_BYTES)
+        status = _sequence_status()
+        code = self._launch_sequence(self._records_address, self.count, table.address,
+                                     table.count, stream, status.failed_address,
+                                     status.message_address, _ERROR_BYTES)
         if code != 0:
-            raise SequenceFailed(code, buf.value.decode("utf-8", "replace"), failed.value)
+            raise SequenceFailed(code, status.message.value.decode("utf-8", "replace"),
+                                 status.failed.value)

@@ -76,19 +76,21 @@ class PushedContext {
   const CUresult result_;
 };
 
-// Refuses empty extents and parameter lists past KILN_CUDA_MAX_PARAMS, naming `where`.
-int CheckShape(const char* where, const uint32_t grid[3], const uint32_t block[3],
+// Refuses empty extents and parameter lists past KILN_CUDA_MAX_PARAMS, naming the launch by
+// `where()`, called only then: a run checks every launch it makes.
+template <typename Where>
+int CheckShape(const Where& where, const uint32_t grid[3], const uint32_t block[3],
                size_t param_count, char* error, size_t error_size) {
   if (param_count > KILN_CUDA_MAX_PARAMS) {
     return Fail(KILN_CUDA_ERROR_BAD_ARGUMENT,
-                std::string(where) + ": " + std::to_string(param_count) +
+                std::string(where()) + ": " + std::to_string(param_count) +
                     " parameters, more than " + std::to_string(KILN_CUDA_MAX_PARAMS),
                 error, error_size);
   }
   for (int i = 0; i < 3; ++i) {
     if (grid[i] == 0 || block[i] == 0) {
       return Fail(KILN_CUDA_ERROR_BAD_ARGUMENT,
-                  std::string(where) + ": grid " + std::to_string(grid[0]) + "x" +
+                  std::string(where()) + ": grid " + std::to_string(grid[0]) + "x" +
                       std::to_string(grid[1]) + "x" + std::to_string(grid[2]) + ", block " +
                       std::to_string(block[0]) + "x" + std::to_string(block[1]) + "x" +
                       std::to_string(block[2]) + " has an empty extent",
@@ -282,7 +284,8 @@ int kiln_cuda_launch(kiln_cuda_function* function, const uint32_t grid[3], const
     return Fail(KILN_CUDA_ERROR_BAD_ARGUMENT, "kiln_cuda_launch: a NULL argument", error,
                 error_size);
   }
-  if (int code = CheckShape("kiln_cuda_launch", grid, block, param_count, error, error_size)) {
+  if (int code = CheckShape([] { return "kiln_cuda_launch"; }, grid, block, param_count, error,
+                            error_size)) {
     return code;
   }
   int code = 0;
@@ -303,18 +306,18 @@ int kiln_cuda_launch_sequence(const kiln_cuda_launch_record* records, size_t cou
   }
   for (size_t i = 0; i < count; ++i) {
     const kiln_cuda_launch_record& r = records[i];
-    const std::string where = "kiln_cuda_launch_sequence: record " + std::to_string(i);
+    auto where = [i] { return "kiln_cuda_launch_sequence: record " + std::to_string(i); };
     int code = 0;
     if (r.function == nullptr || (r.param_slots == nullptr && r.param_count > 0)) {
-      code = Fail(KILN_CUDA_ERROR_BAD_ARGUMENT, where + ": a NULL function or slot list", error,
+      code = Fail(KILN_CUDA_ERROR_BAD_ARGUMENT, where() + ": a NULL function or slot list", error,
                   error_size);
     } else {
-      code = CheckShape(where.c_str(), r.grid, r.block, r.param_count, error, error_size);
+      code = CheckShape(where, r.grid, r.block, r.param_count, error, error_size);
     }
     for (uint32_t p = 0; code == 0 && p < r.param_count; ++p) {
       if (r.param_slots[p] >= slot_count) {
         code = Fail(KILN_CUDA_ERROR_BAD_ARGUMENT,
-                    where + ": parameter " + std::to_string(p) + " takes slot " +
+                    where() + ": parameter " + std::to_string(p) + " takes slot " +
                         std::to_string(r.param_slots[p]) + " of " + std::to_string(slot_count),
                     error, error_size);
       }
