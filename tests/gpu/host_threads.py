@@ -93,18 +93,27 @@ def last_cpus(prefixes: tuple[str, ...] = ("pt_autograd",)) -> dict[str, int]:
     """The CPU that this process's main thread and its threads named with one of `prefixes`
     last ran on, by "name/tid": the scheduler keeps a busy thread on one CPU for long
     stretches, so right after the work it is where the work ran."""
-    main = threading.main_thread().native_id
     placed = {}
+    for tid, name in named_threads(prefixes).items():
+        fields = _stat_fields(tid)
+        if fields:
+            placed[f"{name}/{tid}"] = int(fields[36])
+    return placed
+
+
+def named_threads(prefixes: tuple[str, ...]) -> dict[int, str]:
+    """This process's main thread and its threads whose names start with one of
+    `prefixes`: their names by thread id."""
+    main = threading.main_thread().native_id
+    found = {}
     for task in pathlib.Path("/proc/self/task").iterdir():
         try:
             name = (task / "comm").read_text().strip()
         except OSError:
-            continue
+            continue  # the thread ended
         if int(task.name) == main or name.startswith(prefixes):
-            fields = _stat_fields(int(task.name))
-            if fields:
-                placed[f"{name}/{task.name}"] = int(fields[36])
-    return placed
+            found[int(task.name)] = name
+    return found
 
 
 def siblings(cpu: int) -> str:
@@ -197,20 +206,9 @@ class ThreadStates:
             self._thread.join()
             self._thread = None
 
-    def _tracked(self) -> dict[int, str]:
-        tracked = {}
-        for task in pathlib.Path("/proc/self/task").iterdir():
-            try:
-                name = (task / "comm").read_text().strip()
-            except OSError:
-                continue
-            if int(task.name) == self.main_tid or name.startswith(self.prefixes):
-                tracked[int(task.name)] = name
-        return tracked
-
     def _run(self) -> None:
         me = threading.get_ident()
-        tracked = self._tracked()
+        tracked = named_threads(self.prefixes)
         started = {tid: _counters(tid) for tid in tracked}
         begin = time.perf_counter()
         while not self._stop.wait(self.period_s):

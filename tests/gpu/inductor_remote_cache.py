@@ -381,23 +381,14 @@ def cache_config() -> dict:
 def train(config: str, steps: int, write_event: Callable[..., None]) -> None:
     redis = import_redis()
     write_event(event="redis", version=getattr(redis, "__version__", "?"), file=redis.__file__)
-    import random
-
     import torch
     from torch._dynamo.utils import counters
 
     import capture_corpus as corpus
-    from step_time import CONFIGS
-    from train_models import backward_step, fresh_like
+    from step_time import prepared
+    from train_models import backward_step
 
-    bench, dtype = CONFIGS[config]
-    torch.backends.cuda.matmul.allow_tf32 = False
-    torch.backends.cudnn.allow_tf32 = False
-    random.seed(0)
-    torch.manual_seed(0)
-    model, example = getattr(corpus, bench.builder)(**bench.kwargs)
-    model = model.to(corpus.DEVICE).train()
-    batches = [[fresh_like(x) for x in example] for _ in range(steps)]
+    bench, dtype, model, batches = prepared(config, steps)
     opt = torch.optim.AdamW(model.parameters(), lr=bench.lr)
     run = torch.compile(model)
     for step, batch in enumerate(batches, 1):

@@ -27,12 +27,13 @@ import statistics
 import sys
 import tempfile
 import time
-from typing import Any, Callable, Optional
+from typing import Callable, Optional
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
 
 from kilnd_process import KilnServer, script_parser  # noqa: E402
-from step_time import CONFIGS, OUTPUT_TAIL, STEADY_FROM, compile_counts  # noqa: E402
+from step_time import (CONFIGS, OUTPUT_TAIL, STEADY_FROM, compile_counts,  # noqa: E402
+                       prepared, step_figures)
 from worker_process import logged, run_worker  # noqa: E402
 
 STEPS = 40
@@ -45,25 +46,17 @@ BACKENDS = ("inductor", "kiln")
 
 def train(name: str, steps: int, write_event: Callable[..., None]) -> None:
     import copy
-    import random
 
     import torch
 
-    import capture_corpus as corpus  # imports kiln, which registers the backend
-    from train_models import backward_step, fresh_like
+    import capture_corpus as corpus
+    from train_models import backward_step
 
-    bench, dtype = CONFIGS[name]
-    torch.backends.cuda.matmul.allow_tf32 = False
-    torch.backends.cudnn.allow_tf32 = False
-    random.seed(0)
-    torch.manual_seed(0)
-    model, example = getattr(corpus, bench.builder)(**bench.kwargs)
-    model = model.to(corpus.DEVICE).train()
+    bench, dtype, model, batches = prepared(name, steps)
     models = {"inductor": model, "kiln": copy.deepcopy(model)}
     runs = {"inductor": torch.compile(models["inductor"]),
             "kiln": torch.compile(models["kiln"], backend="kiln")}
     opts = {b: torch.optim.AdamW(m.parameters(), lr=bench.lr) for b, m in models.items()}
-    batches = [[fresh_like(x) for x in example] for _ in range(steps)]
     for step, batch in enumerate(batches, 1):
         for backend in turn(step):
             torch.cuda.synchronize()
@@ -102,13 +95,7 @@ def summarize(events: list[dict], returncode: Optional[int], output: str,
     for backend in BACKENDS:
         mine = [e for e in steps if e["backend"] == backend]
         steady = [e for e in mine if e["step"] >= STEADY_FROM]
-        figures: dict = {"steps": len(mine), "losses": [e["loss"] for e in mine]}
-        if mine:
-            figures["first_s"] = mine[0]["seconds"]
-        if steady:
-            figures["steady_s"] = statistics.median(e["seconds"] for e in steady)
-            figures["host_s"] = statistics.median(e["host_seconds"] for e in steady)
-        result["backends"][backend] = figures
+        result["backends"][backend] = step_figures(mine, steady)
         for e in steady:
             by_step.setdefault(e["step"], {})[backend] = e["seconds"]
     ratios = sorted(pair["kiln"] / pair["inductor"] for pair in by_step.values()

@@ -242,26 +242,38 @@ class EventLog(logging.Handler):
         self.write_event(event="log", message=record.getMessage())
 
 
-def train(name: str, mode: str, steps: int, write_event: Callable[..., None],
-          profile: str = "", hide_start_ms: float = 0.0) -> None:
+def prepared(name: str, steps: int) -> tuple[Bench, Any, Any, list]:
+    """Configuration `name`'s bench and autocast dtype, its model on the GPU in training
+    mode and `steps` fresh batches, from seed 0 with TF32 off: every process that trains it
+    starts from the same weights and sees the same batches."""
     import random
 
     import torch
 
     import capture_corpus as corpus  # imports kiln, which registers the backend
-    from train_models import backward_step, fresh_like
+    from train_models import fresh_like
 
     bench, dtype = CONFIGS[name]
-    kiln_log = logging.getLogger("kiln")
-    kiln_log.addHandler(EventLog(write_event))
-    kiln_log.setLevel(logging.INFO)
     torch.backends.cuda.matmul.allow_tf32 = False
     torch.backends.cudnn.allow_tf32 = False
     random.seed(0)
     torch.manual_seed(0)
     model, example = getattr(corpus, bench.builder)(**bench.kwargs)
     model = model.to(corpus.DEVICE).train()
-    batches = [[fresh_like(x) for x in example] for _ in range(steps)]
+    return bench, dtype, model, [[fresh_like(x) for x in example] for _ in range(steps)]
+
+
+def train(name: str, mode: str, steps: int, write_event: Callable[..., None],
+          profile: str = "", hide_start_ms: float = 0.0) -> None:
+    import torch
+
+    import capture_corpus as corpus
+    from train_models import backward_step
+
+    kiln_log = logging.getLogger("kiln")
+    kiln_log.addHandler(EventLog(write_event))
+    kiln_log.setLevel(logging.INFO)
+    bench, dtype, model, batches = prepared(name, steps)
     opt = torch.optim.AdamW(model.parameters(), lr=bench.lr)
     run = compiled(model, mode)
     profiled = profiled_steps(profile, steps)
@@ -423,6 +435,18 @@ def worker(name: str, mode: str, steps: int, events_path: pathlib.Path,
 # --- reading runs (no PyTorch) --------------------------------------------------------------
 
 
+def step_figures(steps: list[dict], steady: list[dict]) -> dict:
+    """The step count, the losses, the first step's time and the median steady step and its
+    host time (seconds) of `steps` ("step" events), `steady` the ones counted as steady."""
+    figures: dict = {"steps": len(steps), "losses": [e["loss"] for e in steps]}
+    if steps:
+        figures["first_s"] = steps[0]["seconds"]
+    if steady:
+        figures["steady_s"] = statistics.median(e["seconds"] for e in steady)
+        figures["host_s"] = statistics.median(e["host_seconds"] for e in steady)
+    return figures
+
+
 def summarize(events: list[dict], returncode: Optional[int], output: str,
               timed_out_after: Optional[float]) -> dict:
     """One process's figures: first step, steady step and its host time (seconds), losses;
@@ -434,12 +458,7 @@ def summarize(events: list[dict], returncode: Optional[int], output: str,
     first_profiled = profile.get("from_step", len(steps) - PROFILE_STEPS + 1) if profile else 1
     if first_profiled > 1:
         steady = [e for e in steady if e["step"] < first_profiled] or steady
-    run: dict = {"steps": len(steps), "losses": [e["loss"] for e in steps]}
-    if steps:
-        run["first_s"] = steps[0]["seconds"]
-    if steady:
-        run["steady_s"] = statistics.median(e["seconds"] for e in steady)
-        run["host_s"] = statistics.median(e["host_seconds"] for e in steady)
+    run = step_figures(steps, steady)
     done = next((e for e in events if e.get("event") == "done"), None)
     error = next((e for e in events if e.get("event") == "error"), None)
     if done:
