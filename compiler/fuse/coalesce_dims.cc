@@ -210,6 +210,41 @@ std::optional<Kernel> CoalesceTo(const Kernel& kernel, const std::vector<IndexEx
   return out;
 }
 
+std::optional<Kernel> SplitTo(const Kernel& kernel, const std::vector<IndexExpr>& parallel) {
+  if (!kernel.reduction.empty() || !kernel.segments.empty() ||
+      kernel.parallel.size() >= parallel.size() || DynStridesUseVars(kernel)) {
+    return std::nullopt;
+  }
+  // Each old variable as an expression over the new ones: within its run of new dimensions,
+  // each counts in units of the extents inside it.
+  std::vector<IndexExpr> old_as_new;
+  size_t d = 0;
+  for (const IndexExpr& extent : kernel.parallel) {
+    if (d == parallel.size()) return std::nullopt;
+    const size_t begin = d;
+    IndexExpr product = parallel[d++];
+    while (product != extent && d < parallel.size()) product = product * parallel[d++];
+    if (product != extent) return std::nullopt;
+    IndexExpr value = IndexExpr::Const(0), unit = IndexExpr::Const(1);
+    for (size_t k = d; k-- > begin;) {
+      value = value + unit * IndexExpr::Var(static_cast<int32_t>(k));
+      unit = unit * parallel[k];
+    }
+    old_as_new.push_back(value);
+  }
+  if (d != parallel.size()) return std::nullopt;
+  Kernel out = kernel;
+  out.parallel = parallel;
+  const loop::VarExtents extents = out.Extents();
+  for (IndexExpr* e : IndicesOf(out)) {
+    if (e->UsesVars()) {
+      *e =
+          e->SubstituteVars([&](int32_t w) { return old_as_new[static_cast<size_t>(w)]; }, extents);
+    }
+  }
+  return out;
+}
+
 Kernel FlattenUnalignedRows(const loop::Program& program, Kernel kernel) {
   if (!kernel.reduction.empty() || kernel.parallel.size() < 2 || DynStridesUseVars(kernel)) {
     return kernel;

@@ -53,6 +53,15 @@ loop::Program CoalesceDims(loop::Program program);
 std::optional<loop::Kernel> CoalesceTo(const loop::Kernel& kernel,
                                        const std::vector<loop::IndexExpr>& parallel);
 
+// A pointwise `kernel` with each parallel dimension split into a run of `parallel`'s whose
+// extents multiply to it, every index rewritten through the split (a kernel over the [B*T, N]
+// view of a layer norm's rows, seen over the norm's [B, T] rows and N elements: the row
+// variable becomes T*b + t), or nullopt when the extents do not group that way or the kernel
+// reduces, has segments or dynamic strides over its variables. Indices stay affine where they
+// were, so the kernel computes the same values at the same points.
+std::optional<loop::Kernel> SplitTo(const loop::Kernel& kernel,
+                                    const std::vector<loop::IndexExpr>& parallel);
+
 // A pointwise `kernel` over one constant dimension [n] seen over [extent] (extent > n): every
 // load and store also masked by p0 < n, so the points past n touch no memory and store
 // nothing. Segment starts (loop::Kernel::segments) move with their instructions, and each

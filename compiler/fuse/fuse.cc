@@ -527,7 +527,9 @@ class Fuser {
           // A pointwise kernel over a view of a's space ([B, T, N] of [B*T, N]) is seen over
           // a's space where its indices allow: a pointwise a's, or, when it reads what a
           // reduction stores, the reduction's rows and their elements, or its rows alone (a
-          // log-softmax's backward, seen over the rows it sums).
+          // log-softmax's backward, seen over the rows it sums). A kernel over fewer rows than
+          // the reduction's ([B*T, N] beside [B, T] | [N]: a layer norm's normalization
+          // written for the next matmul) has its rows split to the reduction's.
           std::optional<Kernel> seen;
           if (!SameExtents(a.parallel, whole.parallel) && whole.reduction.empty()) {
             if (a.reduction.empty()) {
@@ -537,6 +539,7 @@ class Fuser {
               full.insert(full.end(), a.reduction.begin(), a.reduction.end());
               if (!SameExtents(full, whole.parallel)) seen = CoalesceTo(whole, full);
               if (!seen) seen = CoalesceTo(whole, a.parallel);
+              if (!seen) seen = SplitTo(whole, full);
             }
           }
           const Kernel& c = seen ? *seen : whole;

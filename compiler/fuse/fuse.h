@@ -8,7 +8,10 @@
 //    its buffer disappears. Masked reads stay masked through the inlined loads.
 //  - Reductions with prologue and epilogue: pointwise producers inline into reduction
 //    bodies; kernels over the same parallel space (P) or the same full space (P x R) as a
-//    reduction kernel join it as later stages, reading earlier stages' values directly. A
+//    reduction kernel join it as later stages, reading earlier stages' values directly; so
+//    does one over a view of P x R, its dimensions merged (seen over P x R where its
+//    indices allow) or split (a layer norm's [B, T] rows flattened to [B*T] for the next
+//    matmul, split back: the normalization is the norm's last loop). A
 //    producer over P x R whose result must stay in memory (a residual sum the backward
 //    needs) runs in the reduction's first loop and stores there; later loops recompute such
 //    values from their inputs instead of loading back what their own kernel stored.

@@ -183,6 +183,26 @@ TEST(CoalesceDimsTest, AViewIsSeenOverTheSpaceItViews) {
   EXPECT_FALSE(fuse::CoalesceTo(before, {C(24), C(1)}).has_value());
 }
 
+// A kernel over a view's rows ([6, 4], the [2, 3, 4] tensor's rows flattened) seen over the
+// tensor's own space: the row variable becomes 3*b + t in every index, so every index keeps
+// its value at every point, the bias's index (c alone) included.
+TEST(CoalesceDimsTest, AViewsRowsAreSplitOverTheSpaceTheyFlatten) {
+  const std::optional<loop::Kernel> rows = fuse::CoalesceTo(BiasAdd(2, 3, 4), {C(6), C(4)});
+  ASSERT_TRUE(rows.has_value());
+  const std::optional<loop::Kernel> k = fuse::SplitTo(*rows, {C(2), C(3), C(4)});
+  ASSERT_TRUE(k.has_value());
+  EXPECT_EQ(k->parallel, (std::vector<IndexExpr>{C(2), C(3), C(4)}));
+  ExpectSameIndices(*rows, *k);
+  const std::optional<loop::Kernel> finer = fuse::SplitTo(*rows, {C(3), C(2), C(2), C(2)});
+  ASSERT_TRUE(finer.has_value());
+  ExpectSameIndices(*rows, *finer);
+  // 5 divides no extent; a space no larger is not a split; a reduction's rows stay whole.
+  EXPECT_FALSE(fuse::SplitTo(*rows, {C(5), C(4), C(1)}).has_value());
+  EXPECT_FALSE(fuse::SplitTo(*rows, {C(6), C(4)}).has_value());
+  EXPECT_FALSE(fuse::SplitTo(*rows, {C(2), C(3), C(2)}).has_value());
+  EXPECT_FALSE(fuse::SplitTo(ChannelSums(2, 3, 2, 2), {C(1), C(3)}).has_value());
+}
+
 // A kernel over [24] seen over [40]: each load and store masked by p0 < 24 (a load's own
 // mask kept beside it), segment starts moved with their instructions.
 TEST(PadToTest, PointsPastTheKernelsOwnTouchNoMemory) {

@@ -75,6 +75,29 @@ TEST(FusionTest, LayerNormIsOneKernel) {
   }
 }
 
+// GPT-2's layer norms run over [B, T] rows of N elements, and the kernel that normalizes them
+// walks the [B*T, N] view the next matmul reads. Seen over B*T rows, the statistics' kernel
+// takes the normalization as its last loop: each layer norm is one kernel (it was two, the
+// second reading back the residual sum, the mean and the rstd the first stored).
+TEST(FusionTest, ALayerNormWrittenThroughAViewOfItsRowsIsOneKernel) {
+  const Compiled c = Build("gpt2_bf16.fw.json.gz");
+  int norms = 0;
+  for (uint32_t i = 0; i < c.graph.num_nodes(); ++i) {
+    const std::string name = c.graph.name(c.graph.node(i));
+    if (name.rfind("native_layer_norm", 0) != 0) continue;
+    const std::string ln = c.NodeName(name);
+    ++norms;
+    EXPECT_EQ(KernelsWith(c.fused, ln), 1) << name << "\n" << loop::ToString(c.fused);
+    const int k = KernelOf(c.fused, ln);
+    ASSERT_GE(k, 0);
+    const loop::Kernel& kernel = c.fused.kernels[static_cast<size_t>(k)];
+    EXPECT_EQ(kernel.reduction.size(), 1u) << loop::ToString(c.fused, kernel);
+    EXPECT_TRUE(kernel.stages.back().loops) << "the normalization is the last loop:\n"
+                                            << loop::ToString(c.fused, kernel);
+  }
+  EXPECT_GE(norms, 3) << "GPT-2's block has two layer norms and the model one more";
+}
+
 // nanoGPT's residual adds are kept for the backward, so they stay stored; each runs in the
 // first loop of the layer norm that reads it, and the norm's later loops recompute the sum from
 // its inputs rather than load it back from what their own kernel stored.
