@@ -14,9 +14,10 @@ steps, Kiln's on even ones, each timed alone (the GPU drained before and after).
 the same CPUs at the same moments, so the host's speed divides out of each step's ratio. The
 report gives each backend's median steady step (from step STEADY_FROM on), the median of the
 steps' ratios with its quartiles, and each backend's loss against the other's; kilnd's
-compile counters show that Kiln's copy compiled (Dynamo keys its cache by backend, so the
-second copy does not reuse the first one's code). Writes OUT/paired_steps.json and
-OUT/paired_steps.txt; a configuration that fails is a line that says so.
+compile counters show that Kiln's copy compiled, and the table says so when it did not (were
+Dynamo to reuse the first copy's code for the second, the ratio would not be Kiln's). Writes
+OUT/paired_steps.json and OUT/paired_steps.txt; a configuration that fails is a line that says
+so.
 """
 
 from __future__ import annotations
