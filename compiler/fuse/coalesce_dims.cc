@@ -175,6 +175,25 @@ bool CoalesceOnce(Kernel& k, int32_t begin, int32_t end) {
   return false;
 }
 
+// Runs [begin, end) of `fine`'s dimensions whose extents multiply to each of `coarse`'s in
+// turn, covering both; nullopt when the extents do not group that way.
+std::optional<std::vector<std::pair<int32_t, int32_t>>> Runs(const std::vector<IndexExpr>& fine,
+                                                             const std::vector<IndexExpr>& coarse) {
+  std::vector<std::pair<int32_t, int32_t>> runs;
+  int32_t d = 0;
+  const int32_t n = static_cast<int32_t>(fine.size());
+  for (const IndexExpr& want : coarse) {
+    const int32_t begin = d;
+    if (d == n) return std::nullopt;  // `coarse` has dimensions left over
+    IndexExpr product = fine[static_cast<size_t>(d++)];
+    while (product != want && d < n) product = product * fine[static_cast<size_t>(d++)];
+    if (product != want) return std::nullopt;
+    runs.emplace_back(begin, d);
+  }
+  if (d != n) return std::nullopt;
+  return runs;
+}
+
 }  // namespace
 
 Kernel CoalesceDims(Kernel kernel) {
@@ -188,22 +207,12 @@ Kernel CoalesceDims(Kernel kernel) {
 
 std::optional<Kernel> CoalesceTo(const Kernel& kernel, const std::vector<IndexExpr>& parallel) {
   if (kernel.parallel.size() <= parallel.size() || DynStridesUseVars(kernel)) return std::nullopt;
-  // Groups [begin, end) of the kernel's dimensions, one per target dimension.
-  std::vector<std::pair<int32_t, int32_t>> groups;
-  int32_t d = 0;
-  const int32_t np = static_cast<int32_t>(kernel.parallel.size());
-  for (const IndexExpr& want : parallel) {
-    const int32_t begin = d;
-    if (d == np) return std::nullopt;  // the target has dimensions left over
-    IndexExpr product = kernel.parallel[static_cast<size_t>(d++)];
-    while (product != want && d < np) product = product * kernel.parallel[static_cast<size_t>(d++)];
-    if (product != want) return std::nullopt;
-    groups.emplace_back(begin, d);
-  }
-  if (d != np) return std::nullopt;
+  // The kernel's dimensions merged into each target dimension.
+  const auto groups = Runs(kernel.parallel, parallel);
+  if (!groups) return std::nullopt;
   Kernel out = kernel;
-  for (size_t g = groups.size(); g-- > 0;) {
-    for (int32_t u = groups[g].second - 2; u >= groups[g].first; --u) {
+  for (size_t g = groups->size(); g-- > 0;) {
+    for (int32_t u = (*groups)[g].second - 2; u >= (*groups)[g].first; --u) {
       if (!MergePair(out, u)) return std::nullopt;
     }
   }
@@ -215,24 +224,19 @@ std::optional<Kernel> SplitTo(const Kernel& kernel, const std::vector<IndexExpr>
       kernel.parallel.size() >= parallel.size() || DynStridesUseVars(kernel)) {
     return std::nullopt;
   }
-  // Each old variable as an expression over the new ones: within its run of new dimensions,
-  // each counts in units of the extents inside it.
+  const auto runs = Runs(parallel, kernel.parallel);
+  if (!runs) return std::nullopt;
+  // Each old variable as an expression over the new ones of its run: each counts in units of
+  // the extents inside it.
   std::vector<IndexExpr> old_as_new;
-  size_t d = 0;
-  for (const IndexExpr& extent : kernel.parallel) {
-    if (d == parallel.size()) return std::nullopt;
-    const size_t begin = d;
-    IndexExpr product = parallel[d++];
-    while (product != extent && d < parallel.size()) product = product * parallel[d++];
-    if (product != extent) return std::nullopt;
+  for (const auto& [begin, end] : *runs) {
     IndexExpr value = IndexExpr::Const(0), unit = IndexExpr::Const(1);
-    for (size_t k = d; k-- > begin;) {
-      value = value + unit * IndexExpr::Var(static_cast<int32_t>(k));
-      unit = unit * parallel[k];
+    for (int32_t k = end; k-- > begin;) {
+      value = value + unit * IndexExpr::Var(k);
+      unit = unit * parallel[static_cast<size_t>(k)];
     }
     old_as_new.push_back(value);
   }
-  if (d != parallel.size()) return std::nullopt;
   Kernel out = kernel;
   out.parallel = parallel;
   const loop::VarExtents extents = out.Extents();
