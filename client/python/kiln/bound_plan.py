@@ -24,8 +24,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Callable, Optional, Sequence
 
-from kiln import cuda
+from kiln import cuda, products
 from kiln.aten import constant, resolve_op
+from kiln.products import GEMM_WORKSPACE_BYTES
 
 BUFFER_INPUT, BUFFER_OUTPUT, BUFFER_INTERMEDIATE, BUFFER_WORKSPACE = 1, 2, 3, 4
 PARAM_BUFFER, PARAM_SYMBOL, PARAM_SCALAR, PARAM_RNG_SEED, PARAM_RNG_OFFSET = 1, 2, 3, 4, 5
@@ -145,7 +146,8 @@ class BoundPlan:
     """The runtime's plan at one set of symbol values `s` (see the module's docstring).
     `group_launches=False` makes each launch its own segment, for after_step callbacks."""
 
-    def __init__(self, runtime: Any, s: list[int], group_launches: bool = True) -> None:
+    def __init__(self, runtime: Any, s: list[int], group_launches: bool = True,
+                 matmul_settings: Optional[tuple[Optional[bool], ...]] = None) -> None:
         self.runtime = runtime
         self.s = s
         self.symbol_values = dict(zip(runtime.symbols, s))
@@ -158,11 +160,23 @@ class BoundPlan:
         self.arena_offsets = [b.offset(s) if b.kind in (BUFFER_INTERMEDIATE, BUFFER_WORKSPACE)
                               else 0 for b in runtime.buffers]
         self.checks = self._input_checks()
-        # Slots: buffer addresses, the RNG seed and offset, then constants.
+        # Slots: buffer addresses, the RNG seed and offset, the products' workspace, then
+        # constants.
         self._constants: dict[int, int] = {}
         self._seed_slot = len(runtime.buffers)
         self._offset_slot = self._seed_slot + 1
+        self._workspace_slot = self._offset_slot + 1
+        # Matrix products run by cuBLASLt inside launch sequences (see _product), and the
+        # buffers each one's step touches.
+        self.matmul_settings = matmul_settings or products.matmul_settings()
+        self.products = 0
+        self._products_wanted = products.wanted()
+        self._product_buffers: dict[int, set[int]] = {}
         self.segments = self._segments(group_launches)
+        # The products share one workspace at the arena's end; they run one after another.
+        self._workspace_offset = -(-self.arena_bytes // 256) * 256
+        if self.products:
+            self.arena_bytes = self._workspace_offset + GEMM_WORKSPACE_BYTES
         self.buffer_bytes = [b.size(s) for b in runtime.buffers]
         self._mark_adoptable()
         # Output buffers a result is kept as: a run allocates them only when it is not.
@@ -171,11 +185,13 @@ class BoundPlan:
         # A run's slot table starts as a copy of this one (constants in place) and fills in
         # the addresses: arena buffers at the arena's start plus their offset, inputs,
         # outputs, then the RNG seed and offset.
-        self._slot_template = cuda.SlotTable([0] * (self._offset_slot + 1) +
+        self._slot_template = cuda.SlotTable([0] * (self._workspace_slot + 1) +
                                              self.constant_slots)
         self._arena_slots = [(b, self.arena_offsets[b]) for b, kind in
                              enumerate(self.buffer_kinds)
                              if kind in (BUFFER_INTERMEDIATE, BUFFER_WORKSPACE)]
+        if self.products:
+            self._arena_slots.append((self._workspace_slot, self._workspace_offset))
         self._input_slots = [(b, self.input_of_buffer[b]) for b, kind in
                              enumerate(self.buffer_kinds) if kind == BUFFER_INPUT]
         self.output_buffers = [b for b, kind in enumerate(self.buffer_kinds)
@@ -228,7 +244,7 @@ class BoundPlan:
     def _slot(self, value: int) -> int:
         if value not in self._constants:
             self._constants[value] = len(self._constants)
-        return self._offset_slot + 1 + self._constants[value]
+        return self._workspace_slot + 1 + self._constants[value]
 
     def _launch(self, kernel: Any) -> Optional[tuple]:
         """The kernel's launch with slots for parameters; None when its grid is empty."""
@@ -266,6 +282,45 @@ class BoundPlan:
         call.flatten()
         return call
 
+    def _product(self, index: int, c: Any) -> Optional[tuple]:
+        """Step `index`, call `c`, as a matrix product of a launch sequence (kiln.products), or
+        None when it stays an ATen call. The product writes its view in place, so the view
+        must be neither an input's memory nor over an operand's."""
+        if not self._products_wanted or c.collective or c.target not in products.TARGETS or \
+                len(c.outputs) != 1:
+            return None
+        out = self._view(c.outputs[0])
+        p = products.describe(c.target, [self._argument(a) for a in c.args],
+                              {k: self._argument(a) for k, a in c.kwargs}, out,
+                              self.matmul_settings)
+        if p is None or self.buffer_kinds[out.buffer] == BUFFER_INPUT:
+            return None
+        start, end = out.byte_range(self.arena_offsets[out.buffer])
+        for v in p.operands[:2] + p.operands[3:]:
+            if self._shares_storage(v.buffer, out.buffer):
+                lo, hi = v.byte_range(self.arena_offsets[v.buffer])
+                if lo < end and start < hi:
+                    return None
+        # An operand's address is its buffer's plus its offset; arena buffers sit at their
+        # offsets in an arena aligned to 256 bytes, like every allocation.
+        offsets = [v.offset * v.itemsize for v in p.operands]
+        alignments = [_alignment(self.arena_offsets[v.buffer] + offset)
+                      for v, offset in zip(p.operands, offsets)]
+        try:
+            gemm = cuda.Gemm(self.runtime.device.index or 0, p.dtype, p.flags, p.batch, p.m,
+                             p.n, p.k, p.strides, offsets, alignments, GEMM_WORKSPACE_BYTES)
+        except cuda.CudaError:
+            return None  # no cuBLASLt, or none of its algorithms: the ATen call does it
+        # The product reads its inputs where they are: they must be on the plan's device.
+        read = {self.input_of_buffer[v.buffer] for v in p.operands
+                if self.buffer_kinds[v.buffer] == BUFFER_INPUT}
+        for check in self.checks:
+            check.on_kernel = check.on_kernel or check.index in read
+        self.products += 1
+        self._product_buffers[index] = {v.buffer for v in p.operands}
+        buffers = [v.buffer for v in p.operands]
+        return (gemm, buffers[:3] + [self._workspace_slot] + buffers[3:])
+
     def _segments(self, group_launches: bool) -> list[_Segment]:
         segments: list[_Segment] = []
         pending: list[tuple] = []
@@ -279,8 +334,12 @@ class BoundPlan:
                 pending_steps.clear()
 
         for index, step in enumerate(self.runtime.steps):
+            launch = None
             if step.kind == "launch":
                 launch = self._launch(self.runtime.kernels[step.kernel])
+            elif step.kind == "call":
+                launch = self._product(index, step.call)
+            if step.kind == "launch" or launch is not None:
                 if launch is not None:
                     pending.append(launch)
                     pending_steps.append(index)
@@ -354,6 +413,9 @@ class BoundPlan:
         if segment.kind == "launches":
             found: set[int] = set()
             for index in segment.steps:
+                if index in self._product_buffers:
+                    found |= self._product_buffers[index]
+                    continue
                 kernel = self.runtime.kernels[self.runtime.steps[index].kernel]
                 found |= {payload for kind, payload in kernel.params if kind == PARAM_BUFFER}
             return found
@@ -635,6 +697,11 @@ class BoundPlan:
 # extern kernels do. A GPT-2 step makes about 150 such calls.
 _UNBOXED_OUT = {"aten.mm.default": ("mm", 2), "aten.bmm.default": ("bmm", 2),
                 "aten.addmm.default": ("addmm", 3), "aten.baddbmm.default": ("baddbmm", 3)}
+
+
+def _alignment(address: int) -> int:
+    """The largest power of two up to 256 dividing `address`."""
+    return min(256, address & -address) if address else 256
 
 
 def _check(inputs: Sequence[Any], checks: list[_InputCheck], device: Any, tensor: type) -> None:

@@ -21,6 +21,25 @@ MAX_PARAMS = 256
 _ERROR_BYTES = 1024
 
 
+# Codes of the library's own failures (kiln_cuda.h).
+ERROR_NO_BLAS = 100003
+
+# Element types and flags of a matrix product (kiln_cuda_gemm_desc).
+GEMM_F32, GEMM_F16, GEMM_BF16 = 0, 1, 2
+GEMM_TF32, GEMM_REDUCED_REDUCTION, GEMM_BIAS = 1, 2, 4
+
+
+class _GemmDesc(ctypes.Structure):
+    """kiln_cuda_gemm_desc."""
+
+    _fields_ = [("dtype", ctypes.c_int32), ("flags", ctypes.c_int32),
+                ("batch", ctypes.c_uint64), ("m", ctypes.c_uint64), ("n", ctypes.c_uint64),
+                ("k", ctypes.c_uint64), ("a_strides", ctypes.c_int64 * 3),
+                ("b_strides", ctypes.c_int64 * 3), ("d_strides", ctypes.c_int64 * 3),
+                ("offsets", ctypes.c_uint64 * 4), ("alignments", ctypes.c_uint32 * 4),
+                ("workspace_bytes", ctypes.c_uint64)]
+
+
 class CudaError(RuntimeError):
     """A failed runtime call: `code` is the driver's CUresult (or one of the library's own
     codes above 100000) and the message names the call."""
@@ -49,9 +68,15 @@ class _Library:
         # (LaunchSequence.run), which ctypes converts fastest.
         lib.kiln_cuda_launch_sequence.argtypes = [vp, ctypes.c_size_t, vp, ctypes.c_size_t, vp,
                                                   vp, vp, ctypes.c_size_t]
+        lib.kiln_cuda_blas_open.argtypes = [ctypes.POINTER(ctypes.c_size_t)] + err
+        lib.kiln_cuda_gemm_create.argtypes = [ctypes.c_int, ctypes.POINTER(_GemmDesc),
+                                              ctypes.POINTER(vp)] + err
+        lib.kiln_cuda_gemm_destroy.argtypes = [vp]
+        lib.kiln_cuda_gemm_destroy.restype = None
         for fn in (lib.kiln_cuda_open, lib.kiln_cuda_module_load, lib.kiln_cuda_module_function,
                    lib.kiln_cuda_function_attributes, lib.kiln_cuda_launch,
-                   lib.kiln_cuda_launch_sequence):
+                   lib.kiln_cuda_launch_sequence, lib.kiln_cuda_blas_open,
+                   lib.kiln_cuda_gemm_create):
             fn.restype = ctypes.c_int
         self.lib = lib
         self.path = path
@@ -155,12 +180,56 @@ def launch(function: Function, grid: Sequence[int], block: Sequence[int], shared
     _call(_lib().kiln_cuda_launch, function.handle, g, b, shared_bytes, stream, p, len(params))
 
 
+def blas_version() -> int:
+    """cuBLASLt's version (130100 for 13.1), opening it as the library's products do; raises
+    CudaError (code ERROR_NO_BLAS) where the process has none."""
+    version = ctypes.c_size_t(0)
+    _call(_lib().kiln_cuda_blas_open, ctypes.byref(version))
+    return version.value
+
+
+class Gemm:
+    """A matrix product prepared with cuBLASLt once and run by LaunchSequences (kiln_cuda_gemm
+    of kiln_cuda.h): D[i] = A[i] B[i] (+ a bias of n elements added to every row), A[i] m x k,
+    B[i] k x n, for i < batch, each operand described by its strides in elements over (batch,
+    row, column), its offset in bytes from its slot's address and the alignment its address
+    is expected to have. Raises CudaError naming what cuBLASLt cannot do; freed by close() or
+    when collected."""
+
+    def __init__(self, device: int, dtype: int, flags: int, batch: int, m: int, n: int, k: int,
+                 strides: Sequence[Sequence[int]], offsets: Sequence[int],
+                 alignments: Sequence[int], workspace_bytes: int) -> None:
+        self._lib = _lib()
+        desc = _GemmDesc(dtype=dtype, flags=flags, batch=batch, m=m, n=n, k=k,
+                         workspace_bytes=workspace_bytes)
+        desc.a_strides[:], desc.b_strides[:], desc.d_strides[:] = (list(x) for x in strides)
+        desc.offsets[:] = list(offsets) + [0] * (4 - len(offsets))
+        desc.alignments[:] = list(alignments) + [0] * (4 - len(alignments))
+        handle = ctypes.c_void_p()
+        _call(self._lib.kiln_cuda_gemm_create, device, ctypes.byref(desc), ctypes.byref(handle))
+        self.handle: Optional[int] = handle.value
+        self.params = 5 if flags & GEMM_BIAS else 4
+        self.name = f"matrix product {batch}x{m}x{n}x{k}"
+
+    def close(self) -> None:
+        if self.handle is not None:
+            self._lib.kiln_cuda_gemm_destroy(self.handle)
+            self.handle = None
+
+    def __del__(self) -> None:
+        try:
+            self.close()
+        except Exception:  # interpreter shutdown: the library may be gone already
+            pass
+
+
 class _LaunchRecord(ctypes.Structure):
     """kiln_cuda_launch_record."""
 
     _fields_ = [("function", ctypes.c_void_p), ("grid", ctypes.c_uint32 * 3),
                 ("block", ctypes.c_uint32 * 3), ("shared_bytes", ctypes.c_uint32),
-                ("param_count", ctypes.c_uint32), ("param_slots", ctypes.POINTER(ctypes.c_uint32))]
+                ("param_count", ctypes.c_uint32), ("param_slots", ctypes.POINTER(ctypes.c_uint32)),
+                ("gemm", ctypes.c_void_p)]
 
 
 class SequenceFailed(CudaError):
@@ -217,34 +286,43 @@ def _sequence_status() -> _Status:
 
 
 class LaunchSequence:
-    """Kernel launches made once and run many times with one call into the library: each
-    parameter names a slot of a table that every run fills (buffer addresses, the RNG seed
-    and offset, symbol values), so a run's host work is one call, not one per kernel.
+    """Kernel launches and matrix products made once and run many times with one call into
+    the library: each parameter names a slot of a table that every run fills (buffer
+    addresses, the RNG seed and offset, symbol values), so a run's host work is one call, not
+    one per kernel.
 
-        seq = LaunchSequence([(function, grid, block, shared_bytes, [slot, ...]), ...])
+        seq = LaunchSequence([(function, grid, block, shared_bytes, [slot, ...]),
+                              (gemm, [a, b, d, workspace]), ...])
         seq.run(SlotTable(slot_values), stream)
     """
 
-    def __init__(self, launches: Sequence[tuple[Function, Sequence[int], Sequence[int], int,
-                                                 Sequence[int]]]) -> None:
+    def __init__(self, launches: Sequence[tuple]) -> None:
         self._launch_sequence = _lib().kiln_cuda_launch_sequence
         self.functions = [launch[0] for launch in launches]  # kept alive with their modules
         self.count = len(launches)
         self._records = (_LaunchRecord * max(1, self.count))()
         self._records_address = ctypes.addressof(self._records)
         self._slots = []
-        for record, (function, grid, block, shared_bytes, slots) in zip(self._records, launches):
+        for record, launch in zip(self._records, launches):
+            slots = launch[-1]
+            what = launch[0]
+            if isinstance(what, Gemm) and len(slots) != what.params:
+                raise CudaError(-1, f"{what.name}: {len(slots)} parameters, not {what.params}")
             if len(slots) > MAX_PARAMS:
-                raise CudaError(-1, f"{function.name}: {len(slots)} parameters, more than "
+                raise CudaError(-1, f"{what.name}: {len(slots)} parameters, more than "
                                     f"{MAX_PARAMS}")
             table = (ctypes.c_uint32 * max(1, len(slots)))(*slots)
             self._slots.append(table)
-            record.function = function.handle
+            record.param_count = len(slots)
+            record.param_slots = table
+            if isinstance(what, Gemm):
+                record.gemm = what.handle
+                continue
+            _, grid, block, shared_bytes, _ = launch
+            record.function = what.handle
             record.grid[:] = list(grid)
             record.block[:] = list(block)
             record.shared_bytes = shared_bytes
-            record.param_count = len(slots)
-            record.param_slots = table
 
     def run(self, slots: "SlotTable | Sequence[int]", stream: int) -> None:
         """Launches every kernel in order on `stream`, parameters from `slots` (a SlotTable,

@@ -39,6 +39,7 @@ from kiln.bound_plan import (BUFFER_INPUT, PARAM_BUFFER, PARAM_RNG_OFFSET, PARAM
                              PARAM_SCALAR, PARAM_SYMBOL, BoundPlan, Call, InputMismatch,
                              StepFailed)
 from kiln.cuda_graphs import GraphedPlan
+from kiln.products import matmul_settings
 from kiln.symexpr import Evaluator, ExprError, compile_expr, compile_symint
 
 # InputMismatch and StepFailed are what run() raises.
@@ -329,10 +330,12 @@ class GpuRuntime:
     def bound(self, s: list[int], group_launches: bool = True) -> BoundPlan:
         """The plan bound to symbol values `s`, made on first use and kept (see
         _BOUND_PLANS)."""
-        key = (tuple(s), group_launches)
+        # PyTorch's settings of matrix products, which the plan's cuBLASLt products bind.
+        settings = matmul_settings()
+        key = (tuple(s), group_launches, settings)
         plan = self._bound.get(key)
         if plan is None:
-            plan = self._bound[key] = BoundPlan(self, s, group_launches)
+            plan = self._bound[key] = BoundPlan(self, s, group_launches, settings)
             if len(self._bound) > _BOUND_PLANS:
                 self._bound.popitem(last=False)
         else:

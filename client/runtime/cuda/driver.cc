@@ -4,6 +4,8 @@
 
 #include <cstdlib>
 
+#include "client/runtime/cuda/library.h"
+
 namespace kiln::runtime::cuda {
 namespace {
 
@@ -14,16 +16,7 @@ struct Opened {
   bool ok = false;
 };
 
-template <typename Fn>
-bool Resolve(void* library, const char* symbol, Fn* out, std::string* error) {
-  void* address = dlsym(library, symbol);
-  if (address == nullptr) {
-    *error = std::string("the CUDA driver has no ") + symbol + " (a driver older than CUDA 12?)";
-    return false;
-  }
-  *out = reinterpret_cast<Fn>(address);
-  return true;
-}
+constexpr char kDriver[] = "the CUDA driver";
 
 Opened Open() {
   Opened o;
@@ -38,23 +31,25 @@ Opened Open() {
   }
   Driver& d = o.driver;
   // The _v2 names are the current ABI of calls whose signature changed in CUDA 4.0.
-  if (!Resolve(library, "cuInit", &d.Init, &o.error) ||
-      !Resolve(library, "cuDriverGetVersion", &d.DriverGetVersion, &o.error) ||
-      !Resolve(library, "cuDeviceGet", &d.DeviceGet, &o.error) ||
-      !Resolve(library, "cuDevicePrimaryCtxRetain", &d.DevicePrimaryCtxRetain, &o.error) ||
-      !Resolve(library, "cuDevicePrimaryCtxRelease_v2", &d.DevicePrimaryCtxRelease, &o.error) ||
-      !Resolve(library, "cuCtxGetCurrent", &d.CtxGetCurrent, &o.error) ||
-      !Resolve(library, "cuCtxSetCurrent", &d.CtxSetCurrent, &o.error) ||
-      !Resolve(library, "cuCtxPushCurrent_v2", &d.CtxPushCurrent, &o.error) ||
-      !Resolve(library, "cuCtxPopCurrent_v2", &d.CtxPopCurrent, &o.error) ||
-      !Resolve(library, "cuModuleLoadData", &d.ModuleLoadData, &o.error) ||
-      !Resolve(library, "cuModuleUnload", &d.ModuleUnload, &o.error) ||
-      !Resolve(library, "cuModuleGetFunction", &d.ModuleGetFunction, &o.error) ||
-      !Resolve(library, "cuFuncGetAttribute", &d.FuncGetAttribute, &o.error) ||
-      !Resolve(library, "cuFuncSetAttribute", &d.FuncSetAttribute, &o.error) ||
-      !Resolve(library, "cuLaunchKernel", &d.LaunchKernel, &o.error) ||
-      !Resolve(library, "cuGetErrorName", &d.GetErrorName, &o.error) ||
-      !Resolve(library, "cuGetErrorString", &d.GetErrorString, &o.error)) {
+  if (!Resolve(library, "cuInit", kDriver, &d.Init, &o.error) ||
+      !Resolve(library, "cuDriverGetVersion", kDriver, &d.DriverGetVersion, &o.error) ||
+      !Resolve(library, "cuDeviceGet", kDriver, &d.DeviceGet, &o.error) ||
+      !Resolve(library, "cuDevicePrimaryCtxRetain", kDriver, &d.DevicePrimaryCtxRetain, &o.error) ||
+      !Resolve(library, "cuDevicePrimaryCtxRelease_v2", kDriver, &d.DevicePrimaryCtxRelease,
+               &o.error) ||
+      !Resolve(library, "cuCtxGetCurrent", kDriver, &d.CtxGetCurrent, &o.error) ||
+      !Resolve(library, "cuCtxSetCurrent", kDriver, &d.CtxSetCurrent, &o.error) ||
+      !Resolve(library, "cuCtxPushCurrent_v2", kDriver, &d.CtxPushCurrent, &o.error) ||
+      !Resolve(library, "cuCtxPopCurrent_v2", kDriver, &d.CtxPopCurrent, &o.error) ||
+      !Resolve(library, "cuModuleLoadData", kDriver, &d.ModuleLoadData, &o.error) ||
+      !Resolve(library, "cuModuleUnload", kDriver, &d.ModuleUnload, &o.error) ||
+      !Resolve(library, "cuModuleGetFunction", kDriver, &d.ModuleGetFunction, &o.error) ||
+      !Resolve(library, "cuFuncGetAttribute", kDriver, &d.FuncGetAttribute, &o.error) ||
+      !Resolve(library, "cuFuncSetAttribute", kDriver, &d.FuncSetAttribute, &o.error) ||
+      !Resolve(library, "cuLaunchKernel", kDriver, &d.LaunchKernel, &o.error) ||
+      !Resolve(library, "cuGetErrorName", kDriver, &d.GetErrorName, &o.error) ||
+      !Resolve(library, "cuGetErrorString", kDriver, &d.GetErrorString, &o.error)) {
+    o.error += " (a driver older than CUDA 12?)";
     return o;  // the library stays open: nothing else would use it, and closing races nothing
   }
   if (CUresult r = d.Init(0); r != kCudaSuccess) {

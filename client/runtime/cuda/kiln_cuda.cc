@@ -11,6 +11,8 @@
 #include <vector>
 
 #include "client/runtime/cuda/driver.h"
+#include "client/runtime/cuda/gemm.h"
+#include "client/runtime/cuda/status.h"
 
 using kiln::runtime::cuda::CUcontext;
 using kiln::runtime::cuda::CUdevice;
@@ -20,6 +22,7 @@ using kiln::runtime::cuda::CUresult;
 using kiln::runtime::cuda::CUstream;
 using kiln::runtime::cuda::DescribeError;
 using kiln::runtime::cuda::Driver;
+using kiln::runtime::cuda::Fail;
 using kiln::runtime::cuda::kCudaSuccess;
 
 struct kiln_cuda_function {
@@ -38,15 +41,6 @@ struct kiln_cuda_module {
 };
 
 namespace {
-
-int Fail(int code, const std::string& message, char* error, size_t error_size) {
-  if (error != nullptr && error_size > 0) {
-    const size_t n = std::min(message.size(), error_size - 1);
-    std::memcpy(error, message.data(), n);
-    error[n] = '\0';
-  }
-  return code;
-}
 
 // The driver, or nullptr with the failure written out through `code`.
 const Driver* Open(int* code, char* error, size_t error_size) {
@@ -101,12 +95,11 @@ int CheckShape(const Where& where, const uint32_t grid[3], const uint32_t block[
 }
 
 // A thread with no current context (PyTorch's autograd threads before their first CUDA call)
-// gets the function's module's.
-int MakeContextCurrent(const Driver& d, const kiln_cuda_function& function, char* error,
-                       size_t error_size) {
+// gets `context` (a function's module's, a product's).
+int MakeContextCurrent(const Driver& d, CUcontext context, char* error, size_t error_size) {
   CUcontext current = nullptr;
   if (d.CtxGetCurrent(&current) == kCudaSuccess && current == nullptr) {
-    if (CUresult r = d.CtxSetCurrent(function.module->context); r != kCudaSuccess) {
+    if (CUresult r = d.CtxSetCurrent(context); r != kCudaSuccess) {
       return Fail(r, DescribeError(d, "cuCtxSetCurrent", r), error, error_size);
     }
   }
@@ -291,7 +284,9 @@ int kiln_cuda_launch(kiln_cuda_function* function, const uint32_t grid[3], const
   int code = 0;
   const Driver* d = Open(&code, error, error_size);
   if (d == nullptr) return code;
-  if (int code = MakeContextCurrent(*d, *function, error, error_size)) return code;
+  if (int code = MakeContextCurrent(*d, function->module->context, error, error_size)) {
+    return code;
+  }
   return Launch(*d, function, grid, block, shared_bytes, stream, params, param_count, error,
                 error_size);
 }
@@ -308,9 +303,18 @@ int kiln_cuda_launch_sequence(const kiln_cuda_launch_record* records, size_t cou
     const kiln_cuda_launch_record& r = records[i];
     auto where = [i] { return "kiln_cuda_launch_sequence: record " + std::to_string(i); };
     int code = 0;
-    if (r.function == nullptr || (r.param_slots == nullptr && r.param_count > 0)) {
-      code = Fail(KILN_CUDA_ERROR_BAD_ARGUMENT, where() + ": a NULL function or slot list", error,
-                  error_size);
+    if ((r.function == nullptr) == (r.gemm == nullptr) ||
+        (r.param_slots == nullptr && r.param_count > 0)) {
+      code =
+          Fail(KILN_CUDA_ERROR_BAD_ARGUMENT,
+               where() + ": not one function or product, or a NULL slot list", error, error_size);
+    } else if (r.gemm != nullptr) {
+      if (const uint32_t n = kiln::runtime::cuda::GemmParamCount(*r.gemm); r.param_count != n) {
+        code = Fail(KILN_CUDA_ERROR_BAD_ARGUMENT,
+                    where() + ": a product of " + std::to_string(r.param_count) +
+                        " parameters, not " + std::to_string(n),
+                    error, error_size);
+      }
     } else {
       code = CheckShape(where, r.grid, r.block, r.param_count, error, error_size);
     }
@@ -331,13 +335,26 @@ int kiln_cuda_launch_sequence(const kiln_cuda_launch_record* records, size_t cou
   int code = 0;
   const Driver* d = Open(&code, error, error_size);
   if (d == nullptr) return code;
-  if (int code = MakeContextCurrent(*d, *records[0].function, error, error_size)) return code;
+  const kiln_cuda_launch_record& first = records[0];
+  if (int code =
+          MakeContextCurrent(*d,
+                             first.gemm != nullptr ? kiln::runtime::cuda::GemmContext(*first.gemm)
+                                                   : first.function->module->context,
+                             error, error_size)) {
+    return code;
+  }
   uint64_t values[KILN_CUDA_MAX_PARAMS];
   for (size_t i = 0; i < count; ++i) {
     const kiln_cuda_launch_record& r = records[i];
-    for (uint32_t p = 0; p < r.param_count; ++p) values[p] = slots[r.param_slots[p]];
-    if (int code = Launch(*d, r.function, r.grid, r.block, r.shared_bytes, stream, values,
-                          r.param_count, error, error_size)) {
+    int code = 0;
+    if (r.gemm != nullptr) {
+      code = kiln::runtime::cuda::RunGemm(*r.gemm, slots, r.param_slots, stream, error, error_size);
+    } else {
+      for (uint32_t p = 0; p < r.param_count; ++p) values[p] = slots[r.param_slots[p]];
+      code = Launch(*d, r.function, r.grid, r.block, r.shared_bytes, stream, values, r.param_count,
+                    error, error_size);
+    }
+    if (code != 0) {
       if (failed != nullptr) *failed = i;
       return code;
     }

@@ -2,10 +2,11 @@
 #define KILN_CLIENT_RUNTIME_CUDA_KILN_CUDA_H_
 
 /* The CUDA part of Kiln's runtime, as a C ABI: load sm_90 cubins and launch their kernels on
- * the caller's stream. It is what the trainer's Python side (kiln.cuda) calls through ctypes,
- * so one build serves every Python version; it links nothing but libc, libdl and the C++
- * runtime, and opens the CUDA driver (libcuda.so.1, or the file $KILN_LIBCUDA names) the
- * first time it is needed, so a process without a GPU can load it and gets a clear error.
+ * the caller's stream, with the plan's matrix products (cuBLASLt) in the same sequences. It
+ * is what the trainer's Python side (kiln.cuda) calls through ctypes, so one build serves
+ * every Python version; it links nothing but libc, libdl and the C++ runtime, and opens the
+ * CUDA driver (libcuda.so.1, or the file $KILN_LIBCUDA names) and cuBLASLt the first time
+ * each is needed, so a process without a GPU can load it and gets a clear error.
  *
  * Modules load into the device's primary context, the one PyTorch uses, so kernels run on
  * PyTorch's streams and read its tensors. A launch on a thread with no current context
@@ -31,12 +32,15 @@ extern "C" {
 /* Failures that are not the driver's own codes. */
 #define KILN_CUDA_ERROR_NO_DRIVER 100001    /* libcuda could not be opened or lacks a call */
 #define KILN_CUDA_ERROR_BAD_ARGUMENT 100002 /* a NULL pointer, a zero extent, too many params */
+#define KILN_CUDA_ERROR_NO_BLAS 100003      /* cuBLASLt could not be opened or lacks a call */
+#define KILN_CUDA_ERROR_BLAS 100004         /* cuBLASLt refused or failed a product */
 
 /* The most parameters one kernel takes. */
 #define KILN_CUDA_MAX_PARAMS 256
 
 typedef struct kiln_cuda_module kiln_cuda_module;
 typedef struct kiln_cuda_function kiln_cuda_function;
+typedef struct kiln_cuda_gemm kiln_cuda_gemm;
 
 /* Opens the driver and initializes it (cuInit); repeated calls are cheap. `version` (may be
  * NULL) receives the driver's CUDA version, e.g. 13000. */
@@ -72,9 +76,58 @@ KILN_CUDA_API int kiln_cuda_launch(kiln_cuda_function* function, const uint32_t 
                                    const uint64_t* params, size_t param_count, char* error,
                                    size_t error_size);
 
+/* Element types of a matrix product's operands. */
+#define KILN_CUDA_DTYPE_F32 0
+#define KILN_CUDA_DTYPE_F16 1
+#define KILN_CUDA_DTYPE_BF16 2
+
+/* kiln_cuda_gemm_desc.flags. */
+#define KILN_CUDA_GEMM_TF32 1              /* fp32: the product may round its inputs to TF32 */
+#define KILN_CUDA_GEMM_REDUCED_REDUCTION 2 /* fp16/bf16: split-k may sum in the element type */
+#define KILN_CUDA_GEMM_BIAS 4              /* add a bias of n contiguous elements to every row */
+
+/* A matrix product D[i] = A[i] B[i] (+ bias) for i < batch, A[i] m x k, B[i] k x n, D[i] m x n,
+ * every operand of one element type, each described as PyTorch describes a tensor: strides in
+ * elements over (batch, row, column). A and B may be laid out by rows or by columns (one of
+ * the two strides 1, the other at least the extent it steps over); D by rows, or by columns
+ * when there is no bias. The two flags after TF32 follow PyTorch's settings of the same names
+ * (torch.backends.cuda.matmul). */
+typedef struct kiln_cuda_gemm_desc {
+  int32_t dtype; /* KILN_CUDA_DTYPE_* */
+  int32_t flags; /* KILN_CUDA_GEMM_* */
+  uint64_t batch, m, n, k;
+  int64_t a_strides[3], b_strides[3], d_strides[3];
+  /* Bytes from each operand's slot value (its buffer's address) to its first element: A, B,
+   * D, bias. */
+  uint64_t offsets[4];
+  /* The alignment each operand's address is expected to have, a power of two from its
+   * element's size to 256 (0: its offset's, on a slot aligned to 256): it decides which
+   * algorithm a run takes (below). */
+  uint32_t alignments[4];
+  uint64_t workspace_bytes; /* what a run's workspace slot points at; at least 1 MiB advised */
+} kiln_cuda_gemm_desc;
+
+/* Whether cuBLASLt can be opened ($KILN_LIBCUBLASLT, else libcublasLt.so.13 or .so.12, the
+ * copy PyTorch has loaded); `version` (may be NULL) receives its version, e.g. 130100. */
+KILN_CUDA_API int kiln_cuda_blas_open(size_t* version, char* error, size_t error_size);
+
+/* Prepares a product on device `device` for any number of runs: cuBLASLt's descriptors and two
+ * algorithms chosen by its heuristics, one for operands aligned as `alignments` expect and one
+ * for operands aligned only to their element, which a run takes when an address is less
+ * aligned than expected. Refuses (KILN_CUDA_ERROR_BAD_ARGUMENT) a layout cuBLASLt cannot
+ * read, naming the operand; KILN_CUDA_ERROR_BLAS when it finds no algorithm. */
+KILN_CUDA_API int kiln_cuda_gemm_create(int device, const kiln_cuda_gemm_desc* desc,
+                                        kiln_cuda_gemm** gemm, char* error, size_t error_size);
+
+/* Frees a product; NULL is allowed. No sequence may be running it. */
+KILN_CUDA_API void kiln_cuda_gemm_destroy(kiln_cuda_gemm* gemm);
+
 /* One launch of a sequence (kiln_cuda_launch_sequence). Its parameters are not values but
  * indices into the sequence's table of slots, so one record serves every run: a run fills the
- * slots (buffer addresses, the RNG seed and offset, symbol values) and launches the records. */
+ * slots (buffer addresses, the RNG seed and offset, symbol values) and launches the records.
+ * A record with a `gemm` (and no function) runs that product instead; its parameters are the
+ * slots of A, B, D, the workspace and, with KILN_CUDA_GEMM_BIAS, the bias, and its grid, block
+ * and shared bytes are unused. */
 typedef struct kiln_cuda_launch_record {
   kiln_cuda_function* function;
   uint32_t grid[3];
@@ -82,13 +135,14 @@ typedef struct kiln_cuda_launch_record {
   uint32_t shared_bytes;
   uint32_t param_count;
   const uint32_t* param_slots; /* param_count indices into `slots` */
+  kiln_cuda_gemm* gemm;
 } kiln_cuda_launch_record;
 
 /* Launches `count` records in order on `stream`, parameter i of a record taking the value
  * slots[record.param_slots[i]]. Checks every record before launching any, so an invalid one
- * (a slot out of range, an empty extent, too many parameters) launches nothing; a driver
- * failure stops the sequence there. `failed` (may be NULL) receives the index of the record
- * that failed, or `count`. One call for a plan's run of kernels instead of one a kernel: the
+ * (a slot out of range, an empty extent, too many parameters) launches nothing; a driver or
+ * cuBLASLt failure stops the sequence there. `failed` (may be NULL) receives the index of the
+ * record that failed, or `count`. One call for a plan's run of kernels instead of one a kernel: the
  * host's work per launch is the driver's alone. */
 KILN_CUDA_API int kiln_cuda_launch_sequence(const kiln_cuda_launch_record* records, size_t count,
                                             const uint64_t* slots, size_t slot_count, void* stream,

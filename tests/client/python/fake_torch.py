@@ -170,10 +170,15 @@ _mm_out_op._schema = types.SimpleNamespace(arguments=[
     _Argument(name="self", is_out=False), _Argument(name="mat2", is_out=False),
     _Argument(name="out", is_out=True)])
 
+def _addmm(bias: Tensor, a: Tensor, b: Tensor, **scales: Any) -> Tensor:
+    return empty([a.shape[0], b.shape[1]], dtype=a.dtype, device=a.device)
+
+
 ops = types.SimpleNamespace(aten=types.SimpleNamespace(
     embedding_dense_backward=types.SimpleNamespace(default=_OpOverload(
         "aten.embedding_dense_backward.default", _embedding_dense_backward)),
-    mm=types.SimpleNamespace(default=_OpOverload("aten.mm.default", _mm), out=_mm_out_op)))
+    mm=types.SimpleNamespace(default=_OpOverload("aten.mm.default", _mm), out=_mm_out_op),
+    addmm=types.SimpleNamespace(default=_OpOverload("aten.addmm.default", _addmm))))
 
 
 def empty(*sizes: Any, dtype: dtype = None, device: Any = "cpu") -> Tensor:  # noqa: A002
@@ -232,6 +237,12 @@ class _Capturing:
 cuda = types.SimpleNamespace(current_device=lambda: 0, current_stream=lambda where=None: _Stream(),
                              CUDAGraph=CUDAGraph, graph=_Capturing,
                              graph_pool_handle=lambda: (0, 1), synchronize=lambda where=None: None)
+
+
+# torch.backends.cuda.matmul's settings of matrix products, PyTorch's defaults.
+backends = types.SimpleNamespace(cuda=types.SimpleNamespace(matmul=types.SimpleNamespace(
+    allow_tf32=False, allow_bf16_reduced_precision_reduction=True,
+    allow_fp16_reduced_precision_reduction=True)))
 
 
 class StorageWeakRef:

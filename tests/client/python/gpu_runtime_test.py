@@ -22,6 +22,8 @@ BINARY_DIR = pathlib.Path(os.environ.get("KILN_BINARY_DIR", "build/release"))
 FAKE_DRIVER = BINARY_DIR / "tests" / "client" / "kiln_fake_libcuda.so"
 os.environ["KILN_RUNTIME_LIBRARY"] = str(BINARY_DIR / "client" / "libkiln_runtime.so")
 os.environ["KILN_LIBCUDA"] = str(FAKE_DRIVER)
+# Products here stay ATen calls; gpu_products_test runs them through the stand-in cuBLASLt.
+os.environ["KILN_PRODUCTS"] = "aten"
 torch = fake_torch.install()
 
 from kiln.gpu_runtime import GpuRuntime, InputMismatch, RuntimeLoadError  # noqa: E402
@@ -537,3 +539,4 @@ def test_a_run_off_the_current_device_allocates_on_the_plans_device(
     (y,) = GpuRuntime(mm_artifact(128), torch.device("cuda", 0)).run(mm_inputs())
     assert "_empty_strided_cuda" not in torch.fast_calls
     assert y.device == torch.device("cuda", 0)
+

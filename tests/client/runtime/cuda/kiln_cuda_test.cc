@@ -217,8 +217,8 @@ TEST_F(KilnCudaTest, ASequenceLaunchesEachRecordWithItsSlotsValues) {
   const uint32_t a_slots[3] = {0, 3, 2};
   const uint32_t b_slots[2] = {1, 1};
   const kiln_cuda_launch_record records[2] = {
-      {a, {4, 1, 1}, {256, 1, 1}, 0, 3, a_slots},
-      {b, {8, 2, 1}, {128, 1, 1}, 0, 2, b_slots},
+      {a, {4, 1, 1}, {256, 1, 1}, 0, 3, a_slots, nullptr},
+      {b, {8, 2, 1}, {128, 1, 1}, 0, 2, b_slots, nullptr},
   };
   void* stream = reinterpret_cast<void*>(0x77);
   size_t failed = 99;
@@ -247,8 +247,8 @@ TEST_F(KilnCudaTest, ASequenceWithAnInvalidRecordLaunchesNothingAndNamesIt) {
   const uint32_t good[1] = {0};
   const uint32_t past_the_end[1] = {1};
   const kiln_cuda_launch_record slot_out_of_range[2] = {
-      {a, {1, 1, 1}, {32, 1, 1}, 0, 1, good},
-      {a, {1, 1, 1}, {32, 1, 1}, 0, 1, past_the_end},
+      {a, {1, 1, 1}, {32, 1, 1}, 0, 1, good, nullptr},
+      {a, {1, 1, 1}, {32, 1, 1}, 0, 1, past_the_end, nullptr},
   };
   size_t failed = 99;
   const int before = fake().launch_count();
@@ -257,7 +257,7 @@ TEST_F(KilnCudaTest, ASequenceWithAnInvalidRecordLaunchesNothingAndNamesIt) {
             KILN_CUDA_ERROR_BAD_ARGUMENT);
   EXPECT_EQ(failed, 1u);
   EXPECT_THAT(error, HasSubstr("record 1: parameter 0 takes slot 1 of 1"));
-  const kiln_cuda_launch_record empty_grid[1] = {{a, {0, 1, 1}, {32, 1, 1}, 0, 1, good}};
+  const kiln_cuda_launch_record empty_grid[1] = {{a, {0, 1, 1}, {32, 1, 1}, 0, 1, good, nullptr}};
   EXPECT_EQ(
       kiln_cuda_launch_sequence(empty_grid, 1, slots, 1, nullptr, &failed, error, sizeof(error)),
       KILN_CUDA_ERROR_BAD_ARGUMENT);
