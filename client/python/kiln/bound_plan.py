@@ -96,6 +96,9 @@ class Call:
     # The op's out= overload while it may be used; None when it may not (or is not known to
     # fit yet, with `out_checked` False).
     out_op: Optional[Callable[..., Any]] = None
+    # torch's own binding of the op, called instead of `op` until it refuses the arguments
+    # (_binding); None where there is none.
+    fast: Optional[Callable[..., Any]] = None
     out_checked: bool = False
     # Bound calls without list arguments: the arguments with every view None, and where each
     # view goes (a position, or a keyword), so a run fills in tensors without walking them.
@@ -280,6 +283,8 @@ class BoundPlan:
                     [(k, self._argument(a)) for k, a in c.kwargs],
                     [self._view(o) for o in c.outputs], c.collective)
         call.flatten()
+        if not c.collective:
+            call.fast = _binding(c.target)
         return call
 
     def _product(self, index: int, c: Any) -> Optional[tuple]:
@@ -590,7 +595,14 @@ class BoundPlan:
             target = views.view(c.outputs[0])
             c.out_op(*args, **kwargs, out=target)
             return
-        result = c.op(*args, **kwargs)
+        if c.fast is not None:
+            try:
+                result = c.fast(*args, **kwargs)
+            except TypeError:  # its Python signature reads these arguments otherwise
+                c.fast = None
+                result = c.op(*args, **kwargs)
+        else:
+            result = c.op(*args, **kwargs)
         if c.collective and c.target.startswith("_c10d_functional.") and \
                 "wait_tensor" not in c.target:
             import torch  # noqa: PLC0415
@@ -740,6 +752,34 @@ def _unboxed(c: Call) -> Optional[Callable[..., Any]]:
     if len(c.args) != arity or c.kwargs:
         return None
     return getattr(getattr(torch._C, "_VariableFunctions", None), name, None)
+
+
+_BINDINGS: dict[str, Optional[Callable[..., Any]]] = {}
+
+
+def _binding(target: str) -> Optional[Callable[..., Any]]:
+    """torch's Python binding of an aten op that has no overload but its default (and out=),
+    as torch.<name>: the same kernel as torch.ops.aten.<name>.default, through the argument
+    parser of PyTorch's own functions instead of the boxed call, which matches each argument
+    against the schema (attention and its backward, twice a layer a step). None where there
+    is none."""
+    if target in _BINDINGS:
+        return _BINDINGS[target]
+    import torch  # noqa: PLC0415
+
+    found = None
+    namespace, _, rest = target.partition(".")
+    name, _, overload = rest.partition(".")
+    packet = getattr(torch.ops.aten, name, None) if namespace == "aten" else None
+    if overload == "default" and packet is not None:
+        try:
+            overloads = set(packet.overloads())
+        except (AttributeError, RuntimeError):
+            overloads = set()
+        if overloads and overloads <= {"default", "out"}:
+            found = getattr(getattr(torch._C, "_VariableFunctions", None), name, None)
+    _BINDINGS[target] = found
+    return found
 
 
 def _fast_constructors() -> tuple[Optional[Callable[..., Any]], Optional[Callable[..., Any]]]:

@@ -174,11 +174,24 @@ def _addmm(bias: Tensor, a: Tensor, b: Tensor, **scales: Any) -> Tensor:
     return empty([a.shape[0], b.shape[1]], dtype=a.dtype, device=a.device)
 
 
+def _packet(**overloads: Any) -> types.SimpleNamespace:
+    """torch.ops.aten.<op>: its overloads by name, and overloads() listing them."""
+    return types.SimpleNamespace(**overloads, overloads=lambda: list(overloads))
+
+
 ops = types.SimpleNamespace(aten=types.SimpleNamespace(
-    embedding_dense_backward=types.SimpleNamespace(default=_OpOverload(
+    embedding_dense_backward=_packet(default=_OpOverload(
         "aten.embedding_dense_backward.default", _embedding_dense_backward)),
-    mm=types.SimpleNamespace(default=_OpOverload("aten.mm.default", _mm), out=_mm_out_op),
-    addmm=types.SimpleNamespace(default=_OpOverload("aten.addmm.default", _addmm))))
+    mm=_packet(default=_OpOverload("aten.mm.default", _mm), out=_mm_out_op),
+    # addmm's real packet has a dtype overload too: it has no binding the runtime calls.
+    addmm=_packet(default=_OpOverload("aten.addmm.default", _addmm),
+                  dtype=_OpOverload("aten.addmm.dtype", _addmm))))
+
+
+def _bound_embedding_dense_backward(*args: Any, **kwargs: Any) -> Tensor:
+    """torch.embedding_dense_backward, PyTorch's own binding: recorded as a call."""
+    calls.append(("torch.embedding_dense_backward", args, kwargs))
+    return _embedding_dense_backward(*args, **kwargs)
 
 
 def empty(*sizes: Any, dtype: dtype = None, device: Any = "cpu") -> Tensor:  # noqa: A002
@@ -303,7 +316,8 @@ _C = types.SimpleNamespace(_construct_storage_from_data_pointer=lambda address, 
                            # torch.mm and the like: writes to out= are recorded as calls.
                            _VariableFunctions=types.SimpleNamespace(
                                mm=lambda a, b, *, out: calls.append(
-                                   ("torch.mm", (a, b), {"out": out})) or out),
+                                   ("torch.mm", (a, b), {"out": out})) or out,
+                               embedding_dense_backward=_bound_embedding_dense_backward),
                            _dynamo=types.SimpleNamespace(guards=types.SimpleNamespace(
                                _empty_strided_cuda=_empty_strided_cuda,
                                _reinterpret_tensor=_reinterpret_tensor)))

@@ -228,7 +228,7 @@ def test_the_embedding_gradient_is_atens_sorting_kernel(padding_idx: int, scale:
     assert driver.count() == launches, "no kernel of Kiln's computes it"
     assert len(torch.calls) == calls + 1
     target, args, kwargs = torch.calls[-1]
-    assert target == "aten.embedding_dense_backward.default"
+    assert target == "torch.embedding_dense_backward"  # PyTorch's binding, not torch.ops'
     assert args[2:] == (10, padding_idx, scale) and kwargs == {}
     # The op reads the caller's tensors where they are.
     assert (args[0].data_ptr(), args[0].shape, args[0].stride()) == (grad.data_ptr(), [6, 4],
@@ -540,3 +540,27 @@ def test_a_run_off_the_current_device_allocates_on_the_plans_device(
     assert "_empty_strided_cuda" not in torch.fast_calls
     assert y.device == torch.device("cuda", 0)
 
+
+def test_an_op_runs_through_pytorchs_binding_until_it_refuses_the_arguments(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    from kiln import bound_plan
+
+    refused: list[tuple] = []
+
+    def binding(*args: object, **kwargs: object) -> None:
+        refused.append(args)
+        raise TypeError("embedding_dense_backward() received an invalid combination of arguments")
+
+    monkeypatch.setattr(bound_plan, "_BINDINGS", {})
+    monkeypatch.setattr(torch._C._VariableFunctions, "embedding_dense_backward", binding)
+    runtime = GpuRuntime(embedding_backward_artifact(-1, False), torch.device("cuda", 0))
+    grad = torch.empty_strided([6, 4], [4, 1], torch.float32, "cuda:0", 8)
+    indices = torch.empty_strided([6], [1], torch.int64, "cuda:0")
+    for _ in range(2):
+        runtime.run([grad, indices])
+        assert torch.calls[-1][0] == "aten.embedding_dense_backward.default"
+    assert len(refused) == 1, "once refused, the plan keeps to torch.ops"
+    # An op with overloads besides its default and out= has none: PyTorch's binding could
+    # pick another.
+    assert bound_plan._binding("aten.addmm.default") is None
+    assert bound_plan._binding("aten.mm.default") is torch._C._VariableFunctions.mm
