@@ -26,6 +26,7 @@ from typing import Any, Callable, Optional, Sequence
 
 from kiln import cuda, products
 from kiln.aten import constant, resolve_op
+from kiln.input_guard import InputGuard
 from kiln.products import GEMM_WORKSPACE_BYTES
 
 BUFFER_INPUT, BUFFER_OUTPUT, BUFFER_INTERMEDIATE, BUFFER_WORKSPACE = 1, 2, 3, 4
@@ -163,6 +164,7 @@ class BoundPlan:
         self.arena_offsets = [b.offset(s) if b.kind in (BUFFER_INTERMEDIATE, BUFFER_WORKSPACE)
                               else 0 for b in runtime.buffers]
         self.checks = self._input_checks()
+        self.input_guard = InputGuard([c.index for c in self.checks])
         # Slots: buffer addresses, the RNG seed and offset, the products' workspace, then
         # constants.
         self._constants: dict[int, int] = {}
@@ -454,7 +456,8 @@ class BoundPlan:
             after_step: Optional[Callable[[int, Callable[..., Any]], None]] = None,
             checked: bool = False) -> list:
         """Runs the plan on `inputs`; each input is checked (check_inputs) before the first
-        step that reads it, unless the caller has `checked` them all. A mismatch raises
+        step that reads it, unless the caller has `checked` them all or they are as an
+        earlier run's were (one call, kiln.input_guard). A mismatch raises
         InputMismatch before any step reads that input and before any write-back: what
         steps ran wrote only the run's own memory."""
         import torch  # noqa: PLC0415
@@ -473,8 +476,12 @@ class BoundPlan:
         start = arena.data_ptr()
         for slot, arena_offset in self._arena_slots:
             values[slot] = start + arena_offset
+        learn = False
         if not checked:
             self.check_inputs(inputs, [])  # the count of inputs
+            # Inputs as the first run's: checked in one call (kiln.input_guard).
+            checked = self.input_guard.fits(inputs)
+            learn = not checked
         tensor = torch.Tensor
         # The allocation of each output buffer, made before the first segment that touches it
         # (a forward's saved values are hundreds; allocating them all first would keep the
@@ -527,6 +534,8 @@ class BoundPlan:
                     after_step(index, views.buffer_view)
         if not checked and self._late_checks:
             _check(inputs, self._late_checks, device, tensor)
+        if learn:
+            self.input_guard.learn(inputs)  # every input passed the plan's checks
         out: list[Any] = []
         returned: set[int] = set()
         for kind, payload in self.outputs:

@@ -293,6 +293,26 @@ def _tensors_data_ptrs_at_indices_equal(tensors: list, pointers: list, indices: 
 
 # Calls of the constructors Inductor's generated code uses (torch._C._dynamo.guards), by name.
 fast_calls: list[str] = []
+# The tensors of each TensorGuards.check call, in order.
+guard_checks: list[tuple] = []
+
+
+class TensorGuards:
+    """Dynamo's tensor guards (torch._C._dynamo.guards.TensorGuards): made from tensors,
+    check() says whether others have their type, dtype, device, sizes and strides."""
+
+    def __init__(self, *tensors: Tensor, dynamic_dims_sizes: Any,
+                 dynamic_dims_strides: Any) -> None:
+        assert dynamic_dims_sizes is None and dynamic_dims_strides is None
+        self._seen = [self._key(t) for t in tensors]
+
+    @staticmethod
+    def _key(t: Any) -> tuple:
+        return (type(t), t.dtype, repr(t.device), tuple(t.shape), tuple(t.stride()))
+
+    def check(self, *tensors: Any) -> bool:
+        guard_checks.append(tensors)
+        return [self._key(t) for t in tensors] == self._seen
 
 
 def _empty_strided_cuda(sizes: tuple, strides: tuple, kind: dtype) -> Tensor:
@@ -320,7 +340,8 @@ _C = types.SimpleNamespace(_construct_storage_from_data_pointer=lambda address, 
                                embedding_dense_backward=_bound_embedding_dense_backward),
                            _dynamo=types.SimpleNamespace(guards=types.SimpleNamespace(
                                _empty_strided_cuda=_empty_strided_cuda,
-                               _reinterpret_tensor=_reinterpret_tensor)))
+                               _reinterpret_tensor=_reinterpret_tensor,
+                               TensorGuards=TensorGuards)))
 
 
 def initial_seed() -> int:

@@ -564,3 +564,57 @@ def test_an_op_runs_through_pytorchs_binding_until_it_refuses_the_arguments(
     # pick another.
     assert bound_plan._binding("aten.addmm.default") is None
     assert bound_plan._binding("aten.mm.default") is torch._C._VariableFunctions.mm
+
+
+def counted_checks(monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    """The number of inputs each of the plan's Python checks looked at, in order."""
+    from kiln import bound_plan
+
+    seen: list[int] = []
+    real = bound_plan._check
+
+    def check(inputs, checks, device, tensor):  # type: ignore[no-untyped-def]
+        seen.append(len(checks))
+        return real(inputs, checks, device, tensor)
+
+    monkeypatch.setattr(bound_plan, "_check", check)
+    return seen
+
+
+def test_inputs_as_the_first_runs_are_checked_in_one_call(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    seen = counted_checks(monkeypatch)
+    runtime = GpuRuntime(mm_artifact(128), torch.device("cuda", 0))
+    runtime.run(mm_inputs())
+    assert sum(seen) == 2, "the first run checks both inputs in Python"
+    seen.clear()
+    guard_checks = len(torch.guard_checks)
+    runtime.run(mm_inputs())  # new tensors, the same layouts
+    assert sum(seen) == 0
+    assert len(torch.guard_checks) == guard_checks + 1
+    # One that no longer fits is found by the plan's checks, which name it.
+    x = mm_inputs()
+    x[1] = torch.empty_strided([8, 16], [1, 8], torch.float32, "cuda:0")
+    with pytest.raises(InputMismatch, match=r"input b: strides \[1, 8\], the plan expects "
+                                            r"\[16, 1\]"):
+        runtime.run(x)
+
+
+def test_without_tensor_guards_every_run_checks_in_python(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    seen = counted_checks(monkeypatch)
+    monkeypatch.delattr(torch._C._dynamo.guards, "TensorGuards")
+    runtime = GpuRuntime(mm_artifact(128), torch.device("cuda", 0))
+    for _ in range(2):
+        runtime.run(mm_inputs())
+    assert sum(seen) == 4
+
+
+def test_a_guard_that_refuses_the_tensors_it_was_made_from_is_not_used(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    seen = counted_checks(monkeypatch)
+    monkeypatch.setattr(torch.TensorGuards, "check", lambda self, *tensors: False)
+    runtime = GpuRuntime(mm_artifact(128), torch.device("cuda", 0))
+    for _ in range(3):
+        runtime.run(mm_inputs())
+    assert sum(seen) == 6
