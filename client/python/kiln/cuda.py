@@ -137,7 +137,27 @@ class Function:
                 "max_threads_per_block": values[2].value}
 
 
-class Module:
+class _Owned:
+    """An object of the library's, freed (`_free`) by close() or when collected."""
+
+    handle: Optional[int] = None
+
+    def _free(self, handle: int) -> None:
+        raise NotImplementedError
+
+    def close(self) -> None:
+        if self.handle is not None:
+            self._free(self.handle)
+            self.handle = None
+
+    def __del__(self) -> None:
+        try:
+            self.close()
+        except Exception:  # interpreter shutdown: the library may be gone already
+            pass
+
+
+class Module(_Owned):
     """One cubin (or PTX) loaded on a device; unloaded by close() or when collected."""
 
     def __init__(self, image: bytes, device: int = 0) -> None:
@@ -155,16 +175,8 @@ class Module:
         _call(self._lib.kiln_cuda_module_function, self.handle, name.encode(), ctypes.byref(handle))
         return Function(self, handle.value or 0, name)
 
-    def close(self) -> None:
-        if self.handle is not None:
-            self._lib.kiln_cuda_module_unload(self.handle)
-            self.handle = None
-
-    def __del__(self) -> None:
-        try:
-            self.close()
-        except Exception:  # interpreter shutdown: the library may be gone already
-            pass
+    def _free(self, handle: int) -> None:
+        self._lib.kiln_cuda_module_unload(handle)
 
 
 def launch(function: Function, grid: Sequence[int], block: Sequence[int], shared_bytes: int,
@@ -188,7 +200,7 @@ def blas_version() -> int:
     return version.value
 
 
-class Gemm:
+class Gemm(_Owned):
     """A matrix product prepared with cuBLASLt once and run by LaunchSequences (kiln_cuda_gemm
     of kiln_cuda.h): D[i] = A[i] B[i] (+ a bias of n elements added to every row), A[i] m x k,
     B[i] k x n, for i < batch, each operand described by its strides in elements over (batch,
@@ -211,16 +223,8 @@ class Gemm:
         self.params = 5 if flags & GEMM_BIAS else 4
         self.name = f"matrix product {batch}x{m}x{n}x{k}"
 
-    def close(self) -> None:
-        if self.handle is not None:
-            self._lib.kiln_cuda_gemm_destroy(self.handle)
-            self.handle = None
-
-    def __del__(self) -> None:
-        try:
-            self.close()
-        except Exception:  # interpreter shutdown: the library may be gone already
-            pass
+    def _free(self, handle: int) -> None:
+        self._lib.kiln_cuda_gemm_destroy(handle)
 
 
 class _LaunchRecord(ctypes.Structure):
