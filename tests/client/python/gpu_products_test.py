@@ -15,7 +15,7 @@ from typing import Any, Iterator
 import pytest
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
-import gpu_runtime_test as rt  # noqa: E402  (the stand-ins, installed as gpu_runtime_test sets them)
+import gpu_runtime_test as rt  # noqa: E402  (the stand-ins, as gpu_runtime_test sets them)
 
 FAKE_BLAS = rt.BINARY_DIR / "tests" / "client" / "kiln_fake_libcublaslt.so"
 os.environ["KILN_LIBCUBLASLT"] = str(FAKE_BLAS)

@@ -107,7 +107,10 @@ EXPORT int cublasLtMatmulDescSetAttribute(fake_desc* desc, int attribute, const 
     case 3: if (size != 4) return INVALID_VALUE; memcpy(&desc->trans_a, value, 4); return 0;
     case 4: if (size != 4) return INVALID_VALUE; memcpy(&desc->trans_b, value, 4); return 0;
     case 7: if (size != 4) return INVALID_VALUE; memcpy(&desc->epilogue, value, 4); return 0;
-    case 8: if (size != sizeof(void*)) return INVALID_VALUE; memcpy(&desc->bias, value, size); return 0;
+    case 8:
+      if (size != sizeof(void*)) return INVALID_VALUE;
+      memcpy(&desc->bias, value, size);
+      return 0;
     default: return INVALID_VALUE;
   }
 }
@@ -148,7 +151,10 @@ EXPORT int cublasLtMatmulPreferenceSetAttribute(fake_preference* p, int attribut
                                                 const void* value, size_t size) {
   if (attribute == 1 && size == 8) { memcpy(&p->workspace, value, 8); return 0; }
   if (attribute == 3 && size == 4) { memcpy(&p->reductions, value, 4); return 0; }
-  if (attribute >= 5 && attribute <= 8 && size == 4) { memcpy(&p->align[attribute - 5], value, 4); return 0; }
+  if (attribute >= 5 && attribute <= 8 && size == 4) {
+    memcpy(&p->align[attribute - 5], value, 4);
+    return 0;
+  }
   return INVALID_VALUE;
 }
 
