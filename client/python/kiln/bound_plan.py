@@ -177,7 +177,14 @@ class BoundPlan:
         self.products = 0
         self._products_wanted = products.wanted()
         self._product_buffers: dict[int, set[int]] = {}
+        # Why each product that stays an ATen call does, in step order.
+        self.product_refusals: list[str] = []
         self.segments = self._segments(group_launches)
+        if self.product_refusals and runtime.log is not None:
+            runtime.log(f"{len(self.product_refusals)} of "
+                        f"{len(self.product_refusals) + self.products} matrix products run as "
+                        f"ATen calls, not through cuBLASLt; the first because "
+                        f"{self.product_refusals[0]}")
         # The products share one workspace at the arena's end; they run one after another.
         self._workspace_offset = -(-self.arena_bytes // 256) * 256
         if self.products:
@@ -293,21 +300,25 @@ class BoundPlan:
         """Step `index`, call `c`, as a matrix product of a launch sequence (kiln.products), or
         None when it stays an ATen call. The product writes its view in place, so the view
         must be neither an input's memory nor over an operand's."""
-        if not self._products_wanted or c.collective or c.target not in products.TARGETS or \
-                len(c.outputs) != 1:
+        if c.collective or c.target not in products.TARGETS or len(c.outputs) != 1:
             return None
+        if not self._products_wanted:
+            return self._refuse("KILN_PRODUCTS=aten")
         out = self._view(c.outputs[0])
         p = products.describe(c.target, [self._argument(a) for a in c.args],
                               {k: self._argument(a) for k, a in c.kwargs}, out,
                               self.matmul_settings)
-        if p is None or self.buffer_kinds[out.buffer] == BUFFER_INPUT:
-            return None
+        if p is None:
+            return self._refuse(f"{c.target} has a scale, a bias that is not one row, or an "
+                                "element type or PyTorch setting the products do not take")
+        if self.buffer_kinds[out.buffer] == BUFFER_INPUT:
+            return self._refuse(f"{c.target} writes an input")
         start, end = out.byte_range(self.arena_offsets[out.buffer])
         for v in p.operands[:2] + p.operands[3:]:
             if self._shares_storage(v.buffer, out.buffer):
                 lo, hi = v.byte_range(self.arena_offsets[v.buffer])
                 if lo < end and start < hi:
-                    return None
+                    return self._refuse(f"{c.target} writes over an operand")
         # An operand's address is its buffer's plus its offset; arena buffers sit at their
         # offsets in an arena aligned to 256 bytes, like every allocation.
         offsets = [v.offset * v.itemsize for v in p.operands]
@@ -316,8 +327,8 @@ class BoundPlan:
         try:
             gemm = cuda.Gemm(self.runtime.device.index or 0, p.dtype, p.flags, p.batch, p.m,
                              p.n, p.k, p.strides, offsets, alignments, GEMM_WORKSPACE_BYTES)
-        except cuda.CudaError:
-            return None  # no cuBLASLt, or none of its algorithms: the ATen call does it
+        except cuda.CudaError as e:  # no cuBLASLt, or none of its algorithms
+            return self._refuse(str(e))
         # The product reads its inputs where they are: they must be on the plan's device.
         read = {self.input_of_buffer[v.buffer] for v in p.operands
                 if self.buffer_kinds[v.buffer] == BUFFER_INPUT}
@@ -327,6 +338,10 @@ class BoundPlan:
         self._product_buffers[index] = {v.buffer for v in p.operands}
         buffers = [v.buffer for v in p.operands]
         return (gemm, buffers[:3] + [self._workspace_slot] + buffers[3:])
+
+    def _refuse(self, why: str) -> None:
+        self.product_refusals.append(why)
+        return None
 
     def _segments(self, group_launches: bool) -> list[_Segment]:
         segments: list[_Segment] = []

@@ -99,11 +99,14 @@ def test_a_product_runs_in_the_launch_sequence_with_its_operands_addresses(blas:
 
 def test_a_product_whose_result_would_overwrite_its_operand_stays_an_aten_call(
         blas: Blas) -> None:
-    runtime = GpuRuntime(rt.mm_artifact(0), torch.device("cuda", 0))  # p over t, mm's A
+    said: list[str] = []
+    runtime = GpuRuntime(rt.mm_artifact(0), torch.device("cuda", 0),  # p over t, mm's A
+                         log=said.append)
     calls = blas.calls()
     runtime.run(inputs())
     assert torch.calls[-1][0] == "aten.mm.default"
     assert blas.calls() == calls
+    assert said[0].endswith("the first because aten.mm.default writes over an operand")
 
 
 def test_pytorchs_matmul_settings_are_read_at_each_run(blas: Blas,
@@ -127,13 +130,18 @@ def test_an_input_a_product_reads_must_be_on_the_plans_device(blas: Blas) -> Non
     assert blas.calls() == calls
 
 
-def test_without_an_algorithm_a_product_is_an_aten_call(blas: Blas) -> None:
+def test_without_an_algorithm_a_product_is_an_aten_call_and_the_log_says_why(
+        blas: Blas) -> None:
     blas.lib.fake_cublaslt_find_none(1)
-    runtime = GpuRuntime(rt.mm_artifact(128), torch.device("cuda", 0))
+    said: list[str] = []
+    runtime = GpuRuntime(rt.mm_artifact(128), torch.device("cuda", 0), log=said.append)
     calls = blas.calls()
     runtime.run(inputs())
     assert torch.calls[-1][0] == "aten.mm.default"
     assert blas.calls() == calls
+    assert said == ["1 of 1 matrix products run as ATen calls, not through cuBLASLt; the first "
+                    "because kiln_cuda_gemm_create: cublasLtMatmulAlgoGetHeuristic: "
+                    "CUBLAS_STATUS_NOT_SUPPORTED (unknown)"]
 
 
 def test_kiln_products_says_whether_products_may_run_through_cublaslt(
