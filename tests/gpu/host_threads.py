@@ -158,7 +158,10 @@ class GcTime:
         return self
 
     def __exit__(self, *exc: object) -> None:
-        gc.callbacks.remove(self._callback)
+        """Stops counting; a GcTime never started (a run shorter than its steady steps) has
+        counted nothing and stays so."""
+        if self._callback in gc.callbacks:
+            gc.callbacks.remove(self._callback)
 
     def per_step(self, steps: int) -> list[list[float]]:
         """[collections, ms] a step for each generation."""

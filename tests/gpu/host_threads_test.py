@@ -136,6 +136,17 @@ def test_gc_time_counts_collections_by_generation_while_on() -> None:
     assert per_step[0][0] == 0.5 and per_step[2][0] == 0.5
 
 
+def test_a_gc_time_never_started_stops_without_error_and_counts_nothing() -> None:
+    import gc
+
+    # A run of fewer steps than its steady ones starts none and still stops it at its end.
+    never = ht.GcTime()
+    callbacks = list(gc.callbacks)
+    never.__exit__()
+    gc.collect(0)
+    assert never.counts == [0, 0, 0] and gc.callbacks == callbacks
+
+
 def test_the_main_threads_last_cpu_is_one_it_may_use_and_can_be_timed_alone() -> None:
     placed = ht.last_cpus()
     mine = f"/{threading.get_native_id()}"

@@ -4,7 +4,7 @@ AOTAutograd and Inductor, cold and warm, on a GPU machine.
 Run from the repository root after `deploy/gpu-bundle.sh .bundle` (carried with the tree):
 
     python3 tests/gpu/step_time.py --bundle .bundle --out $OUT [--only gpt2_124m_fp32,...]
-        [--steps 30] [--cudagraphs] [--repeat 3]
+        [--steps 30] [--cudagraphs] [--repeat 3] [--rounds 3]
 
 Per configuration (a model in fp32 or under bf16 autocast), each mode trains it for --steps
 AdamW steps in a fresh process, from the same seed:
@@ -30,7 +30,10 @@ tracing), Kiln's warm first step against Dynamo's and against Inductor's warm on
 steady step against Inductor's. Host speed differs between processes even on one machine
 (a fifth, seen on H200 machines), so --repeat N runs the steady-state modes (eager, the warm
 ones and the CUDA-graph ones) N times each, alternating between them, and reports the median
-of their steady steps with the spread. kilnd's compile counters over each Kiln process show what a
+of their steady steps with the spread. The first steps move with the host's speed as much:
+--rounds N runs every mode N times, each round from empty caches (a fresh kilnd and Inductor
+cache folder), and reports the median first step with the spread, and each ratio's value in
+every round beside the ratio of the medians. kilnd's compile counters over each Kiln process show what a
 warm process compiled (nothing, when the cache serves it). Writes OUT/step_time.json after
 each configuration and OUT/step_time.txt at the end; a run that fails is a row that says so.
 """
@@ -47,7 +50,7 @@ import tempfile
 import time
 from collections import Counter
 from dataclasses import dataclass, field
-from typing import Any, Callable, Mapping, Optional
+from typing import Any, Callable, Mapping, Optional, Sequence
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
 
@@ -480,9 +483,14 @@ def summarize(events: list[dict], returncode: Optional[int], output: str,
 def merge_repeats(runs: list[dict]) -> dict:
     """One mode's runs as one: the first run's figures, with the steady and host times the
     medians over the runs that finished, and the steady times' spread, each beside its
-    process's host speed (probe)."""
+    process's host speed (probe). The first step is the median over the runs that each began
+    a round (`round_first`: the caches as the mode's name says), when there are several."""
     run = dict(runs[0])
     finished = [r for r in runs if not r.get("failed") and r.get("steady_s") is not None]
+    firsts = [r["first_s"] for r in finished if r.get("round_first")]
+    if len(firsts) > 1:
+        run["first_s"] = statistics.median(firsts)
+        run["first_runs_s"] = firsts
     if len(runs) > 1 and finished:
         steady = [r["steady_s"] for r in finished]
         run["steady_s"] = statistics.median(steady)
@@ -517,6 +525,17 @@ def ratios(runs: dict) -> dict:
             if a in runs and b in runs}
 
 
+def ratio_lines(ratio_values: dict, by_round: Sequence[dict] = ()) -> list[str]:
+    """A line a ratio; with several rounds, its value in each round beside it."""
+    lines = []
+    for label, value in ratio_values.items():
+        each = [r.get(label) for r in by_round]
+        rounds = (" (rounds: " + ", ".join(_num(v, ".2f") for v in each) + ")"
+                  if len(each) > 1 else "")
+        lines.append(f"- {label}: {_num(value, '.2f')}{rounds}")
+    return lines
+
+
 def _num(value: Optional[float], spec: str) -> str:
     return "-" if value is None else format(value, spec)
 
@@ -530,7 +549,7 @@ def loss_difference(run: dict, eager: Optional[dict]) -> Optional[float]:
     return max(abs(a - b) for a, b in zip(run["losses"], reference)) / abs(reference[0])
 
 
-def table(config: str, runs: dict, ratio_values: dict) -> str:
+def table(config: str, runs: dict, ratio_values: dict, by_round: Sequence[dict] = ()) -> str:
     lines = [f"## {config}",
              "| mode | first step s | steady ms | host ms | compiles | hits | loss vs eager |",
              "|---|---:|---:|---:|---:|---:|---:|"]
@@ -542,14 +561,16 @@ def table(config: str, runs: dict, ratio_values: dict) -> str:
         steady, host = run.get("steady_s"), run.get("host_s")
         spread = run.get("steady_runs_s") or []
         within = f" ({min(spread) * 1e3:.1f}-{max(spread) * 1e3:.1f})" if spread else ""
-        lines.append(f"| {mode} | {_num(run.get('first_s'), '.2f')} | "
+        firsts = run.get("first_runs_s") or []
+        first_within = f" ({min(firsts):.2f}-{max(firsts):.2f})" if firsts else ""
+        lines.append(f"| {mode} | {_num(run.get('first_s'), '.2f')}{first_within} | "
                      f"{_num(steady and steady * 1e3, '.1f')}{within} | "
                      f"{_num(host and host * 1e3, '.1f')} | "
                      f"{_num(server.get('compiles'), '.0f') if server else ''} | "
                      f"{_num(server.get('hits'), '.0f') if server else ''} | "
                      f"{_num(loss_difference(run, runs.get('eager')), '.1e')} |")
     lines.append("")
-    lines += [f"- {label}: {_num(value, '.2f')}" for label, value in ratio_values.items()]
+    lines += ratio_lines(ratio_values, by_round)
     lines += host_lines(runs)
     return "\n".join(lines) + "\n"
 
@@ -634,6 +655,34 @@ def run_mode(name: str, mode: str, steps: int, timeout: float, env: dict,
     return run
 
 
+def run_round(name: str, modes: Sequence[str], args: Any,
+              repeated: dict[str, list[dict]]) -> dict:
+    """Every mode of `modes` once from empty caches (a fresh kilnd and Inductor cache folder),
+    then the steady-state modes args.repeat - 1 times more; each run is appended to
+    `repeated[mode]`. Returns this round's first run of each mode."""
+    this_round = {}
+    with KilnServer(args.bundle, args.out) as server:
+        env = dict(server.env, TORCHINDUCTOR_CACHE_DIR=tempfile.mkdtemp(prefix="inductor-"))
+        rounds = [(mode, 0) for mode in modes] + [
+            (mode, r) for r in range(1, args.repeat) for mode in modes if mode in STEADY_MODES]
+        for mode, r in rounds:
+            uses_kiln = mode.startswith("kiln")
+            run = run_mode(name, mode, args.steps, args.timeout, env,
+                           server if uses_kiln else None, args.out,
+                           args.profile if r == 0 and not repeated.get(mode) else "",
+                           repeat=len(repeated.get(mode, [])),
+                           hide_start_ms=args.hide_start_ms)
+            run["round_first"] = r == 0
+            repeated.setdefault(mode, []).append(run)
+            if r == 0:
+                this_round[mode] = run
+            brief = {k: v for k, v in run.items() if k != "losses"}
+            count = len(repeated[mode])
+            print(f"{name} {mode}{f' (run {count})' if count > 1 else ''}: "
+                  f"{json.dumps(brief)[:400]}", flush=True)
+    return this_round
+
+
 def main(argv: Optional[list[str]] = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     if argv[:1] == ["--worker"]:  # the runner's own call: CONFIG MODE STEPS EVENTS_PATH
@@ -650,6 +699,9 @@ def main(argv: Optional[list[str]] = None) -> int:
     parser.add_argument("--timeout", type=float, default=TIMEOUT_S)
     parser.add_argument("--repeat", type=int, default=1,
                         help="runs of each steady-state mode (median reported)")
+    parser.add_argument("--rounds", type=int, default=1,
+                        help="runs of every mode, each round from empty caches (median first "
+                             "step reported, each ratio per round)")
     parser.add_argument("--profile", choices=("torch", "python", "first", "steady", "threads"),
                         default="",
                         help="profile each run's last steps with PyTorch's or Python's "
@@ -673,27 +725,17 @@ def main(argv: Optional[list[str]] = None) -> int:
     report: dict = {"steps": args.steps, "steady_from": STEADY_FROM, "configs": {}}
     texts = []
     for name in names:
-        with KilnServer(args.bundle, args.out) as server:
-            env = dict(server.env, TORCHINDUCTOR_CACHE_DIR=tempfile.mkdtemp(prefix="inductor-"))
-            repeated: dict[str, list[dict]] = {}
-            rounds = [(mode, 0) for mode in modes] + [
-                (mode, r) for r in range(1, args.repeat) for mode in modes
-                if mode in STEADY_MODES]
-            for mode, r in rounds:
-                uses_kiln = mode.startswith("kiln")
-                run = run_mode(name, mode, args.steps, args.timeout, env,
-                               server if uses_kiln else None, args.out,
-                               args.profile if r == 0 else "", repeat=r,
-                               hide_start_ms=args.hide_start_ms)
-                repeated.setdefault(mode, []).append(run)
-                brief = {k: v for k, v in run.items() if k != "losses"}
-                print(f"{name} {mode}{f' (run {r + 1})' if r else ''}: "
-                      f"{json.dumps(brief)[:400]}", flush=True)
-            runs = {mode: merge_repeats(repeated[mode]) for mode in modes}
+        repeated: dict[str, list[dict]] = {}
+        by_round = []
+        for _ in range(args.rounds):
+            this_round = run_round(name, modes, args, repeated)
+            by_round.append(ratios(this_round))
+        runs = {mode: merge_repeats(repeated[mode]) for mode in modes}
         ratio_values = ratios(runs)
-        report["configs"][name] = {"runs": runs, "ratios": ratio_values}
+        report["configs"][name] = {"runs": runs, "ratios": ratio_values,
+                                   "ratios_by_round": by_round}
         (args.out / "step_time.json").write_text(json.dumps(report, indent=1))
-        texts.append(table(name, runs, ratio_values))
+        texts.append(table(name, runs, ratio_values, by_round))
         print(texts[-1], flush=True)
     (args.out / "step_time.txt").write_text("\n".join(texts))
     return 0

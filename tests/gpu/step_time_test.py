@@ -191,3 +191,25 @@ def test_heap_growth_names_what_a_step_keeps_and_the_cycles_it_leaves() -> None:
     assert growth["kept"]["_Kept"] == 1.0 and "_Cycle" not in growth["kept"]
     assert growth["cyclic"] == {"_Cycle": 1.0}
     assert st.heap_growth(lambda: None)["cyclic"] == {}
+
+
+def test_rounds_report_the_median_first_step_and_each_rounds_ratio() -> None:
+    rounds = [({"first_s": 10.0, "steady_s": 0.03, "host_s": 0.02, "round_first": True},
+               {"first_s": 12.0, "steady_s": 0.03, "host_s": 0.02, "round_first": True}),
+              ({"first_s": 14.0, "steady_s": 0.03, "host_s": 0.02, "round_first": True},
+               {"first_s": 16.0, "steady_s": 0.03, "host_s": 0.02, "round_first": True}),
+              ({"first_s": 11.0, "steady_s": 0.03, "host_s": 0.02, "round_first": True},
+               {"first_s": 15.0, "steady_s": 0.03, "host_s": 0.02, "round_first": True})]
+    # A steady-state repeat inside a round does not count toward the first step.
+    later = {"first_s": 1.0, "steady_s": 0.03, "host_s": 0.02, "round_first": False}
+    aot = st.merge_repeats([r[0] for r in rounds])
+    kiln = st.merge_repeats([r[1] for r in rounds] + [later])
+    assert aot["first_s"] == 11.0 and aot["first_runs_s"] == [10.0, 14.0, 11.0]
+    assert kiln["first_s"] == 15.0
+    by_round = [st.ratios({"aot_eager": a, "kiln": k}) for a, k in rounds]
+    label = "kiln cold first / aot_eager first"
+    assert [r[label] for r in by_round] == [1.2, 16.0 / 14.0, 15.0 / 11.0]
+    runs = {"aot_eager": aot, "kiln": kiln}
+    text = st.table("gpt2_124m_bf16", runs, st.ratios(runs), by_round)
+    assert "| kiln | 15.00 (12.00-16.00) |" in text
+    assert f"- {label}: 1.36 (rounds: 1.20, 1.14, 1.36)" in text
