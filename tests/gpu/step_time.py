@@ -33,9 +33,12 @@ ones and the CUDA-graph ones) N times each, alternating between them, and report
 of their steady steps with the spread. The first steps move with the host's speed as much:
 --rounds N runs every mode N times, each round from empty caches (a fresh kilnd and Inductor
 cache folder), and reports the median first step with the spread, and each ratio's value in
-every round beside the ratio of the medians. kilnd's compile counters over each Kiln process show what a
-warm process compiled (nothing, when the cache serves it). Writes OUT/step_time.json after
-each configuration and OUT/step_time.txt at the end; a run that fails is a row that says so.
+every round beside the ratio of the medians. kilnd's compile counters over each Kiln process
+show what a warm process compiled (nothing, when the cache serves it), and the backend's own
+account of its calls (kiln.timings) where a Kiln run's first step went: kilnd, the frame's key,
+lookup and storing, capture, loading, and AOTAutograd's tracing. Writes OUT/step_time.json
+after each configuration and OUT/step_time.txt at the end; a run that fails is a row that says
+so.
 """
 
 from __future__ import annotations
@@ -235,14 +238,20 @@ def kernels_by_author(averages: Any, top: int = 40) -> str:
 
 
 class EventLog(logging.Handler):
-    """The "kiln" logger's lines (where each graph runs, CUDA-graph captures), as events."""
+    """The "kiln" logger's lines (where each graph runs, CUDA-graph captures), as events;
+    a line that says where a backend call's or a graph's time went (kiln.timings) carries
+    its figures as `times`."""
 
     def __init__(self, write_event: Callable[..., None]) -> None:
         super().__init__(logging.INFO)
         self.write_event = write_event
 
     def emit(self, record: logging.LogRecord) -> None:
-        self.write_event(event="log", message=record.getMessage())
+        times = getattr(record, "kiln_times", None)
+        if times is not None:
+            self.write_event(event="log", message=record.getMessage(), times=times)
+        else:
+            self.write_event(event="log", message=record.getMessage())
 
 
 def prepared(name: str, steps: int) -> tuple[Bench, Any, Any, list]:
@@ -462,6 +471,9 @@ def summarize(events: list[dict], returncode: Optional[int], output: str,
     if first_profiled > 1:
         steady = [e for e in steady if e["step"] < first_profiled] or steady
     run = step_figures(steps, steady)
+    backend = backend_time(events)
+    if backend:
+        run["backend"] = backend
     done = next((e for e in events if e.get("event") == "done"), None)
     error = next((e for e in events if e.get("event") == "error"), None)
     if done:
@@ -478,6 +490,38 @@ def summarize(events: list[dict], returncode: Optional[int], output: str,
                          f"exited with {returncode}")
         run["output_tail"] = output[-OUTPUT_TAIL:]
     return run
+
+
+def backend_time(events: list[dict]) -> Optional[dict]:
+    """The Kiln backend's calls of a run, added up (kiln.timings' frame records): their
+    seconds, each phase's and the rest (AOTAutograd's tracing); None for a run without."""
+    frames = [e["times"] for e in events
+              if e.get("event") == "log" and (e.get("times") or {}).get("scope") == "frame"]
+    if not frames:
+        return None
+    phases: dict[str, float] = {}
+    for frame in frames:
+        for name, seconds in frame["phases"].items():
+            phases[name] = phases.get(name, 0.0) + seconds
+    return {"calls": len(frames), "seconds": sum(f["seconds"] for f in frames),
+            "phases": phases, "rest": sum(f["rest"] for f in frames)}
+
+
+def backend_lines(runs: dict) -> list[str]:
+    """Where each Kiln run's first step went: its backend calls, phase by phase, and the
+    rest of the step (Dynamo's tracing, the step's own work)."""
+    lines = []
+    for mode, run in runs.items():
+        backend, first = run.get("backend"), run.get("first_s")
+        if not backend or first is None:
+            continue
+        phases = ", ".join(f"{name} {seconds:.2f} s"
+                           for name, seconds in backend["phases"].items())
+        lines.append(f"- first step of {mode}: {first:.2f} s, of it {backend['calls']} backend "
+                     f"calls {backend['seconds']:.2f} s ({phases + ', ' if phases else ''}"
+                     f"AOTAutograd and the rest {backend['rest']:.2f} s); Dynamo and the step "
+                     f"{max(0.0, first - backend['seconds']):.2f} s")
+    return lines
 
 
 def merge_repeats(runs: list[dict]) -> dict:
@@ -571,6 +615,7 @@ def table(config: str, runs: dict, ratio_values: dict, by_round: Sequence[dict] 
                      f"{_num(loss_difference(run, runs.get('eager')), '.1e')} |")
     lines.append("")
     lines += ratio_lines(ratio_values, by_round)
+    lines += backend_lines(runs)
     lines += host_lines(runs)
     return "\n".join(lines) + "\n"
 

@@ -213,3 +213,26 @@ def test_rounds_report_the_median_first_step_and_each_rounds_ratio() -> None:
     text = st.table("gpt2_124m_bf16", runs, st.ratios(runs), by_round)
     assert "| kiln | 15.00 (12.00-16.00) |" in text
     assert f"- {label}: 1.36 (rounds: 1.20, 1.14, 1.36)" in text
+
+
+def test_a_kiln_runs_backend_calls_are_added_up_and_beside_its_first_step() -> None:
+    def frame(name: str, seconds: float, phases: dict, rest: float) -> dict:
+        return {"event": "log", "message": f"frame {name}: ...",
+                "times": {"scope": "frame", "name": name, "seconds": seconds,
+                          "phases": phases, "rest": rest}}
+
+    events = [frame("2/0", 6.0, {"kilnd": 4.0, "capture": 0.5}, 1.5),
+              {"event": "log", "message": "graph frame 2/0.fw: ...",
+               "times": {"scope": "graph", "name": "frame 2/0.fw", "seconds": 4.5,
+                         "phases": {"kilnd": 4.0}, "rest": 0.5}},
+              frame("4/0", 2.0, {"kilnd": 1.0, "load": 0.25}, 0.75),
+              {"event": "log", "message": "graph frame 4/0.fw runs on Kiln's runtime"},
+              {"event": "step", "step": 1, "loss": 1.0, "seconds": 10.0, "host_seconds": 10.0}]
+    run = st.summarize(events, 0, "", None)
+    assert run["backend"] == {"calls": 2, "seconds": 8.0, "rest": 2.25,
+                              "phases": {"kilnd": 5.0, "capture": 0.5, "load": 0.25}}
+    assert st.summarize(events[-2:], 0, "", None).get("backend") is None
+    text = st.table("gpt2_124m_bf16", {"kiln": run}, {})
+    assert ("- first step of kiln: 10.00 s, of it 2 backend calls 8.00 s (kilnd 5.00 s, "
+            "capture 0.50 s, load 0.25 s, AOTAutograd and the rest 2.25 s); Dynamo and the "
+            "step 2.00 s") in text

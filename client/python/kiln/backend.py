@@ -45,6 +45,7 @@ import logging
 import threading
 from typing import Any, Callable, Optional, Sequence
 
+from kiln import timings
 from kiln.errors import CaptureFailed, KilnError
 from kiln.fallback import EAGER, INDUCTOR, KILN, Decision, FallbackPolicy
 from kiln.settings import Settings
@@ -70,7 +71,8 @@ class GraphCompiler:
         job that cannot be named, and kilnd's error under fallback=error."""
         request = self.builder.build(graph, target, rank, world_size)
         try:
-            result = self.client.compile(request)
+            with timings.phase("kilnd"):
+                result = self.client.compile(request)
         except KilnError as e:
             return self.policy.after_failure(e, name)
         log.info("graph %s: %s, key %s, artifact %s, trace %s", name, result.outcome,
@@ -158,14 +160,26 @@ def kiln_backend(gm: Any, example_inputs: Sequence[Any], *,
                  options: Optional[dict] = None, mode: Optional[str] = None) -> Callable:
     """The torch.compile backend: Dynamo's graph goes through AOTAutograd, whose graphs go
     to kilnd one by one (see the module's docstring), unless kilnd holds the whole frame
-    (kiln.frame_cache). `mode` is accepted and unused."""
+    (kiln.frame_cache). `mode` is accepted and unused. Where the call's time went is logged
+    (kiln.timings): kilnd, the frame's lookup, capture and loading, and the rest, which is
+    AOTAutograd's tracing."""
     settings = Settings.from_options(options)
     compiler = _process.graph_compiler(settings)
+    frame = _frame_name()
+    with timings.ledger() as times:
+        compiled = _compiled_frame(gm, example_inputs, compiler, settings, frame)
+    timings.say(log, "frame", frame, times, "AOTAutograd and the rest")
+    return compiled
+
+
+def _compiled_frame(gm: Any, example_inputs: Sequence[Any], compiler: GraphCompiler,
+                    settings: Settings, frame: str) -> Callable:
+    """Dynamo's graph `gm` compiled: loaded whole from kilnd, or traced by AOTAutograd, whose
+    graphs go to kilnd."""
     from torch._dynamo.backends.common import aot_autograd  # noqa: PLC0415
 
     from kiln import frame_cache  # noqa: PLC0415
 
-    frame = _frame_name()
     _, world_size = _rank_and_world_size()
     refusal = frame_cache.refusal(settings, world_size)
     if refusal is not None:
@@ -209,11 +223,28 @@ def _compile_aot_graph(compiler: GraphCompiler, settings: Settings, gm: Any,
                        inputs: Sequence[Any], name: str, kind: str,
                        output_code: bool = False) -> Callable:
     """The runner of one AOTAutograd graph; a KilnOutputCode holding it when `output_code`."""
+    with timings.ledger() as times:
+        runner, ran, saved_from = _graph_runner(compiler, settings, gm, inputs, name, kind)
+    timings.say(log, "graph", name, times)
+    if not output_code:
+        return runner
+    from kiln.output_code import KilnOutputCode  # noqa: PLC0415
+
+    kilns = ran.runner == KILN
+    return KilnOutputCode(kind, name, runner, ran.artifact if kilns else None, ran.compile_key,
+                          ran.reason, saved_from)
+
+
+def _graph_runner(compiler: GraphCompiler, settings: Settings, gm: Any, inputs: Sequence[Any],
+                  name: str, kind: str) -> tuple[Callable, Decision, Optional[int]]:
+    """One AOTAutograd graph captured, compiled by kilnd and loaded: its runner, the decision
+    the runner carries out and, for a forward, the index of its first saved output."""
     from kiln.capture import graph_to_capture  # noqa: PLC0415
     from kiln.graph_proto import capture_to_graph  # noqa: PLC0415
 
     try:
-        graph = capture_to_graph(graph_to_capture(gm, inputs, model=name, kind=kind))
+        with timings.phase("capture"):
+            graph = capture_to_graph(graph_to_capture(gm, inputs, model=name, kind=kind))
     except ValueError as e:  # CaptureError is a ValueError, as are encode_arg's refusals
         decision = compiler.capture_failed(e, name)
     else:
@@ -223,13 +254,7 @@ def _compile_aot_graph(compiler: GraphCompiler, settings: Settings, gm: Any,
     saved_from = _saved_from(kind)
     runner, ran = _runner(decision, gm, inputs, kind, compiler.policy, name, settings.cudagraphs,
                           saved_from)
-    if not output_code:
-        return runner
-    from kiln.output_code import KilnOutputCode  # noqa: PLC0415
-
-    kilns = ran.runner == KILN
-    return KilnOutputCode(kind, name, runner, ran.artifact if kilns else None, ran.compile_key,
-                          ran.reason, saved_from)
+    return runner, ran, saved_from
 
 
 def _saved_from(kind: str) -> Optional[int]:
@@ -263,10 +288,11 @@ def _kiln_runner(decision: Decision, inputs: Sequence[Any], name: str, cudagraph
 
     device = next((x.device for x in inputs if isinstance(x, torch.Tensor) and
                    x.device.type == "cuda"), None)
-    runtime = GpuRuntime(artifact_pb2.CompiledGraph.FromString(decision.artifact), device,
-                         process_groups=_process_groups(), cudagraphs=cudagraphs,
-                         saved_from=saved_from,
-                         log=lambda message: log.info("graph %s: %s", name, message))
+    with timings.phase("load"):
+        runtime = GpuRuntime(artifact_pb2.CompiledGraph.FromString(decision.artifact), device,
+                             process_groups=_process_groups(), cudagraphs=cudagraphs,
+                             saved_from=saved_from,
+                             log=lambda message: log.info("graph %s: %s", name, message))
     if cudagraphs:
         log.info("graph %s: %s", name, "runs are captured in CUDA graphs"
                  if runtime.graph_refusal is None else

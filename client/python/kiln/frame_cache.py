@@ -39,7 +39,7 @@ import threading
 from dataclasses import dataclass
 from typing import Any, Callable, Iterator, Optional, Sequence
 
-from kiln import partitioning
+from kiln import partitioning, timings
 from kiln.client import compile_options
 from kiln.fallback import Decision, FallbackPolicy
 from kiln.settings import Settings
@@ -96,7 +96,10 @@ def load(kind: str, compile_key: str, artifact: bytes, example_inputs: Sequence[
     name = f"{loading.frame}.{kind}"
     decision = loading.policy.after_success(compile_key, "frame found in kilnd", name,
                                             artifact=artifact)
-    return loading.run_kiln(decision, example_inputs, name, saved_from)
+    with timings.ledger() as times:
+        runner = loading.run_kiln(decision, example_inputs, name, saved_from)
+    timings.say(log, "graph", name, times)
+    return runner
 
 
 @contextlib.contextmanager
@@ -166,7 +169,7 @@ def _key_patches(mock: Any) -> list:
         return []
 
     def frame_key(*args: Any, **kwargs: Any) -> Any:
-        with contextlib.ExitStack() as stack:
+        with timings.phase("frame key"), contextlib.ExitStack() as stack:
             for patch in inductor_only():
                 stack.enter_context(patch)
             return key_of(*args, **kwargs)

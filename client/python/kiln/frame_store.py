@@ -29,6 +29,7 @@ from typing import Any, Iterator, Optional
 
 import grpc
 
+from kiln import timings
 from kiln.client import error_from_rpc, open_channel
 from kiln.fleet import fleet_order
 from kiln.settings import Settings
@@ -55,12 +56,14 @@ class FrameStore:
 
     def get(self, key: str) -> Optional[dict[str, Any]]:
         """The frame stored under `key` as {"data": base64 of its bytes}, or None."""
-        data = self.get_bytes(key)
-        return None if data is None else {"data": base64.b64encode(data).decode("ascii")}
+        with timings.phase("frame lookup"):
+            data = self.get_bytes(key)
+            return None if data is None else {"data": base64.b64encode(data).decode("ascii")}
 
     def put(self, key: str, value: dict[str, Any]) -> None:
         """Stores the frame whose bytes `value["data"]` holds in base64 under `key`."""
-        self.put_bytes(key, base64.b64decode(value["data"]))
+        with timings.phase("frame store"):
+            self.put_bytes(key, base64.b64decode(value["data"]))
 
     def get_bytes(self, key: str) -> Optional[bytes]:
         """The bytes of the frame under `key`, verified against their digest; None when no

@@ -8,10 +8,12 @@ import os
 import pathlib
 import subprocess
 import sys
+import time
 
 import pytest
 from conftest import read_capture
 
+from kiln import timings
 from kiln.backend import GraphCompiler
 from kiln.client import CompileResult, RequestBuilder
 from kiln.errors import (CompileRejected, RankDivergence, ServerUnreachable, SettingsError)
@@ -79,6 +81,20 @@ def test_each_answer_is_logged_with_its_key_and_artifact(graph, caplog) -> None:
         c.compile(graph, "frame 0/0.fw", "cuda:sm_90")
     assert f"graph frame 0/0.fw: hit, key {'c' * 64}, artifact {'d' * 64}, trace {'1' * 32}" \
         in caplog.messages
+
+
+def test_the_round_trip_to_kilnd_counts_as_kilnds_time(graph) -> None:
+    class SlowClient(ScriptedClient):
+        def compile(self, request):
+            time.sleep(0.02)
+            return super().compile(request)
+
+    c = compiler(SlowClient(hit(), ServerUnreachable("UNAVAILABLE", "down")),
+                 Settings.from_options({}, {}), [])
+    with timings.ledger() as times:
+        c.compile(graph, "frame 0/0.fw", "cuda:sm_90")
+        c.compile(graph, "frame 0/0.bw", "cuda:sm_90")  # a failed call took kilnd's time too
+    assert set(times.seconds) == {"kilnd"} and times.seconds["kilnd"] >= 0.04
 
 
 def test_divergence_and_settings_errors_are_raised(graph) -> None:

@@ -13,7 +13,7 @@ from typing import Any, Iterator
 
 import pytest
 
-from kiln import frame_cache
+from kiln import frame_cache, timings
 from kiln.fallback import KILN, FallbackPolicy
 from kiln.settings import Settings
 
@@ -141,7 +141,7 @@ def loading() -> frame_cache.Loading:
 
 
 def test_while_the_backend_runs_aotautogradcache_reads_kilnd_and_writes_nothing_locally(
-        monkeypatch: pytest.MonkeyPatch) -> None:
+        monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture) -> None:
     stand_in = StandIn()
     stand_in.install(monkeypatch)
     frame_cache._system.cache_clear()  # the stand-in's GPU, not one an earlier test saw
@@ -157,7 +157,9 @@ def test_while_the_backend_runs_aotautogradcache_reads_kilnd_and_writes_nothing_
         stand_in.cache._write_to_local_cache("key", b"frame")  # does nothing
         # A frame's key knows the GPU and CUDA but not Triton, and registers no Inductor
         # backends.
-        system, lines = stand_in.autograd_cache.autograd_cache_key("gm", [1], None, {})
+        with timings.ledger() as times:
+            system, lines = stand_in.autograd_cache.autograd_cache_key("gm", [1], None, {})
+        assert set(times.seconds) == {"frame key"}  # its time is the frame key's
         assert "triton" not in str(system)
         assert (system["device"], system["cuda"], len(system["hash"])) == (
             "NVIDIA H100", "13.0", 64)
@@ -166,8 +168,12 @@ def test_while_the_backend_runs_aotautogradcache_reads_kilnd_and_writes_nothing_
         assert "triton" in stand_in.codecache.CacheBase.get_system()["version"]
         stand_in.codecache.init_backend_registration()
         assert stand_in.registered == 1
-        decision, inputs, name, saved_from = frame_cache.load("bw", "ab" * 32, b"artifact",
-                                                              ["x"])
+        with caplog.at_level(logging.INFO, logger="kiln"):
+            decision, inputs, name, saved_from = frame_cache.load("bw", "ab" * 32,
+                                                                  b"artifact", ["x"])
+        # A graph loaded from its frame says how long its loading took.
+        timed = [r for r in caplog.records if hasattr(r, "kiln_times")]
+        assert [r.kiln_times["name"] for r in timed] == ["frame 3/0.bw"]
         assert (decision.runner, decision.artifact, decision.compile_key) == (
             KILN, b"artifact", "ab" * 32)
         assert (inputs, name, saved_from) == (["x"], "frame 3/0.bw", None)

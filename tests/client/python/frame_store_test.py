@@ -12,6 +12,7 @@ import socket
 import grpc
 import pytest
 
+from kiln import timings
 from kiln.frame_store import CHUNK_BYTES, FrameStore
 from kiln.settings import Settings
 from kiln.v1 import cache_pb2, cache_pb2_grpc
@@ -23,9 +24,12 @@ def store(address: str, target: str = "x86_64") -> FrameStore:
 
 def test_a_frame_comes_back_as_stored_and_under_its_target_only(kilnd) -> None:
     frames = store(kilnd.address)
-    assert frames.get("a-frame") is None
-    frames.put("a-frame", {"data": base64.b64encode(b"pickled frame").decode("ascii"),
-                           "time_taken_ms": 1234})
+    with timings.ledger() as times:
+        assert frames.get("a-frame") is None
+        frames.put("a-frame", {"data": base64.b64encode(b"pickled frame").decode("ascii"),
+                               "time_taken_ms": 1234})
+    # A backend call's log says how long its frame's lookup and storing took.
+    assert set(times.seconds) == {"frame lookup", "frame store"}
     assert frames.get("a-frame") == {"data": base64.b64encode(b"pickled frame").decode("ascii")}
     assert frames.get_bytes("a-frame") == b"pickled frame"
     assert frames.get_bytes("another-frame") is None
