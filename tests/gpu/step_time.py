@@ -36,9 +36,10 @@ cache folder), and reports the median first step with the spread, and each ratio
 every round beside the ratio of the medians. kilnd's compile counters over each Kiln process
 show what a warm process compiled (nothing, when the cache serves it), and the backend's own
 account of its calls (kiln.timings) where a Kiln run's first step went: kilnd, the frame's key,
-lookup and storing, capture, loading, and AOTAutograd's tracing. Writes OUT/step_time.json
-after each configuration and OUT/step_time.txt at the end; a run that fails is a row that says
-so.
+lookup and storing, capture, loading, and AOTAutograd's tracing; beside it, every run's longest
+phases by PyTorch's own compile timers (Dynamo's frame compile, the backend call). Writes
+OUT/step_time.json after each configuration and OUT/step_time.txt at the end; a run that fails
+is a row that says so.
 """
 
 from __future__ import annotations
@@ -337,7 +338,7 @@ def train(name: str, mode: str, steps: int, write_event: Callable[..., None],
                            for key, n in counters["aot_autograd"].items()
                            if key.startswith("autograd_cache_")},
                 threads=busiest(threads.get("before", {}), threads["after"], len(measured)),
-                placement=placement_speeds(),
+                placement=placement_speeds(), compile_times=dynamo_times(),
                 gc=gc_time.per_step(len(measured)), heap=heap_size(),
                 growth=heap_growth(lambda: backward_step(run, batches[-1], opt,
                                                          corpus.autocast(dtype)).item()),
@@ -393,6 +394,19 @@ def heap_growth(step: Callable[[], Any], steps: int = 5,
     kept = census() - before
     return {name: {kind: n / steps for kind, n in counts.most_common(top)}
             for name, counts in (("kept", kept), ("cyclic", cyclic))}
+
+
+def dynamo_times() -> dict[str, float]:
+    """Seconds by what PyTorch's compile stack timed (torch._dynamo.utils'
+    compilation_time_metrics: Dynamo's whole compile of a frame, the backend call inside it,
+    AOTAutograd's and Inductor's phases), summed over the process; empty when this PyTorch
+    keeps none."""
+    try:
+        from torch._dynamo.utils import compilation_time_metrics
+    except ImportError:
+        return {}
+    return {name: float(sum(times)) for name, times in compilation_time_metrics.items()
+            if times}
 
 
 def host_probe(torch: Any, device: Any) -> dict[str, float]:
@@ -481,7 +495,7 @@ def summarize(events: list[dict], returncode: Optional[int], output: str,
         run["allocator"] = done.get("allocator", {})
         if done.get("aot_cache"):
             run["aot_cache"] = done["aot_cache"]  # AOTAutogradCache's hits, misses, bypasses
-        for key in ("threads", "probe", "placement", "gc", "heap", "growth"):
+        for key in ("threads", "probe", "placement", "gc", "heap", "growth", "compile_times"):
             if done.get(key):
                 run[key] = done[key]
     else:
@@ -521,6 +535,20 @@ def backend_lines(runs: dict) -> list[str]:
                      f"calls {backend['seconds']:.2f} s ({phases + ', ' if phases else ''}"
                      f"AOTAutograd and the rest {backend['rest']:.2f} s); Dynamo and the step "
                      f"{max(0.0, first - backend['seconds']):.2f} s")
+    return lines
+
+
+def compile_time_lines(runs: dict, top: int = 4) -> list[str]:
+    """Each run's longest phases as PyTorch's compile stack timed them (Dynamo's frame
+    compile, the backend call, ...): beside Kiln's account, what Dynamo itself took."""
+    lines = []
+    for mode, run in runs.items():
+        times = run.get("compile_times")
+        if not times:
+            continue
+        longest = sorted(times.items(), key=lambda item: -item[1])[:top]
+        lines.append(f"- compile of {mode} as PyTorch timed it: " +
+                     ", ".join(f"{name} {seconds:.2f} s" for name, seconds in longest))
     return lines
 
 
@@ -616,6 +644,7 @@ def table(config: str, runs: dict, ratio_values: dict, by_round: Sequence[dict] 
     lines.append("")
     lines += ratio_lines(ratio_values, by_round)
     lines += backend_lines(runs)
+    lines += compile_time_lines(runs)
     lines += host_lines(runs)
     return "\n".join(lines) + "\n"
 

@@ -236,3 +236,16 @@ def test_a_kiln_runs_backend_calls_are_added_up_and_beside_its_first_step() -> N
     assert ("- first step of kiln: 10.00 s, of it 2 backend calls 8.00 s (kilnd 5.00 s, "
             "capture 0.50 s, load 0.25 s, AOTAutograd and the rest 2.25 s); Dynamo and the "
             "step 2.00 s") in text
+
+
+def test_each_runs_longest_compile_phases_as_pytorch_timed_them_are_listed() -> None:
+    done = {"event": "done", "device": "H200",
+            "compile_times": {"_compile.compile_inner": 9.5, "OutputGraph.call_user_compiler":
+                              6.25, "create_aot_dispatcher_function": 5.0, "a": 0.5, "b": 0.1}}
+    run = st.summarize([{"event": "step", "step": 1, "loss": 1.0, "seconds": 12.0,
+                         "host_seconds": 12.0}, done], 0, "", None)
+    text = st.table("gpt2_124m_bf16", {"dynamo": run, "eager": {"first_s": 1.0}}, {})
+    assert ("- compile of dynamo as PyTorch timed it: _compile.compile_inner 9.50 s, "
+            "OutputGraph.call_user_compiler 6.25 s, create_aot_dispatcher_function 5.00 s, "
+            "a 0.50 s") in text
+    assert "compile of eager" not in text
