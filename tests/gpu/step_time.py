@@ -249,10 +249,8 @@ class EventLog(logging.Handler):
 
     def emit(self, record: logging.LogRecord) -> None:
         times = getattr(record, "kiln_times", None)
-        if times is not None:
-            self.write_event(event="log", message=record.getMessage(), times=times)
-        else:
-            self.write_event(event="log", message=record.getMessage())
+        extra = {"times": times} if times is not None else {}
+        self.write_event(event="log", message=record.getMessage(), **extra)
 
 
 def prepared(name: str, steps: int) -> tuple[Bench, Any, Any, list]:
@@ -737,9 +735,9 @@ def run_round(name: str, modes: Sequence[str], args: Any,
     this_round = {}
     with KilnServer(args.bundle, args.out) as server:
         env = dict(server.env, TORCHINDUCTOR_CACHE_DIR=tempfile.mkdtemp(prefix="inductor-"))
-        rounds = [(mode, 0) for mode in modes] + [
+        order = [(mode, 0) for mode in modes] + [
             (mode, r) for r in range(1, args.repeat) for mode in modes if mode in STEADY_MODES]
-        for mode, r in rounds:
+        for mode, r in order:
             uses_kiln = mode.startswith("kiln")
             run = run_mode(name, mode, args.steps, args.timeout, env,
                            server if uses_kiln else None, args.out,

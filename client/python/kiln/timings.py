@@ -23,7 +23,16 @@ from typing import Iterator
 # The phases, in the order a message lists them (others follow in the order first seen).
 ORDER = ("kilnd", "frame key", "frame lookup", "frame store", "capture", "load")
 
-_local = threading.local()
+
+class _Thread(threading.local):
+    """A thread's open ledgers, and the phases it is inside."""
+
+    def __init__(self) -> None:
+        self.ledgers: list[Ledger] = []
+        self.running: set[str] = set()
+
+
+_thread = _Thread()
 
 
 class Ledger:
@@ -66,42 +75,27 @@ class Ledger:
                 "phases": dict(self.ordered()), "rest": self.rest()}
 
 
-def _open() -> list[Ledger]:
-    ledgers = getattr(_local, "ledgers", None)
-    if ledgers is None:
-        ledgers = _local.ledgers = []
-    return ledgers
-
-
-def _running() -> set[str]:
-    running = getattr(_local, "running", None)
-    if running is None:
-        running = _local.running = set()
-    return running
-
-
 @contextlib.contextmanager
 def ledger() -> Iterator[Ledger]:
     """A ledger that counts this thread's phases until the block ends (then closed)."""
-    ledgers = _open()
     times = Ledger()
-    ledgers.append(times)
+    _thread.ledgers.append(times)
     try:
         yield times
     finally:
-        ledgers.remove(times)
+        _thread.ledgers.remove(times)
         times.close()
 
 
 @contextlib.contextmanager
 def phase(name: str) -> Iterator[None]:
     """Counts the block's time as `name` in every ledger this thread has open."""
-    running = _running()
+    running = _thread.running
     if name in running:  # the outer block counts it
         yield
         return
     running.add(name)
-    counted = list(_open())
+    counted = list(_thread.ledgers)
     start = time.perf_counter()
     try:
         yield
