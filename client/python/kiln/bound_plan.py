@@ -10,7 +10,9 @@ extern and fallback ops. Kernel launches that follow one another in the plan bec
 kiln.cuda.LaunchSequence, whose parameters are slots of a table each run fills (buffer
 addresses, the RNG seed and offset) beside the constants binding fixed (symbol values,
 scalars): a run's host work is allocating, one library call per run of kernels, and the ATen
-calls of the other steps.
+calls of the other steps. The plan's matrix products (kiln.products) and its write-backs of
+mutated inputs (a batch norm's running statistics: a device copy each, where the new value
+and the input are dense and of one dtype) run inside those sequences too.
 
 An extern or fallback op with one tensor result writes it where the plan keeps it: through
 the op's `out=` overload, once the first run has shown its result has the view's dtype and
@@ -171,12 +173,13 @@ class BoundPlan:
         self._seed_slot = len(runtime.buffers)
         self._offset_slot = self._seed_slot + 1
         self._workspace_slot = self._offset_slot + 1
-        # Matrix products run by cuBLASLt inside launch sequences (see _product), and the
-        # buffers each one's step touches.
+        # Matrix products run by cuBLASLt inside launch sequences (see _product), write-backs
+        # run there as device copies (_write_back_copy), and the buffers each such step
+        # touches.
         self.matmul_settings = matmul_settings or products.matmul_settings()
         self.products = 0
         self._products_wanted = products.wanted()
-        self._product_buffers: dict[int, set[int]] = {}
+        self._record_buffers: dict[int, set[int]] = {}
         # Why each product that stays an ATen call does, in step order.
         self.product_refusals: list[str] = []
         self.segments = self._segments(group_launches)
@@ -335,9 +338,33 @@ class BoundPlan:
         for check in self.checks:
             check.on_kernel = check.on_kernel or check.index in read
         self.products += 1
-        self._product_buffers[index] = {v.buffer for v in p.operands}
+        self._record_buffers[index] = {v.buffer for v in p.operands}
         buffers = [v.buffer for v in p.operands]
         return (gemm, buffers[:3] + [self._workspace_slot] + buffers[3:])
+
+    def _write_back_copy(self, index: int, step: Any) -> Optional[tuple]:
+        """Write-back step `index` as a device copy of a launch sequence, or None when it stays
+        a copy_ call: the new value and the input must have one dtype and sizes, both laid out
+        densely in row-major order (the input as the plan expects it, which its check holds
+        every run to), and the value must not be the input's own memory. The input's address
+        is its slot's, the tensor's first element, as for kernels."""
+        src = self._view(step.src)
+        check = next((c for c in self.checks if c.index == step.input_index), None)
+        buffer = next((b for b, kind in enumerate(self.buffer_kinds) if kind == BUFFER_INPUT
+                       and self.input_of_buffer[b] == step.input_index), None)
+        if src is None or check is None or buffer is None or src.buffer == buffer or \
+                src.dtype != check.dtype or tuple(src.sizes) != check.sizes or \
+                not _dense(src.sizes, src.strides) or not _dense(check.sizes, check.strides):
+            return None
+        count = 1
+        for size in src.sizes:
+            count *= size
+        if count == 0:
+            return None
+        check.on_kernel = True  # the copy reads and writes it where it is
+        self._record_buffers[index] = {src.buffer, buffer}
+        return (cuda.Copy(count * src.itemsize, 0, src.offset * src.itemsize),
+                [buffer, src.buffer])
 
     def _refuse(self, why: str) -> None:
         self.product_refusals.append(why)
@@ -361,6 +388,8 @@ class BoundPlan:
                 launch = self._launch(self.runtime.kernels[step.kernel])
             elif step.kind == "call":
                 launch = self._product(index, step.call)
+            elif step.kind == "write_back":
+                launch = self._write_back_copy(index, step)
             if step.kind == "launch" or launch is not None:
                 if launch is not None:
                     pending.append(launch)
@@ -405,7 +434,8 @@ class BoundPlan:
         checks, input_slots). Returns the output buffers no segment touches, which a run
         allocates before the first segment, and the checks of inputs no segment reads, which
         it makes after the last (an output may view such an input). Every input is checked
-        before the first write-back, so that a run refused for its inputs wrote none."""
+        before the first write-back (a segment of its own, or a copy in a launch sequence), so
+        that a run refused for its inputs wrote none."""
         checks = {c.index: c for c in self.checks}
         unchecked = set(checks)
         outputs_left = set(self.output_buffers)
@@ -423,7 +453,8 @@ class BoundPlan:
             segment.checks = [checks[i] for i in sorted(indices & unchecked)]
             unchecked -= indices
         late = [checks[i] for i in sorted(unchecked)]
-        write_back = next((s for s in self.segments if s.kind == "write_back"), None)
+        write_backs = {i for i, step in enumerate(self.runtime.steps) if step.kind == "write_back"}
+        write_back = next((s for s in self.segments if write_backs.intersection(s.steps)), None)
         if write_back is not None:
             write_back.checks = late + write_back.checks
             late = []
@@ -435,8 +466,8 @@ class BoundPlan:
         if segment.kind == "launches":
             found: set[int] = set()
             for index in segment.steps:
-                if index in self._product_buffers:
-                    found |= self._product_buffers[index]
+                if index in self._record_buffers:
+                    found |= self._record_buffers[index]
                     continue
                 kernel = self.runtime.kernels[self.runtime.steps[index].kernel]
                 found |= {payload for kind, payload in kernel.params if kind == PARAM_BUFFER}
@@ -733,6 +764,17 @@ class BoundPlan:
 # extern kernels do. A GPT-2 step makes about 150 such calls.
 _UNBOXED_OUT = {"aten.mm.default": ("mm", 2), "aten.bmm.default": ("bmm", 2),
                 "aten.addmm.default": ("addmm", 3), "aten.baddbmm.default": ("baddbmm", 3)}
+
+
+def _dense(sizes: Sequence[int], strides: Sequence[int]) -> bool:
+    """Whether a view of these sizes and strides covers its elements densely in row-major
+    order (strides of dimensions of size 1 do not matter)."""
+    expected = 1
+    for size, stride in zip(reversed(sizes), reversed(strides)):
+        if size != 1 and stride != expected:
+            return False
+        expected *= size
+    return True
 
 
 def _alignment(address: int) -> int:

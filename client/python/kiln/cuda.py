@@ -13,6 +13,7 @@ from __future__ import annotations
 import ctypes
 import os
 import threading
+from dataclasses import dataclass
 from typing import Optional, Sequence
 
 from kiln.native import RUNTIME_LIBRARY, runtime_library
@@ -227,13 +228,30 @@ class Gemm(_Owned):
         self._lib.kiln_cuda_gemm_destroy(handle)
 
 
+@dataclass(frozen=True)
+class Copy:
+    """A copy on the device in a LaunchSequence: `bytes` from its source slot's address plus
+    `src_offset` to its destination slot's plus `dst_offset` (a write-back of a mutated
+    input)."""
+
+    bytes: int
+    dst_offset: int = 0
+    src_offset: int = 0
+    params = 2  # the destination's slot, then the source's
+
+    @property
+    def name(self) -> str:
+        return f"copy of {self.bytes} bytes"
+
+
 class _LaunchRecord(ctypes.Structure):
     """kiln_cuda_launch_record."""
 
     _fields_ = [("function", ctypes.c_void_p), ("grid", ctypes.c_uint32 * 3),
                 ("block", ctypes.c_uint32 * 3), ("shared_bytes", ctypes.c_uint32),
                 ("param_count", ctypes.c_uint32), ("param_slots", ctypes.POINTER(ctypes.c_uint32)),
-                ("gemm", ctypes.c_void_p)]
+                ("gemm", ctypes.c_void_p), ("copy_bytes", ctypes.c_uint64),
+                ("copy_offsets", ctypes.c_uint64 * 2)]
 
 
 class SequenceFailed(CudaError):
@@ -290,13 +308,13 @@ def _sequence_status() -> _Status:
 
 
 class LaunchSequence:
-    """Kernel launches and matrix products made once and run many times with one call into
-    the library: each parameter names a slot of a table that every run fills (buffer
-    addresses, the RNG seed and offset, symbol values), so a run's host work is one call, not
-    one per kernel.
+    """Kernel launches, matrix products and device copies made once and run many times with
+    one call into the library: each parameter names a slot of a table that every run fills
+    (buffer addresses, the RNG seed and offset, symbol values), so a run's host work is one
+    call, not one per kernel.
 
         seq = LaunchSequence([(function, grid, block, shared_bytes, [slot, ...]),
-                              (gemm, [a, b, d, workspace]), ...])
+                              (gemm, [a, b, d, workspace]), (Copy(n), [dst, src]), ...])
         seq.run(SlotTable(slot_values), stream)
     """
 
@@ -310,7 +328,7 @@ class LaunchSequence:
         for record, launch in zip(self._records, launches):
             slots = launch[-1]
             what = launch[0]
-            if isinstance(what, Gemm) and len(slots) != what.params:
+            if isinstance(what, (Gemm, Copy)) and len(slots) != what.params:
                 raise CudaError(-1, f"{what.name}: {len(slots)} parameters, not {what.params}")
             if len(slots) > MAX_PARAMS:
                 raise CudaError(-1, f"{what.name}: {len(slots)} parameters, more than "
@@ -321,6 +339,12 @@ class LaunchSequence:
             record.param_slots = table
             if isinstance(what, Gemm):
                 record.gemm = what.handle
+                continue
+            if isinstance(what, Copy):
+                if what.bytes <= 0:
+                    raise CudaError(-1, f"{what.name}: nothing to copy")
+                record.copy_bytes = what.bytes
+                record.copy_offsets[:] = [what.dst_offset, what.src_offset]
                 continue
             _, grid, block, shared_bytes, _ = launch
             record.function = what.handle

@@ -196,7 +196,7 @@ class _Capture:
                 self.copies[i] = torch.empty(span, dtype=x.dtype, device=x.device)
                 static[i] = self.copies[i].as_strided(x.size(), x.stride(), 0)
                 self.copies[i].copy_(x.as_strided((span,), (1,), x.storage_offset()))
-        self.mutated = sorted({s.input_index for s in plan.segments
+        self.mutated = sorted({s.input_index for s in plan.runtime.steps
                                if s.kind == "write_back"} & set(self.copies))
         self.graph = torch.cuda.CUDAGraph()
         self.pool = torch.cuda.graph_pool_handle()

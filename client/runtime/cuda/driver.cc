@@ -47,6 +47,7 @@ Opened Open() {
       !Resolve(library, "cuFuncGetAttribute", kDriver, &d.FuncGetAttribute, &o.error) ||
       !Resolve(library, "cuFuncSetAttribute", kDriver, &d.FuncSetAttribute, &o.error) ||
       !Resolve(library, "cuLaunchKernel", kDriver, &d.LaunchKernel, &o.error) ||
+      !Resolve(library, "cuMemcpyDtoDAsync_v2", kDriver, &d.MemcpyDtoDAsync, &o.error) ||
       !Resolve(library, "cuGetErrorName", kDriver, &d.GetErrorName, &o.error) ||
       !Resolve(library, "cuGetErrorString", kDriver, &d.GetErrorString, &o.error)) {
     o.error += " (a driver older than CUDA 12?)";

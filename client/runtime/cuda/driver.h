@@ -15,6 +15,7 @@ using CUcontext = struct CUctx_st*;
 using CUmodule = struct CUmod_st*;
 using CUfunction = struct CUfunc_st*;
 using CUstream = struct CUstream_st*;
+using CUdeviceptr = uint64_t;
 
 inline constexpr CUresult kCudaSuccess = 0;
 
@@ -42,6 +43,7 @@ struct Driver {
   CUresult (*LaunchKernel)(CUfunction function, unsigned grid_x, unsigned grid_y, unsigned grid_z,
                            unsigned block_x, unsigned block_y, unsigned block_z,
                            unsigned shared_bytes, CUstream stream, void** params, void** extra);
+  CUresult (*MemcpyDtoDAsync)(CUdeviceptr dst, CUdeviceptr src, size_t bytes, CUstream stream);
   CUresult (*GetErrorName)(CUresult error, const char** name);
   CUresult (*GetErrorString)(CUresult error, const char** text);
 

@@ -303,11 +303,18 @@ int kiln_cuda_launch_sequence(const kiln_cuda_launch_record* records, size_t cou
     const kiln_cuda_launch_record& r = records[i];
     auto where = [i] { return "kiln_cuda_launch_sequence: record " + std::to_string(i); };
     int code = 0;
-    if ((r.function == nullptr) == (r.gemm == nullptr) ||
-        (r.param_slots == nullptr && r.param_count > 0)) {
-      code =
-          Fail(KILN_CUDA_ERROR_BAD_ARGUMENT,
-               where() + ": not one function or product, or a NULL slot list", error, error_size);
+    const int kinds = (r.function != nullptr) + (r.gemm != nullptr) + (r.copy_bytes > 0);
+    if (kinds != 1 || (r.param_slots == nullptr && r.param_count > 0)) {
+      code = Fail(KILN_CUDA_ERROR_BAD_ARGUMENT,
+                  where() + ": not one function, product or copy, or a NULL slot list", error,
+                  error_size);
+    } else if (r.copy_bytes > 0) {
+      if (r.param_count != 2) {
+        code = Fail(KILN_CUDA_ERROR_BAD_ARGUMENT,
+                    where() + ": a copy of " + std::to_string(r.param_count) +
+                        " parameters, not 2 (destination, source)",
+                    error, error_size);
+      }
     } else if (r.gemm != nullptr) {
       if (const uint32_t n = kiln::runtime::cuda::GemmParamCount(*r.gemm); r.param_count != n) {
         code = Fail(KILN_CUDA_ERROR_BAD_ARGUMENT,
@@ -335,19 +342,33 @@ int kiln_cuda_launch_sequence(const kiln_cuda_launch_record* records, size_t cou
   int code = 0;
   const Driver* d = Open(&code, error, error_size);
   if (d == nullptr) return code;
-  const kiln_cuda_launch_record& first = records[0];
-  if (int code =
-          MakeContextCurrent(*d,
-                             first.gemm != nullptr ? kiln::runtime::cuda::GemmContext(*first.gemm)
-                                                   : first.function->module->context,
-                             error, error_size)) {
-    return code;
+  // The first kernel's or product's context; copies alone run in the current one.
+  const kiln_cuda_launch_record* first = std::find_if(
+      records, records + count, [](const kiln_cuda_launch_record& r) { return r.copy_bytes == 0; });
+  if (first != records + count) {
+    if (int code = MakeContextCurrent(*d,
+                                      first->gemm != nullptr
+                                          ? kiln::runtime::cuda::GemmContext(*first->gemm)
+                                          : first->function->module->context,
+                                      error, error_size)) {
+      return code;
+    }
   }
   uint64_t values[KILN_CUDA_MAX_PARAMS];
   for (size_t i = 0; i < count; ++i) {
     const kiln_cuda_launch_record& r = records[i];
     int code = 0;
-    if (r.gemm != nullptr) {
+    if (r.copy_bytes > 0) {
+      const uint64_t dst = slots[r.param_slots[0]] + r.copy_offsets[0];
+      const uint64_t src = slots[r.param_slots[1]] + r.copy_offsets[1];
+      if (CUresult e = d->MemcpyDtoDAsync(dst, src, r.copy_bytes, static_cast<CUstream>(stream));
+          e != kCudaSuccess) {
+        code = Fail(e,
+                    DescribeError(*d, "cuMemcpyDtoDAsync", e) + " (" +
+                        std::to_string(r.copy_bytes) + " bytes)",
+                    error, error_size);
+      }
+    } else if (r.gemm != nullptr) {
       code = kiln::runtime::cuda::RunGemm(*r.gemm, slots, r.param_slots, stream, error, error_size);
     } else {
       for (uint32_t p = 0; p < r.param_count; ++p) values[p] = slots[r.param_slots[p]];

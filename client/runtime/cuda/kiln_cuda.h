@@ -127,7 +127,9 @@ KILN_CUDA_API void kiln_cuda_gemm_destroy(kiln_cuda_gemm* gemm);
  * slots (buffer addresses, the RNG seed and offset, symbol values) and launches the records.
  * A record with a `gemm` (and no function) runs that product instead; its parameters are the
  * slots of A, B, D, the workspace and, with KILN_CUDA_GEMM_BIAS, the bias, and its grid, block
- * and shared bytes are unused. */
+ * and shared bytes are unused. A record with neither and `copy_bytes` > 0 is a copy on the
+ * device: its two parameters are the slots of the destination and the source, each address
+ * taken at its copy_offsets byte offset (a write-back of a mutated input). */
 typedef struct kiln_cuda_launch_record {
   kiln_cuda_function* function;
   uint32_t grid[3];
@@ -136,14 +138,17 @@ typedef struct kiln_cuda_launch_record {
   uint32_t param_count;
   const uint32_t* param_slots; /* param_count indices into `slots` */
   kiln_cuda_gemm* gemm;
+  uint64_t copy_bytes;
+  uint64_t copy_offsets[2]; /* destination, source */
 } kiln_cuda_launch_record;
 
 /* Launches `count` records in order on `stream`, parameter i of a record taking the value
  * slots[record.param_slots[i]]. Checks every record before launching any, so an invalid one
- * (a slot out of range, an empty extent, too many parameters) launches nothing; a driver or
- * cuBLASLt failure stops the sequence there. `failed` (may be NULL) receives the index of the
- * record that failed, or `count`. One call for a plan's run of kernels instead of one a kernel: the
- * host's work per launch is the driver's alone. */
+ * (a slot out of range, an empty extent, too many parameters, a copy of other than two) launches
+ * nothing; a driver or cuBLASLt failure stops the sequence there. A sequence of copies alone
+ * runs in the thread's current context (PyTorch's). `failed` (may be NULL) receives the index of
+ * the record that failed, or `count`. One call for a plan's run of kernels instead of one a kernel:
+ * the host's work per launch is the driver's alone. */
 KILN_CUDA_API int kiln_cuda_launch_sequence(const kiln_cuda_launch_record* records, size_t count,
                                             const uint64_t* slots, size_t slot_count, void* stream,
                                             size_t* failed, char* error, size_t error_size);

@@ -107,3 +107,22 @@ def test_sequences_of_a_run_read_one_slot_table(cuda) -> None:  # type: ignore[n
     with pytest.raises(cuda.SequenceFailed, match="takes slot 1 of 1"):
         second.run(cuda.SlotTable([1]), 0)
     module.close()
+
+
+def test_a_copy_runs_in_a_sequence_at_its_offsets(cuda) -> None:  # type: ignore[no-untyped-def]
+    module = cuda.Module(b"kernel kiln_k0 1\n")
+    seq = cuda.LaunchSequence([(module.function("kiln_k0"), (1, 1, 1), (32, 1, 1), 0, [0]),
+                               (cuda.Copy(48, dst_offset=16, src_offset=8), [0, 1])])
+    f = fake()
+    before = f.fake_cuda_launch_count()
+    seq.run(cuda.SlotTable([0x7F0000001000, 0x7F0000002000]), 0x99)
+    assert f.fake_cuda_launch_count() == before + 2
+    assert f.fake_cuda_launch_name(before + 1) == b"cuMemcpyDtoDAsync"
+    values = f.fake_cuda_launch_values(before + 1)
+    assert [values[0], values[1], values[2]] == [0x7F0000001010, 0x7F0000002008, 48]
+    assert f.fake_cuda_launch_stream(before + 1) == 0x99
+    with pytest.raises(cuda.CudaError, match="copy of 48 bytes: 1 parameters, not 2"):
+        cuda.LaunchSequence([(cuda.Copy(48), [0])])
+    with pytest.raises(cuda.CudaError, match="copy of 0 bytes: nothing to copy"):
+        cuda.LaunchSequence([(cuda.Copy(0), [0, 1])])
+    module.close()

@@ -82,6 +82,7 @@ class Driver:
         lib.fake_cuda_launch_values.restype = ctypes.POINTER(ctypes.c_uint64)
         lib.fake_cuda_launch_geometry.restype = ctypes.POINTER(ctypes.c_uint)
         lib.fake_cuda_launch_stream.restype = ctypes.c_void_p
+        lib.fake_cuda_launch_name.restype = ctypes.c_char_p
         self.lib = lib
 
     def count(self) -> int:
@@ -388,6 +389,53 @@ def test_every_input_is_checked_before_a_write_back_writes() -> None:
     with pytest.raises(InputMismatch, match="input unused: strides"):
         runtime.run(mm_inputs() + [c, tensor([1, 4])])
     assert len(torch.copies) == copies  # neither wrote c back
+
+
+def write_back_artifact(c_strides: list[int]) -> pb.CompiledGraph:
+    """mm_artifact, then y written back into input c ([4, 16] float32 with these strides),
+    whose buffer the plan has, and an input `unused` nothing reads."""
+    a = mm_artifact(128)
+    a.buffers.add(kind=pb.BUFFER_KIND_INPUT, input_index=2, dtype=1, size_bytes=sym("256"),
+                  alignment=4, name="c")
+    for name, strides in (("c", c_strides), ("unused", [16, 1])):
+        spec = a.inputs.add(name=name, dtype=1)
+        spec.sizes.extend([sym("4"), sym("16")])
+        spec.strides.extend(sym(str(x)) for x in strides)
+    a.steps.add().write_back.CopyFrom(pb.WriteBackStep(input_index=2,
+                                                       src=view(3, [4, 16], [16, 1], 1)))
+    return a
+
+
+def test_a_dense_write_back_is_a_device_copy_after_the_last_kernel() -> None:
+    driver = Driver()
+    runtime = GpuRuntime(write_back_artifact([16, 1]), torch.device("cuda", 0))
+    c = torch.empty_strided([4, 16], [16, 1], torch.float32, "cuda:0", 4)
+    before, copies = driver.count(), len(torch.copies)
+    (y,) = runtime.run(mm_inputs() + [c, torch.empty_strided([4, 16], [16, 1], torch.float32,
+                                                             "cuda:0")])
+    assert len(torch.copies) == copies + 1  # the mm's first result only, not the write-back
+    assert driver.count() == before + 3  # k0, k1 and the copy
+    assert driver.lib.fake_cuda_launch_name(before + 2) == b"cuMemcpyDtoDAsync"
+    _, (dst, src, size), _ = driver.launch(before + 2)
+    assert (dst, src, size) == (c.data_ptr(), y.data_ptr(), 256)
+    # A bad input that nothing reads still stops the run before the copy writes c.
+    before = driver.count()
+    with pytest.raises(InputMismatch, match="input unused: strides"):
+        runtime.run(mm_inputs() + [c, torch.empty_strided([4, 16], [1, 4], torch.float32,
+                                                          "cuda:0")])
+    assert all(driver.lib.fake_cuda_launch_name(i) != b"cuMemcpyDtoDAsync"
+               for i in range(before, driver.count()))
+
+
+def test_a_write_back_into_a_strided_input_stays_a_copy_call() -> None:
+    driver = Driver()
+    runtime = GpuRuntime(write_back_artifact([1, 4]), torch.device("cuda", 0))
+    c = torch.empty_strided([4, 16], [1, 4], torch.float32, "cuda:0")
+    before = driver.count()
+    runtime.run(mm_inputs() + [c, torch.empty_strided([4, 16], [16, 1], torch.float32,
+                                                      "cuda:0")])
+    assert driver.count() == before + 2  # k0 and k1
+    assert torch.copies[-1][0].data_ptr() == c.data_ptr()
 
 
 def test_an_extern_result_is_written_in_place_once_its_first_run_fits() -> None:

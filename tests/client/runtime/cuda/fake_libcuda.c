@@ -5,6 +5,8 @@
  *   this text; an image starting "bad" fails as CUDA_ERROR_INVALID_IMAGE, 200).
  * - Every launch is recorded (function name, grid, block, shared bytes, stream and the first
  *   PARAMS parameter values, read as 8 bytes each); fake_cuda_launches() returns them.
+ * - Every device-to-device copy is recorded as a launch named "cuMemcpyDtoDAsync" with three
+ *   parameter values: destination, source and bytes (nothing is copied).
  * - The current context starts empty; fake_cuda_context_sets() counts cuCtxSetCurrent
  *   calls with a non-NULL context, fake_cuda_shared_sets() cuFuncSetAttribute calls. */
 
@@ -117,6 +119,17 @@ EXPORT int cuLaunchKernel(void* f, unsigned gx, unsigned gy, unsigned gz, unsign
   l->stream = stream;
   l->params = fn->params;
   for (int i = 0; i < fn->params && i < MAX_PARAMS; ++i) memcpy(&l->values[i], params[i], 8);
+  return 0;
+}
+EXPORT int cuMemcpyDtoDAsync_v2(uint64_t dst, uint64_t src, size_t bytes, void* stream) {
+  if (current == NULL) return 201;
+  if (launch_count == MAX_LAUNCHES) return 1;
+  fake_launch* l = &launches[launch_count++];
+  memset(l, 0, sizeof(*l));
+  strcpy(l->name, "cuMemcpyDtoDAsync");
+  l->stream = stream;
+  l->params = 3;
+  l->values[0] = dst, l->values[1] = src, l->values[2] = bytes;
   return 0;
 }
 EXPORT int cuGetErrorName(int code, const char** name) {

@@ -362,7 +362,7 @@ TEST_F(GemmTest, ASequenceMixesKernelsAndProductsAndChecksEachRecord) {
   records[1].function = f;
   EXPECT_EQ(kiln_cuda_launch_sequence(records, 3, slots, 4, nullptr, &failed, error, sizeof(error)),
             KILN_CUDA_ERROR_BAD_ARGUMENT);
-  EXPECT_THAT(error, HasSubstr("record 1: not one function or product"));
+  EXPECT_THAT(error, HasSubstr("record 1: not one function, product or copy"));
   EXPECT_EQ(blas().call_count(), calls + 1);
   kiln_cuda_module_unload(m);
   kiln_cuda_gemm_destroy(gemm);

@@ -217,8 +217,8 @@ TEST_F(KilnCudaTest, ASequenceLaunchesEachRecordWithItsSlotsValues) {
   const uint32_t a_slots[3] = {0, 3, 2};
   const uint32_t b_slots[2] = {1, 1};
   const kiln_cuda_launch_record records[2] = {
-      {a, {4, 1, 1}, {256, 1, 1}, 0, 3, a_slots, nullptr},
-      {b, {8, 2, 1}, {128, 1, 1}, 0, 2, b_slots, nullptr},
+      {a, {4, 1, 1}, {256, 1, 1}, 0, 3, a_slots, nullptr, 0, {}},
+      {b, {8, 2, 1}, {128, 1, 1}, 0, 2, b_slots, nullptr, 0, {}},
   };
   void* stream = reinterpret_cast<void*>(0x77);
   size_t failed = 99;
@@ -240,6 +240,54 @@ TEST_F(KilnCudaTest, ASequenceLaunchesEachRecordWithItsSlotsValues) {
   kiln_cuda_module_unload(m);
 }
 
+TEST_F(KilnCudaTest, ACopyRecordCopiesOnTheDeviceBetweenItsSlotsAtTheirOffsets) {
+  kiln_cuda_module* m = Load("kernel seq_d 1\n");
+  kiln_cuda_function* a = Function(m, "seq_d");
+  const uint64_t slots[2] = {0x7f0000001000ull, 0x7f0000002000ull};
+  const uint32_t a_slots[1] = {1};
+  const uint32_t copy_slots[2] = {0, 1};  // destination, source
+  kiln_cuda_launch_record records[2] = {{a, {1, 1, 1}, {32, 1, 1}, 0, 1, a_slots, nullptr, 0, {}},
+                                        {nullptr, {}, {}, 0, 2, copy_slots, nullptr, 0, {}}};
+  records[1].copy_bytes = 64;
+  records[1].copy_offsets[0] = 8;
+  records[1].copy_offsets[1] = 256;
+  void* stream = reinterpret_cast<void*>(0x78);
+  size_t failed = 99;
+  const int before = fake().launch_count();
+  ASSERT_EQ(kiln_cuda_launch_sequence(records, 2, slots, 2, stream, &failed, error, sizeof(error)),
+            0)
+      << error;
+  ASSERT_EQ(fake().launch_count(), before + 2);
+  EXPECT_STREQ(fake().launch_name(before + 1), "cuMemcpyDtoDAsync");
+  const uint64_t* v = fake().values(before + 1);
+  EXPECT_THAT(std::vector<uint64_t>(v, v + 3),
+              ElementsAre(0x7f0000001008ull, 0x7f0000002100ull, 64u));
+  EXPECT_EQ(fake().stream(before + 1), stream);
+  // Copies alone run in the thread's current context; with none, the driver's error says so.
+  EXPECT_EQ(
+      kiln_cuda_launch_sequence(&records[1], 1, slots, 2, stream, &failed, error, sizeof(error)), 0)
+      << error;
+  fake().clear_current();
+  EXPECT_EQ(
+      kiln_cuda_launch_sequence(&records[1], 1, slots, 2, stream, &failed, error, sizeof(error)),
+      201);
+  EXPECT_EQ(failed, 0u);
+  EXPECT_THAT(error, HasSubstr("cuMemcpyDtoDAsync: CUDA_ERROR_INVALID_CONTEXT (64 bytes)"));
+  // A copy names two slots, and a record is one thing.
+  const kiln_cuda_launch_record bad_copy = {nullptr, {}, {}, 0, 1, copy_slots, nullptr, 64, {}};
+  EXPECT_EQ(
+      kiln_cuda_launch_sequence(&bad_copy, 1, slots, 2, stream, &failed, error, sizeof(error)),
+      KILN_CUDA_ERROR_BAD_ARGUMENT);
+  EXPECT_THAT(error, HasSubstr("record 0: a copy of 1 parameters, not 2"));
+  const kiln_cuda_launch_record both = {a,          {1, 1, 1}, {32, 1, 1}, 0, 2,
+                                        copy_slots, nullptr,   64,         {}};
+  EXPECT_EQ(kiln_cuda_launch_sequence(&both, 1, slots, 2, stream, &failed, error, sizeof(error)),
+            KILN_CUDA_ERROR_BAD_ARGUMENT);
+  EXPECT_THAT(error, HasSubstr("not one function, product or copy"));
+  EXPECT_EQ(fake().launch_count(), before + 3);
+  kiln_cuda_module_unload(m);
+}
+
 TEST_F(KilnCudaTest, ASequenceWithAnInvalidRecordLaunchesNothingAndNamesIt) {
   kiln_cuda_module* m = Load("kernel seq_c 1\n");
   kiln_cuda_function* a = Function(m, "seq_c");
@@ -247,8 +295,8 @@ TEST_F(KilnCudaTest, ASequenceWithAnInvalidRecordLaunchesNothingAndNamesIt) {
   const uint32_t good[1] = {0};
   const uint32_t past_the_end[1] = {1};
   const kiln_cuda_launch_record slot_out_of_range[2] = {
-      {a, {1, 1, 1}, {32, 1, 1}, 0, 1, good, nullptr},
-      {a, {1, 1, 1}, {32, 1, 1}, 0, 1, past_the_end, nullptr},
+      {a, {1, 1, 1}, {32, 1, 1}, 0, 1, good, nullptr, 0, {}},
+      {a, {1, 1, 1}, {32, 1, 1}, 0, 1, past_the_end, nullptr, 0, {}},
   };
   size_t failed = 99;
   const int before = fake().launch_count();
@@ -257,7 +305,8 @@ TEST_F(KilnCudaTest, ASequenceWithAnInvalidRecordLaunchesNothingAndNamesIt) {
             KILN_CUDA_ERROR_BAD_ARGUMENT);
   EXPECT_EQ(failed, 1u);
   EXPECT_THAT(error, HasSubstr("record 1: parameter 0 takes slot 1 of 1"));
-  const kiln_cuda_launch_record empty_grid[1] = {{a, {0, 1, 1}, {32, 1, 1}, 0, 1, good, nullptr}};
+  const kiln_cuda_launch_record empty_grid[1] = {
+      {a, {0, 1, 1}, {32, 1, 1}, 0, 1, good, nullptr, 0, {}}};
   EXPECT_EQ(
       kiln_cuda_launch_sequence(empty_grid, 1, slots, 1, nullptr, &failed, error, sizeof(error)),
       KILN_CUDA_ERROR_BAD_ARGUMENT);
