@@ -4,13 +4,16 @@ Run from the repository root after `deploy/gpu-bundle.sh .bundle` (carried with 
 
     python3 tests/gpu/backend_smoke.py --bundle .bundle --out $OUT
 
-Starts kilnd from the bundle, then trains an MLP and a small nanoGPT for a few AdamW steps,
-each in a fresh process, eagerly and with backend="kiln", and writes OUT/backend_smoke.json:
-per model and run the losses, the largest loss difference against eager, the warnings the
-backend gave, and kilnd's compile counters (requests by outcome, compiles by result) before
-and after. The second "kiln" process must find every graph in kilnd's cache (hits only).
-Compiled graphs run on Kiln's GPU runtime (kiln.gpu_runtime), so losses follow eager's
-within float32 rounding; the warnings say which graphs, if any, fell back and why.
+Starts kilnd from the bundle, then trains an MLP, a small nanoGPT and a small convolutional
+net with batch norm for a few AdamW steps, each in a fresh process, eagerly and with
+backend="kiln", and writes OUT/backend_smoke.json: per model and run the losses, the largest
+loss difference against eager, the largest difference of a buffer's sum against eager's (batch
+norm's running statistics, which the compiled forward writes back into the module), the
+warnings the backend gave, and kilnd's compile counters (requests by outcome, compiles by
+result) before and after. The second "kiln" process must find every graph in kilnd's cache
+(hits only). Compiled graphs run on Kiln's GPU runtime (kiln.gpu_runtime), so losses and
+buffers follow eager's within float32 rounding; the warnings say which graphs, if any, fell
+back and why.
 """
 
 from __future__ import annotations
@@ -41,9 +44,27 @@ logging.getLogger("kiln").setLevel(logging.INFO)
 sys.path.insert(0, "tests/gpu")
 from capture_corpus import NanoGpt, Mlp, tokens
 
+# Convolutions without a bias, as ResNet's: a bias before batch norm gets a gradient of
+# rounding noise alone, which AdamW turns into steps of the learning rate, so the running
+# means would follow each run's noise.
+class ConvNet(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.conv1, self.bn1 = nn.Conv2d(3, 16, 3, padding=1, bias=False), nn.BatchNorm2d(16)
+        self.conv2, self.bn2 = nn.Conv2d(16, 16, 3, padding=1, bias=False), nn.BatchNorm2d(16)
+        self.head = nn.Linear(16, 10)
+    def forward(self, x):
+        x = F.relu(self.bn1(self.conv1(x)))
+        x = F.relu(self.bn2(self.conv2(x)))
+        return self.head(x.mean((2, 3)))
+
 model_name, mode, steps = sys.argv[1], sys.argv[2], int(sys.argv[3])
 torch.manual_seed(0)
-if model_name == "mlp":
+if model_name == "convnet":
+    model = ConvNet().cuda()
+    data = [torch.randn(8, 3, 16, 16, device="cuda") for _ in range(steps)]
+    loss_of = lambda m, x: m(x).square().mean()
+elif model_name == "mlp":
     model = Mlp(64, 256).cuda()
     data = [torch.randn(8, 16, 64, device="cuda") for _ in range(steps)]
     loss_of = lambda m, x: m(x).square().mean()
@@ -64,7 +85,9 @@ with warnings.catch_warnings(record=True) as w:
         losses.append(loss.item())
     caught = [f"{x.category.__name__}: {x.message}" for x in w if "kiln" in str(x.message).lower()
               or x.category.__name__.startswith("Kiln")]
-print(json.dumps({"losses": losses, "warnings": caught, "graphs_on_kiln_runtime": count.kiln}))
+buffers = [float(b.double().sum()) for b in model.buffers()]
+print(json.dumps({"losses": losses, "buffers": buffers, "warnings": caught,
+                  "graphs_on_kiln_runtime": count.kiln}))
 '''
 
 
@@ -73,8 +96,8 @@ def main() -> int:
     with KilnServer(args.bundle, args.out) as server:
         report: dict = {"nvjitlink": server.nvjitlink, "runs": []}
         run_env = dict(server.env, PYTHONUNBUFFERED="1")
-        for model in ("mlp", "nanogpt"):
-            eager = None
+        for model in ("mlp", "nanogpt", "convnet"):
+            eager = eager_buffers = None
             for mode in ("eager", "kiln", "kiln"):
                 before = server.metrics()
                 start = time.time()
@@ -86,10 +109,13 @@ def main() -> int:
                     result = json.loads(p.stdout.strip().splitlines()[-1])
                     entry.update(result)
                     if mode == "eager":
-                        eager = result["losses"]
+                        eager, eager_buffers = result["losses"], result["buffers"]
                     elif eager:
                         entry["max_loss_diff"] = max(abs(a - b) for a, b in zip(eager,
                                                                                 result["losses"]))
+                        entry["max_buffer_diff"] = max(
+                            (abs(a - b) for a, b in zip(eager_buffers, result["buffers"])),
+                            default=0.0)
                 else:
                     entry["stderr"] = p.stderr[-3000:]
                 after = server.metrics()

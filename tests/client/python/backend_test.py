@@ -192,11 +192,12 @@ def test_the_joint_graph_is_split_by_min_cut_unless_the_setting_says_default(
         compilers = backend._compilers(compiler(ScriptedClient(), settings, said), settings,
                                        "frame 0/0", cached=False)
         assert settings.partitioner == expected
-        assert {k: compilers[k] for k in ("partition_fn", "decompositions")} == (
+        options_handed = ("partition_fn", "decompositions", "keep_inference_input_mutations")
+        assert {k: compilers[k] for k in options_handed} == (
             partitioning.aot_autograd_options(expected))
         assert len(compilers["decompositions"]) == (5 if expected == "min_cut" else 0)
         handed = capture.Recorder("m", partitioner=settings.partitioner).backend()
-        assert {k: handed[k] for k in ("partition_fn", "decompositions")} == (
+        assert {k: handed[k] for k in options_handed} == (
             partitioning.aot_autograd_options(expected))
 
 

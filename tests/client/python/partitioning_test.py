@@ -64,8 +64,10 @@ def test_min_cut_decomposes_the_loss_and_detach_and_default_nothing(
     assert options["decompositions"]["aten.detach.default"] == (
         "decomposition of aten.detach.default")
     asked.clear()
+    assert options["keep_inference_input_mutations"] is True
     assert partitioning.aot_autograd_options("default") == {
-        "partition_fn": "default_partition", "decompositions": {}}
+        "partition_fn": "default_partition", "decompositions": {},
+        "keep_inference_input_mutations": True}
     assert asked == []
 
 
