@@ -36,12 +36,19 @@ interp::Value Copy(const interp::Value& v) {
   return v;
 }
 
+// What a run on the runtime gave: its outputs, and the inputs it wrote back (by index).
+struct RuntimeRun {
+  std::vector<interp::Value> outputs;
+  std::map<int32_t, interp::Value> written_back;
+};
+
 // Runs `artifact` on a CpuRuntime: inputs converted with FromInterp (symbolic ints as
 // Tensor::Scalar), buffers poisoned, fallback steps through the interpreter; the outputs
-// converted back (symbolic-scalar outputs as ints, None as None).
-absl::StatusOr<std::vector<interp::Value>> RunOnRuntime(const v1::CompiledGraph& artifact,
-                                                        absl::Span<const interp::Value> inputs,
-                                                        const CheckOptions& options) {
+// converted back (symbolic-scalar outputs as ints, None as None), and so are the inputs the
+// plan writes back, after the run.
+absl::StatusOr<RuntimeRun> RunOnRuntime(const v1::CompiledGraph& artifact,
+                                        absl::Span<const interp::Value> inputs,
+                                        const CheckOptions& options) {
   runtime::CpuRuntime::Options load;
   load.threads = options.threads;
   absl::StatusOr<std::unique_ptr<runtime::CpuRuntime>> loaded =
@@ -64,19 +71,27 @@ absl::StatusOr<std::vector<interp::Value>> RunOnRuntime(const v1::CompiledGraph&
   run.poison = true;
   absl::StatusOr<std::vector<runtime::Tensor>> outputs = (*loaded)->Run(args, run);
   if (!outputs.ok()) return outputs.status();
-  std::vector<interp::Value> values;
+  RuntimeRun result;
   for (int i = 0; i < artifact.outputs_size(); ++i) {
     const v1::OutputBinding& binding = artifact.outputs(i);
     const runtime::Tensor& t = (*outputs)[static_cast<size_t>(i)];
     if (binding.none()) {
-      values.emplace_back(interp::None{});
+      result.outputs.emplace_back(interp::None{});
     } else if (!binding.symbol().empty()) {
-      values.emplace_back(t.ItemInt());
+      result.outputs.emplace_back(t.ItemInt());
     } else {
-      values.emplace_back(ToInterp(t));
+      result.outputs.emplace_back(ToInterp(t));
     }
   }
-  return values;
+  for (const v1::PlanStep& step : artifact.steps()) {
+    if (!step.has_write_back()) continue;
+    const int32_t index = step.write_back().input_index();
+    if (index >= 0 && static_cast<size_t>(index) < args.size() &&
+        args[static_cast<size_t>(index)].defined()) {
+      result.written_back[index] = ToInterp(args[static_cast<size_t>(index)]);
+    }
+  }
+  return result;
 }
 
 // Ops whose result holds some of their first argument's values (views within its elements,
@@ -212,8 +227,9 @@ absl::StatusOr<CheckReport> CheckAgainstInterpreter(const v1::Graph& graph,
     logit_scale[logit_outputs[k]] = LargestMagnitude((*expected)[extra]);
   }
   expected->resize(expected->size() - logit_outputs.size());
-  auto actual = RunOnRuntime(artifact, b_inputs, options);
-  if (!actual.ok()) return actual.status();
+  auto run = RunOnRuntime(artifact, b_inputs, options);
+  if (!run.ok()) return run.status();
+  const std::vector<interp::Value>* actual = &run->outputs;
   CheckReport report;
   if (expected->size() != actual->size()) {
     report.ok = false;
@@ -267,6 +283,28 @@ absl::StatusOr<CheckReport> CheckAgainstInterpreter(const v1::Graph& graph,
     }
     report.worst = std::max(report.worst, verdict.worst);
     if (!verdict.ok) fail(i, verdict.message);
+  }
+  // The inputs the plan writes back hold what the interpreter's copy_ left in its inputs.
+  for (const auto& [index, value] : run->written_back) {
+    const auto* et = std::get_if<interp::Tensor>(&a_inputs[static_cast<size_t>(index)]);
+    const auto* at = std::get_if<interp::Tensor>(&value);
+    if (et == nullptr || at == nullptr) continue;
+    ++report.outputs;
+    const std::string where = absl::StrCat("input ", index, " (written back): ");
+    if (et->sizes() != at->sizes()) {
+      if (report.ok) report.message = where + "sizes differ";
+      report.ok = false;
+      continue;
+    }
+    Expectation expectation;
+    expectation.expected = *et;
+    expectation.rtol = RelativeTolerance(et->dtype()) * options.tolerance_scale;
+    const Verdict verdict = CompareTensor(*at, expectation);
+    report.worst = std::max(report.worst, verdict.worst);
+    if (!verdict.ok) {
+      if (report.ok) report.message = where + verdict.message;
+      report.ok = false;
+    }
   }
   return report;
 }

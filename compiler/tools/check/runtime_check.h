@@ -5,9 +5,10 @@
 // double precision, the artifact run by the client's CpuRuntime (buffers poisoned, extern
 // steps native, fallback steps through the interpreter), and every output compared with a
 // tolerance per dtype (relative to the output's largest magnitude; exact for integers and
-// bools, so dropout masks must match bit for bit). Graphs with bfloat16 or float16 values
-// also run without rounding, and an output that misses the tolerance passes if it is as
-// close to that exact value as eager rounding is (compare.h).
+// bools, so dropout masks must match bit for bit), as is every input the plan writes back (a
+// batch norm's running statistics) against what the interpreter's copy_ left in it. Graphs
+// with bfloat16 or float16 values also run without rounding, and an output that misses the
+// tolerance passes if it is as close to that exact value as eager rounding is (compare.h).
 //
 // Errors (the StatusOr's) are failures to run either side: inputs that cannot be made, an
 // artifact the runtime refuses or a step that fails. Outputs that differ are not errors:

@@ -75,6 +75,115 @@ TEST(RuntimeCheckTest, DifferingArtifactIsAMismatch) {
   EXPECT_GT(report->worst, 1);
 }
 
+// A float32 [8] or int64 [] tensor's metadata on the CPU.
+std::string Meta(bool vector) {
+  return vector ? R"pb(tensor {
+                         sizes { value: 8 }
+                         strides { value: 1 }
+                         storage_offset { value: 0 }
+                         dtype: DTYPE_FLOAT32
+                         device { type: "cpu" }
+                       })pb"
+                : R"pb(tensor {
+                         storage_offset { value: 0 }
+                         dtype: DTYPE_INT64
+                         device { type: "cpu" }
+                       })pb";
+}
+
+// As a training forward with keep_inference_input_mutations mutates a batch norm's
+// buffers: state += mean(x, 0) and count += 1 (copy_ into the inputs), returning the mean.
+// With `wrong`, the state is written back from the mean alone.
+v1::Graph MutatingGraph(bool wrong) {
+  const std::string text = R"pb(
+                             inputs {
+                               name: "x"
+                               meta {
+                                 tensor {
+                                   sizes { value: 4 }
+                                   sizes { value: 8 }
+                                   strides { value: 8 }
+                                   strides { value: 1 }
+                                   storage_offset { value: 0 }
+                                   dtype: DTYPE_FLOAT32
+                                   device { type: "cpu" }
+                                 }
+                               }
+                             }
+                             inputs { name: "state" role: INPUT_ROLE_BUFFER meta {)pb" +
+                           Meta(true) + R"pb(}
+                                             }
+    inputs { name: "count" role: INPUT_ROLE_BUFFER meta { )pb" +
+                           Meta(false) + R"pb(}
+                                              }
+    nodes {
+      name: "mean"
+      target: "aten.mean.dim"
+      args { ref { node: "x" } }
+      args { list { items { int_value: 0 } } }
+      outputs { )pb" + Meta(true) +
+                           R"pb(}
+                                }
+    nodes {
+      name: "add"
+      target: "aten.add.Tensor"
+      args { ref { node: "state" } }
+      args { ref { node: "mean" } }
+      outputs { )pb" + Meta(true) +
+                           R"pb(}
+                                }
+    nodes {
+      name: "copy_"
+      target: "aten.copy_.default"
+      args { ref { node: "state" } }
+      args { ref { node: ")pb" +
+                           std::string(wrong ? "mean" : "add") + R"pb(" } }
+                                                                      outputs {)pb" +
+                           Meta(true) + R"pb(}
+                                             }
+    nodes {
+      name: "add_1"
+      target: "aten.add.Tensor"
+      args { ref { node: "count" } }
+      args { int_value: 1 }
+      outputs { )pb" + Meta(false) +
+                           R"pb(}
+                                }
+    nodes {
+      name: "copy__1"
+      target: "aten.copy_.default"
+      args { ref { node: "count" } }
+      args { ref { node: "add_1" } }
+      outputs { )pb" + Meta(false) +
+                           R"pb(}
+                                }
+    output { list { items { ref { node: "mean" } } } }
+  )pb";
+  v1::Graph g;
+  EXPECT_TRUE(google::protobuf::TextFormat::ParseFromString(text, &g));
+  return g;
+}
+
+// The inputs a plan writes back are compared as outputs are.
+TEST(RuntimeCheckTest, InputsThePlanWritesBackAreCompared) {
+  const v1::Graph graph = MutatingGraph(false);
+  auto artifact = testing::CompileForCpu(graph);
+  ASSERT_TRUE(artifact.ok()) << artifact.status();
+  int write_backs = 0;
+  for (const v1::PlanStep& step : artifact->steps()) write_backs += step.has_write_back();
+  EXPECT_EQ(write_backs, 2);
+  auto report = CheckAgainstInterpreter(graph, *artifact);
+  ASSERT_TRUE(report.ok()) << report.status();
+  EXPECT_TRUE(report->ok) << report->message;
+  EXPECT_EQ(report->outputs, 3);  // the mean, the state and the count
+  auto wrong = testing::CompileForCpu(MutatingGraph(true));
+  ASSERT_TRUE(wrong.ok()) << wrong.status();
+  report = CheckAgainstInterpreter(graph, *wrong);
+  ASSERT_TRUE(report.ok()) << report.status();
+  EXPECT_FALSE(report->ok);
+  EXPECT_TRUE(absl::StrContains(report->message, "input 1 (written back)")) << report->message;
+}
+
 // An artifact the runtime refuses is an error, not a report.
 TEST(RuntimeCheckTest, ArtifactTheRuntimeRefusesIsAnError) {
   const v1::Graph graph = MulGraph(2);
