@@ -3,6 +3,7 @@
 #include <google/protobuf/text_format.h>
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <string>
 #include <vector>
 
@@ -75,92 +76,61 @@ TEST(RuntimeCheckTest, DifferingArtifactIsAMismatch) {
   EXPECT_GT(report->worst, 1);
 }
 
-// A float32 [8] or int64 [] tensor's metadata on the CPU.
-std::string Meta(bool vector) {
-  return vector ? R"pb(tensor {
-                         sizes { value: 8 }
-                         strides { value: 1 }
-                         storage_offset { value: 0 }
-                         dtype: DTYPE_FLOAT32
-                         device { type: "cpu" }
-                       })pb"
-                : R"pb(tensor {
-                         storage_offset { value: 0 }
-                         dtype: DTYPE_INT64
-                         device { type: "cpu" }
-                       })pb";
+// A CPU tensor's metadata: float32 of `sizes` (contiguous), or int64 [] when empty.
+v1::ValueMeta Meta(const std::vector<int64_t>& sizes) {
+  v1::ValueMeta meta;
+  v1::TensorMeta* t = meta.mutable_tensor();
+  int64_t stride = 1;
+  for (size_t d = sizes.size(); d-- > 0;) {
+    t->add_sizes()->set_value(sizes[d]);
+    t->add_strides()->set_value(stride);
+    stride *= sizes[d];
+  }
+  std::reverse(t->mutable_sizes()->begin(), t->mutable_sizes()->end());
+  std::reverse(t->mutable_strides()->begin(), t->mutable_strides()->end());
+  t->mutable_storage_offset()->set_value(0);
+  t->set_dtype(sizes.empty() ? v1::DTYPE_INT64 : v1::DTYPE_FLOAT32);
+  t->mutable_device()->set_type("cpu");
+  return meta;
+}
+
+v1::Argument Ref(const std::string& node) {
+  v1::Argument a;
+  a.mutable_ref()->set_node(node);
+  return a;
 }
 
 // As a training forward with keep_inference_input_mutations mutates a batch norm's
 // buffers: state += mean(x, 0) and count += 1 (copy_ into the inputs), returning the mean.
 // With `wrong`, the state is written back from the mean alone.
 v1::Graph MutatingGraph(bool wrong) {
-  const std::string text = R"pb(
-                             inputs {
-                               name: "x"
-                               meta {
-                                 tensor {
-                                   sizes { value: 4 }
-                                   sizes { value: 8 }
-                                   strides { value: 8 }
-                                   strides { value: 1 }
-                                   storage_offset { value: 0 }
-                                   dtype: DTYPE_FLOAT32
-                                   device { type: "cpu" }
-                                 }
-                               }
-                             }
-                             inputs { name: "state" role: INPUT_ROLE_BUFFER meta {)pb" +
-                           Meta(true) + R"pb(}
-                                             }
-    inputs { name: "count" role: INPUT_ROLE_BUFFER meta { )pb" +
-                           Meta(false) + R"pb(}
-                                              }
-    nodes {
-      name: "mean"
-      target: "aten.mean.dim"
-      args { ref { node: "x" } }
-      args { list { items { int_value: 0 } } }
-      outputs { )pb" + Meta(true) +
-                           R"pb(}
-                                }
-    nodes {
-      name: "add"
-      target: "aten.add.Tensor"
-      args { ref { node: "state" } }
-      args { ref { node: "mean" } }
-      outputs { )pb" + Meta(true) +
-                           R"pb(}
-                                }
-    nodes {
-      name: "copy_"
-      target: "aten.copy_.default"
-      args { ref { node: "state" } }
-      args { ref { node: ")pb" +
-                           std::string(wrong ? "mean" : "add") + R"pb(" } }
-                                                                      outputs {)pb" +
-                           Meta(true) + R"pb(}
-                                             }
-    nodes {
-      name: "add_1"
-      target: "aten.add.Tensor"
-      args { ref { node: "count" } }
-      args { int_value: 1 }
-      outputs { )pb" + Meta(false) +
-                           R"pb(}
-                                }
-    nodes {
-      name: "copy__1"
-      target: "aten.copy_.default"
-      args { ref { node: "count" } }
-      args { ref { node: "add_1" } }
-      outputs { )pb" + Meta(false) +
-                           R"pb(}
-                                }
-    output { list { items { ref { node: "mean" } } } }
-  )pb";
   v1::Graph g;
-  EXPECT_TRUE(google::protobuf::TextFormat::ParseFromString(text, &g));
+  auto input = [&](const std::string& name, v1::InputRole role, const v1::ValueMeta& meta) {
+    v1::GraphInput* in = g.add_inputs();
+    in->set_name(name);
+    in->set_role(role);
+    *in->mutable_meta() = meta;
+  };
+  auto node = [&](const std::string& name, const std::string& target,
+                  std::vector<v1::Argument> args, const v1::ValueMeta& meta) {
+    v1::Node* n = g.add_nodes();
+    n->set_name(name);
+    n->set_target(target);
+    for (v1::Argument& a : args) *n->add_args() = std::move(a);
+    *n->add_outputs() = meta;
+  };
+  v1::Argument dims, one;
+  dims.mutable_list()->add_items()->set_int_value(0);
+  one.set_int_value(1);
+  input("x", v1::INPUT_ROLE_USER_INPUT, Meta({4, 8}));
+  input("state", v1::INPUT_ROLE_BUFFER, Meta({8}));
+  input("count", v1::INPUT_ROLE_BUFFER, Meta({}));
+  node("mean", "aten.mean.dim", {Ref("x"), dims}, Meta({8}));
+  node("add", "aten.add.Tensor", {Ref("state"), Ref("mean")}, Meta({8}));
+  node("copy_", "aten.copy_.default", {Ref("state"), Ref(wrong ? "mean" : "add")}, Meta({8}));
+  node("add_1", "aten.add.Tensor", {Ref("count"), one}, Meta({}));
+  node("copy__1", "aten.copy_.default", {Ref("count"), Ref("add_1")}, Meta({}));
+  *g.mutable_output()->mutable_list()->add_items() = Ref("mean");
   return g;
 }
 
