@@ -18,7 +18,10 @@ An extern or fallback op with one tensor result writes it where the plan keeps i
 the op's `out=` overload, once the first run has shown its result has the view's dtype and
 shape, and when the view does not overlap the op's tensor arguments (the plan may give an
 output the memory of an input that dies at that step, which an op reading while it writes
-must not see). Ops without such an overload, and results on the CPU, are copied as before.
+must not see). Not through an out= overload that PyTorch generates for an op without one
+(convolution.out), which runs the op and copies its result into out: such a result, as one
+of an op without out=, is kept as its buffer's memory where it fits (BoundPlan._learn_adoption)
+and copied into the view otherwise, as are results on the CPU.
 """
 
 from __future__ import annotations
@@ -747,6 +750,8 @@ class BoundPlan:
         outs = [a for a in getattr(schema, "arguments", []) if getattr(a, "is_out", False)]
         if schema is None or len(outs) != 1 or outs[0].name != "out":
             return None
+        if not _writes_out(out_op, self.runtime.device):
+            return None
         return _unboxed(c) or out_op
 
     def _shares_storage(self, a: int, b: int) -> bool:
@@ -764,6 +769,23 @@ class BoundPlan:
 # extern kernels do. A GPT-2 step makes about 150 such calls.
 _UNBOXED_OUT = {"aten.mm.default": ("mm", 2), "aten.bmm.default": ("bmm", 2),
                 "aten.addmm.default": ("addmm", 3), "aten.baddbmm.default": ("baddbmm", 3)}
+
+
+def _writes_out(out_op: Any, device: Any) -> bool:
+    """Whether an out= overload has a kernel of its own for `device`'s backend (mm.out does).
+    PyTorch generates the out= overload of an op that has none (convolution.out): it runs the
+    op and copies the result into out, a copy of the whole result every run, where keeping the
+    result as its buffer (_learn_adoption) costs nothing. Where PyTorch cannot say, True."""
+    import torch  # noqa: PLC0415
+
+    has = getattr(out_op, "has_kernel_for_dispatch_key", None)
+    key = getattr(getattr(torch._C, "DispatchKey", None), device.type.upper(), None)
+    if has is None or key is None:
+        return True
+    try:
+        return bool(has(key))
+    except (RuntimeError, TypeError):
+        return True
 
 
 def _dense(sizes: Sequence[int], strides: Sequence[int]) -> bool:

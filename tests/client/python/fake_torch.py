@@ -135,6 +135,11 @@ class _OpOverload:
     def __init__(self, target: str, result: Any) -> None:
         self.target = target
         self._result = result
+        # The dispatch keys it has a kernel of its own for.
+        self.kernels = {"CUDA"}
+
+    def has_kernel_for_dispatch_key(self, key: str) -> bool:
+        return key in self.kernels
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         calls.append((self.target, args, kwargs))
@@ -328,7 +333,8 @@ def _reinterpret_tensor(base: Tensor, sizes: Sequence[int], strides: Sequence[in
     return Tensor(base._storage, base.dtype, base._offset + offset_increment, sizes, strides)
 
 
-_C = types.SimpleNamespace(_construct_storage_from_data_pointer=lambda address, where, nbytes:
+_C = types.SimpleNamespace(DispatchKey=types.SimpleNamespace(CUDA="CUDA"),
+                           _construct_storage_from_data_pointer=lambda address, where, nbytes:
                            UntypedStorage(nbytes, where, base=address),
                            _construct_CUDA_Tensor_From_Storage_And_Metadata=_construct_cuda_tensor,
                            _tensors_data_ptrs_at_indices_equal=_tensors_data_ptrs_at_indices_equal,

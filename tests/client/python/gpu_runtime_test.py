@@ -464,6 +464,19 @@ def test_without_the_torch_function_the_out_overload_is_called(
     assert kwargs["out"].data_ptr() == args[0].data_ptr() + 128
 
 
+def test_an_out_overload_that_copies_the_ops_result_is_not_used(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    # As PyTorch's generated convolution.out: no CUDA kernel of its own, only the op and a copy.
+    monkeypatch.setattr(torch.ops.aten.mm.out, "kernels", set())
+    runtime = GpuRuntime(mm_artifact(128), torch.device("cuda", 0))
+    copies = len(torch.copies)
+    for _ in range(3):
+        (y,) = runtime.run(mm_inputs())
+    assert len(torch.copies) == copies + 1, "the first run's copy only: the result is p"
+    target, _, kwargs = torch.calls[-1]
+    assert target == "aten.mm.default" and "out" not in kwargs
+
+
 def test_an_extern_result_over_its_own_arguments_memory_is_kept_as_its_buffer() -> None:
     # p at offset 0 overlaps t, mm's first argument: mm must not write where it reads. The
     # first run copies mm's result into p; later runs keep the result itself as p, and the
