@@ -20,6 +20,17 @@
 namespace kiln::fx {
 namespace {
 
+struct RoleName {
+  v1::InputRole role;
+  absl::string_view name;
+};
+
+constexpr RoleName kRoleNames[] = {
+    {v1::INPUT_ROLE_PARAMETER, "parameter"},   {v1::INPUT_ROLE_BUFFER, "buffer"},
+    {v1::INPUT_ROLE_USER_INPUT, "user_input"}, {v1::INPUT_ROLE_TANGENT, "tangent"},
+    {v1::INPUT_ROLE_SAVED, "saved"},           {v1::INPUT_ROLE_RNG_STATE, "rng_state"},
+};
+
 // Key order matters (kwargs keep the order FX recorded), so the ordered variant.
 using Json = nlohmann::ordered_json;
 
@@ -196,6 +207,7 @@ class Importer {
       input->set_name(name);
       if (absl::Status s = ReadMeta(name, n, input->mutable_meta()); !s.ok()) return s;
       if (absl::Status s = ReadDebug(name, n, input->mutable_debug()); !s.ok()) return s;
+      if (absl::Status s = ReadRole(name, n, input); !s.ok()) return s;
       names_.insert(name);
       return false;
     }
@@ -304,6 +316,23 @@ class Importer {
                           target.substr(kBuiltin.size(), target.size() - kBuiltin.size() - 1));
     }
     return target;
+  }
+
+  // A placeholder's optional "role": what the input stands for (parameters and buffers keep
+  // their addresses across CUDA-graph replays).
+  absl::Status ReadRole(const std::string& name, const Json& n, v1::GraphInput* input) {
+    auto it = n.find("role");
+    if (it == n.end() || it->is_null()) return absl::OkStatus();
+    std::string expected;
+    for (const RoleName& r : kRoleNames) {
+      if (it->is_string() && it->get<std::string>() == r.name) {
+        input->set_role(r.role);
+        return absl::OkStatus();
+      }
+      absl::StrAppend(&expected, expected.empty() ? "" : ", ", r.name);
+    }
+    return Error(name, "role",
+                 absl::StrCat("unknown input role ", it->dump(), " (expected ", expected, ")"));
   }
 
   absl::Status ReadDebug(const std::string& name, const Json& n, v1::DebugInfo* debug) {

@@ -168,15 +168,20 @@ def _shape_env_of(example_inputs: Sequence[Any]) -> Any:
 
 
 def graph_to_capture(gm: Any, example_inputs: Sequence[Any], *, model: str, kind: str,
-                     constants: bool = True) -> dict:
-    """The capture-format dict of an AOTAutograd GraphModule."""
+                     constants: bool = True, roles: Optional[dict[int, str]] = None) -> dict:
+    """The capture-format dict of an AOTAutograd GraphModule; `roles` gives placeholders
+    (by position) their "role" (kiln.graph_proto.ROLES: "parameter", "buffer", ...)."""
     torch = _torch()
     nodes = []
+    placeholders = 0
     for node in gm.graph.nodes:
         entry: dict = {"name": node.name, "op": node.op}
         if node.op == "placeholder":
             entry["target"] = node.target
             entry["args"], entry["kwargs"] = [], {}
+            if roles and placeholders in roles:
+                entry["role"] = roles[placeholders]
+            placeholders += 1
         elif node.op == "output":
             entry["target"] = "output"
             entry["args"], entry["kwargs"] = [encode_arg(node.args[0])], {}

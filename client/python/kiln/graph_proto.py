@@ -9,6 +9,7 @@ Needs only protobuf and the generated kiln.v1 modules: no PyTorch.
 from __future__ import annotations
 
 import base64
+import json
 import math
 import re
 import struct
@@ -35,6 +36,11 @@ MEMORY_FORMATS = {
     "torch.preserve_format": pb.MEMORY_FORMAT_PRESERVE,
 }
 DEVICE_TYPES = ("cpu", "cuda", "meta", "mps", "xpu", "hip")
+# A placeholder's "role" in the capture format (what the input stands for: parameters and
+# buffers keep their addresses across CUDA-graph replays).
+ROLES = {"parameter": pb.INPUT_ROLE_PARAMETER, "buffer": pb.INPUT_ROLE_BUFFER,
+         "user_input": pb.INPUT_ROLE_USER_INPUT, "tangent": pb.INPUT_ROLE_TANGENT,
+         "saved": pb.INPUT_ROLE_SAVED, "rng_state": pb.INPUT_ROLE_RNG_STATE}
 SYMBOL = re.compile(r"^[a-z]+[0-9]+$")
 TOKEN = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 INT64 = (-(1 << 63), (1 << 63) - 1)
@@ -266,6 +272,12 @@ class _Converter:
             inp = self.graph.inputs.add(name=name)
             self.meta(name, n, inp.meta)
             self.debug(name, n, inp.debug)
+            role = n.get("role")
+            if role is not None:
+                if not isinstance(role, str) or role not in ROLES:
+                    raise CaptureError(name, "role", f"unknown input role {json.dumps(role)} "
+                                       f"(expected {', '.join(ROLES)})")
+                inp.role = ROLES[role]
             self.names.add(name)
             return False
         if op == "output":

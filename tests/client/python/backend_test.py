@@ -220,3 +220,25 @@ def test_a_forwards_saved_values_start_after_what_autograd_returns(monkeypatch) 
     assert backend._saved_from("fw") == 4
     context.fw_metadata = None  # compiled outside AOTAutograd: every small output is copied
     assert backend._saved_from("fw") is None
+
+
+def test_a_forwards_parameters_and_buffers_are_named_as_aot_autograd_knows_them(
+        monkeypatch) -> None:
+    # static_input_indices: Dynamo's parameters and buffers among the forward's inputs;
+    # input_info says which require grad. The roles reach kilnd in the graph, whose CUDA-graph
+    # analysis lets a plan that writes back a buffer be captured.
+    import types
+
+    from kiln import backend
+
+    info = [types.SimpleNamespace(requires_grad=g) for g in (True, False, False, False)]
+    context = types.SimpleNamespace(fw_metadata=types.SimpleNamespace(
+        static_input_indices=[0, 2, 9], input_info=info))
+    guards = types.SimpleNamespace(TracingContext=types.SimpleNamespace(
+        try_get=lambda: context))
+    monkeypatch.setitem(sys.modules, "torch", types.SimpleNamespace(_guards=guards))
+    assert backend._static_roles("fw", 4) == {0: "parameter", 2: "buffer"}  # 9: no such input
+    assert backend._static_roles("infer", 4) == {0: "parameter", 2: "buffer"}
+    assert backend._static_roles("bw", 4) == {}
+    context.fw_metadata = None
+    assert backend._static_roles("fw", 4) == {}

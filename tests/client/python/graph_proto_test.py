@@ -8,6 +8,7 @@ import gzip
 import json
 import os
 import pathlib
+import re
 import subprocess
 
 import pytest
@@ -81,7 +82,19 @@ def test_constants_become_factory_calls() -> None:
     assert node.kwargs[0].value.dtype == pb.DTYPE_BFLOAT16
 
 
+def test_placeholder_roles_convert() -> None:
+    g = small()
+    assert capture_to_graph(g).inputs[0].role == pb.INPUT_ROLE_UNSPECIFIED
+    g["nodes"][0]["role"] = "parameter"
+    assert capture_to_graph(g).inputs[0].role == pb.INPUT_ROLE_PARAMETER
+
+
 @pytest.mark.parametrize("edit, message", [
+    (lambda g: g["nodes"][0].__setitem__("role", "weights"),
+     'node "x" role: unknown input role "weights" (expected parameter, buffer, user_input, '
+     'tangent, saved, rng_state)'),
+    (lambda g: g["nodes"][0].__setitem__("role", ["buffer"]),
+     'node "x" role: unknown input role ["buffer"]'),
     (lambda g: g["nodes"][1]["args"].__setitem__(0, {"node": "nowhere"}),
      'node "relu" args[0]: refers to unknown node "nowhere"'),
     (lambda g: g["nodes"][1]["meta"].__setitem__("dtype", "torch.float33"),
@@ -93,5 +106,5 @@ def test_constants_become_factory_calls() -> None:
 def test_bad_captures_name_node_and_field(edit, message: str) -> None:
     g = small()
     edit(g)
-    with pytest.raises(CaptureError, match=message.replace("[", r"\[").replace("]", r"\]")):
+    with pytest.raises(CaptureError, match=re.escape(message)):
         capture_to_graph(g)

@@ -266,6 +266,23 @@ TEST(CaptureImportTest, SmallGraphImports) {
   EXPECT_EQ(g->nodes(0).outputs(0).tensor().device().index(), 0);
 }
 
+TEST(CaptureImportTest, PlaceholderRolesImport) {
+  Json j = SmallGraph();
+  absl::StatusOr<v1::Graph> g = ImportCapture(j.dump());
+  ASSERT_TRUE(g.ok()) << g.status();
+  EXPECT_EQ(g->inputs(0).role(), v1::INPUT_ROLE_UNSPECIFIED);
+  j["nodes"][0]["role"] = "buffer";
+  g = ImportCapture(j.dump());
+  ASSERT_TRUE(g.ok()) << g.status();
+  EXPECT_EQ(g->inputs(0).role(), v1::INPUT_ROLE_BUFFER);
+  j["nodes"][0]["role"] = "weights";
+  absl::Status s = ImportJson(j);
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(s.message(),
+            "node \"x\" role: unknown input role \"weights\" (expected parameter, buffer, "
+            "user_input, tangent, saved, rng_state)");
+}
+
 TEST(CaptureImportTest, MissingReferenceNamesNodeAndField) {
   Json j = SmallGraph();
   j["nodes"][1]["args"][0]["node"] = "nowhere";
