@@ -11,6 +11,7 @@
 #include "compiler/fuse/coalesce_dims.h"
 #include "compiler/fuse/fuse.h"
 #include "compiler/fuse/narrow_masks.h"
+#include "compiler/fuse/order_dims.h"
 #include "compiler/fuse/pad_rows.h"
 #include "compiler/fuse/split_reductions.h"
 #include "compiler/loop/verify.h"
@@ -97,6 +98,11 @@ absl::StatusOr<v1::CompiledGraph> Compile(const graph::Graph& graph,
   });
   if (!fused.ok()) return fused.status();
   show("narrow", *fused);
+  fused = RunPhase(context, "order", [&]() -> absl::StatusOr<loop::Program> {
+    return fuse::OrderDims(*std::move(fused));
+  });
+  if (!fused.ok()) return fused.status();
+  show("order", *fused);
   fused = RunPhase(context, "coalesce", [&]() -> absl::StatusOr<loop::Program> {
     return fuse::CoalesceDims(*std::move(fused));
   });

@@ -95,7 +95,7 @@ TEST_F(CompileTest, TheTargetsBackendSchedulesAndGenerates) {
   absl::StatusOr<v1::CompiledGraph> artifact =
       Compile(*graph_, Target(codegen::kTargetCudaSm90), "key", context);
   ASSERT_TRUE(artifact.ok()) << artifact.status();
-  EXPECT_THAT(phases, ElementsAre("decompose", "lower", "pad", "fuse", "split", "narrow",
+  EXPECT_THAT(phases, ElementsAre("decompose", "lower", "pad", "fuse", "split", "narrow", "order",
                                   "coalesce", "specialize", "plan", "codegen", "digest"));
 
   EXPECT_EQ(artifact->target(), codegen::kTargetCudaSm90);
