@@ -216,7 +216,7 @@ def _compilers(compiler: GraphCompiler, settings: Settings, frame: str,
 
     return {"fw_compiler": compile_kind("fw"), "bw_compiler": compile_kind("bw"),
             "inference_compiler": compile_kind("infer"),
-            **aot_autograd_options(settings.partitioner)}
+            **aot_autograd_options(settings.partitioner, settings.layout_optimization)}
 
 
 def _compile_aot_graph(compiler: GraphCompiler, settings: Settings, gm: Any,
@@ -239,13 +239,15 @@ def _graph_runner(compiler: GraphCompiler, settings: Settings, gm: Any, inputs: 
                   name: str, kind: str) -> tuple[Callable, Decision, Optional[int]]:
     """One AOTAutograd graph captured, compiled by kilnd and loaded: its runner, the decision
     the runner carries out and, for a forward, the index of its first saved output."""
-    from kiln.capture import graph_to_capture  # noqa: PLC0415
+    from kiln.capture import (choose_inference_layouts, graph_to_capture,  # noqa: PLC0415
+                              static_roles)
     from kiln.graph_proto import capture_to_graph  # noqa: PLC0415
 
     try:
         with timings.phase("capture"):
+            choose_inference_layouts(gm, kind, settings.layout_optimization)
             graph = capture_to_graph(graph_to_capture(gm, inputs, model=name, kind=kind,
-                                                      roles=_static_roles(kind, len(inputs))))
+                                                      roles=static_roles(kind, len(inputs))))
     except ValueError as e:  # CaptureError is a ValueError, as are encode_arg's refusals
         decision = compiler.capture_failed(e, name)
     else:
@@ -256,31 +258,6 @@ def _graph_runner(compiler: GraphCompiler, settings: Settings, gm: Any, inputs: 
     runner, ran = _runner(decision, gm, inputs, kind, compiler.policy, name, settings.cudagraphs,
                           saved_from)
     return runner, ran, saved_from
-
-
-def _static_roles(kind: str, inputs: int) -> dict[int, str]:
-    """For a forward or inference graph, the roles of its parameters and buffers by input
-    position, as AOTAutograd knows them (fw_metadata.static_input_indices: Dynamo's parameters
-    and buffers, and tensors marked static): "parameter" for those that require grad, "buffer"
-    for the rest. kilnd's CUDA-graph analysis reads them in place on every replay, and lets a
-    plan that mutates them be captured (a batch norm's running statistics). Empty when
-    unknown."""
-    if kind not in ("fw", "infer"):
-        return {}
-    import torch  # noqa: PLC0415
-
-    context = torch._guards.TracingContext.try_get()
-    meta = getattr(context, "fw_metadata", None)
-    indices = getattr(meta, "static_input_indices", None)
-    info = getattr(meta, "input_info", None) or []
-    if not isinstance(indices, (list, tuple)):
-        return {}
-    roles = {}
-    for i in indices:
-        if isinstance(i, int) and 0 <= i < inputs:
-            grad = i < len(info) and bool(getattr(info[i], "requires_grad", False))
-            roles[i] = "parameter" if grad else "buffer"
-    return roles
 
 
 def _saved_from(kind: str) -> Optional[int]:

@@ -167,6 +167,40 @@ def _shape_env_of(example_inputs: Sequence[Any]) -> Any:
     return None
 
 
+def static_roles(kind: str, inputs: int) -> dict[int, str]:
+    """For a forward or inference graph, the roles of its parameters and buffers by input
+    position, as AOTAutograd knows them (fw_metadata.static_input_indices: Dynamo's parameters
+    and buffers, and tensors marked static): "parameter" for those that require grad, "buffer"
+    for the rest. kilnd's CUDA-graph analysis reads them in place on every replay, and lets a
+    plan that mutates them be captured (a batch norm's running statistics). Empty when
+    unknown."""
+    if kind not in ("fw", "infer"):
+        return {}
+    import torch  # noqa: PLC0415
+
+    context = torch._guards.TracingContext.try_get()
+    meta = getattr(context, "fw_metadata", None)
+    indices = getattr(meta, "static_input_indices", None)
+    info = getattr(meta, "input_info", None) or []
+    if not isinstance(indices, (list, tuple)):
+        return {}
+    roles = {}
+    for i in indices:
+        if isinstance(i, int) and 0 <= i < inputs:
+            grad = i < len(info) and bool(getattr(info[i], "requires_grad", False))
+            roles[i] = "parameter" if grad else "buffer"
+    return roles
+
+
+def choose_inference_layouts(gm: Any, kind: str, layouts: bool) -> None:
+    """With `layouts`, an inference graph's activations get the layouts kiln.layouts chooses
+    (a training graph's were chosen on its joint graph, before it was partitioned)."""
+    if kind == "infer" and layouts:
+        from kiln.layouts import choose  # noqa: PLC0415
+
+        choose(gm.graph)
+
+
 def graph_to_capture(gm: Any, example_inputs: Sequence[Any], *, model: str, kind: str,
                      constants: bool = True, roles: Optional[dict[int, str]] = None) -> dict:
     """The capture-format dict of an AOTAutograd GraphModule; `roles` gives placeholders
@@ -277,12 +311,15 @@ class Recorder:
     graphs: list = field(default_factory=list)
     reference_bytes: int = 0
     partitioner: str = DEFAULT_PARTITIONER
+    layouts: bool = True  # as the backend chooses them by default (kiln.layouts)
 
     def _compiler(self, kind: str) -> Callable:
         from functorch.compile import make_boxed_func  # noqa: PLC0415
 
         def compile_graph(gm: Any, example_inputs: Sequence[Any]) -> Callable:
-            capture = graph_to_capture(gm, example_inputs, model=self.model, kind=kind)
+            choose_inference_layouts(gm, kind, self.layouts)
+            capture = graph_to_capture(gm, example_inputs, model=self.model, kind=kind,
+                                       roles=static_roles(kind, len(example_inputs)))
             graph = CapturedGraph(kind, capture)
             self.graphs.append(graph)
             run = make_boxed_func(gm.forward)
@@ -319,7 +356,7 @@ class Recorder:
 
         return aot_autograd(fw_compiler=self._compiler("fw"), bw_compiler=self._compiler("bw"),
                             inference_compiler=self._compiler("infer"),
-                            **aot_autograd_options(self.partitioner))
+                            **aot_autograd_options(self.partitioner, self.layouts))
 
 
 def write_graphs(graphs: Sequence[CapturedGraph], out_dir: pathlib.Path, stem: str) -> list:

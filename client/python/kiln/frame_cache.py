@@ -52,14 +52,15 @@ FORMAT = 1
 
 
 def frame_tag(settings: Settings, target: str) -> str:
-    """The tag in every frame key: Kiln's entry format, the partitioner and the ops
-    AOTAutograd decomposes for it (kiln.partitioning.recipe), which change the graphs
+    """The tag in every frame key: Kiln's entry format, the partitioner, the ops AOTAutograd
+    decomposes for it and the layout choice (kiln.partitioning.recipe), which change the graphs
     AOTAutograd hands over (AOTAutogradCache's key leaves both out), and a digest of the
     compile options (target, precision, require_cudagraph, backend options) that change
     kilnd's code."""
     options = compile_options(settings, target).SerializeToString(deterministic=True)
     digest = hashlib.sha256(options).hexdigest()[:16]
-    return f"kiln-frame-{FORMAT}-{partitioning.recipe(settings.partitioner)}-{digest}"
+    recipe = partitioning.recipe(settings.partitioner, settings.layout_optimization)
+    return f"kiln-frame-{FORMAT}-{recipe}-{digest}"
 
 
 def refusal(settings: Settings, world_size: int) -> Optional[str]:

@@ -47,23 +47,32 @@ def decomposed(partitioner: str) -> tuple[str, ...]:
                          f"{', '.join(_DECOMPOSED)}") from None
 
 
-def recipe(partitioner: str) -> str:
-    """Names the partitioner and its decompositions, for keys of what AOTAutograd made of a
-    graph (kiln.frame_cache): another set of decompositions gives other graphs."""
+def recipe(partitioner: str, layouts: bool = False) -> str:
+    """Names the partitioner and its decompositions, and whether layouts are chosen on the
+    joint graph (kiln.layouts), for keys of what AOTAutograd made of a graph
+    (kiln.frame_cache): either changes the graphs."""
     ops = decomposed(partitioner)
-    if not ops:
-        return partitioner
-    return f"{partitioner}.{hashlib.sha256(','.join(ops).encode()).hexdigest()[:8]}"
+    name = partitioner
+    if ops:
+        name = f"{partitioner}.{hashlib.sha256(','.join(ops).encode()).hexdigest()[:8]}"
+    return f"{name}.channels_last" if layouts else name
 
 
-def partition_fn(partitioner: str) -> Callable:
-    """AOTAutograd's partitioner that `partitioner` names."""
+def partition_fn(partitioner: str, layouts: bool = False) -> Callable:
+    """AOTAutograd's partitioner that `partitioner` names; with `layouts`, choosing the
+    activations' layouts on the joint graph before it partitions (kiln.layouts)."""
     from torch._functorch import partitioners  # noqa: PLC0415
 
     decomposed(partitioner)  # refuses an unknown name
     if partitioner == "default":
-        return partitioners.default_partition
-    return partitioners.min_cut_rematerialization_partition
+        partition = partitioners.default_partition
+    else:
+        partition = partitioners.min_cut_rematerialization_partition
+    if not layouts:
+        return partition
+    from kiln.layouts import wrap_partition  # noqa: PLC0415
+
+    return wrap_partition(partition)
 
 
 def decompositions(partitioner: str) -> dict[Any, Callable]:
@@ -84,13 +93,14 @@ def decompositions(partitioner: str) -> dict[Any, Callable]:
     return get_decompositions(overloads)
 
 
-def aot_autograd_options(partitioner: str) -> dict[str, Any]:
-    """aot_autograd's keyword arguments for `partitioner`: partition_fn and decompositions,
+def aot_autograd_options(partitioner: str, layouts: bool = False) -> dict[str, Any]:
+    """aot_autograd's keyword arguments for `partitioner` (and `layouts`, kiln.layouts):
+    partition_fn and decompositions,
     and keep_inference_input_mutations, as Inductor asks: a graph writes the inputs it mutates
     that autograd does not see (a batch norm's running statistics, an optimizer's state) itself,
     with `copy_`, which kilnd plans as write-backs at the end of the graph, instead of returning
     each new value for AOTAutograd's wrapper to copy in after the call (a copy_ from Python per
     input and run; ResNet-18 has 60 such inputs)."""
-    return {"partition_fn": partition_fn(partitioner),
+    return {"partition_fn": partition_fn(partitioner, layouts),
             "decompositions": decompositions(partitioner),
             "keep_inference_input_mutations": True}

@@ -18,6 +18,7 @@ environment, then defaults.
 | precision | KILN_PRECISION | strict (or allow_tf32, fast_math) |
 | target | KILN_TARGET | from the graph's device: cuda:sm_XY, or x86_64 |
 | partitioner | KILN_PARTITIONER | min_cut (or default): how AOTAutograd splits the joint graph into forward and backward (kiln.backend) |
+| layout_optimization | KILN_LAYOUT_OPTIMIZATION | true: the activations around convolutions are channels last (kiln.layouts) |
 | backend_options | (none) | {}: named compiler switches, part of the compile key |
 
 Booleans from the environment are 1/0, true/false, yes/no, on/off. Every bad value is a
@@ -71,6 +72,7 @@ class Settings:
     precision: str = "strict"
     target: Optional[str] = None
     partitioner: str = DEFAULT_PARTITIONER
+    layout_optimization: bool = True
     backend_options: Mapping[str, str] = field(default_factory=dict, hash=False)
 
     @staticmethod
@@ -223,6 +225,8 @@ class _Reader:
             target=self.text("target", "KILN_TARGET", None, _check_target),
             partitioner=self.choice("partitioner", "KILN_PARTITIONER", PARTITIONERS,
                                     DEFAULT_PARTITIONER),
+            layout_optimization=self.flag("layout_optimization", "KILN_LAYOUT_OPTIMIZATION",
+                                          default=True),
             backend_options=self.backend_options(),
         )
 

@@ -194,11 +194,17 @@ def test_the_joint_graph_is_split_by_min_cut_unless_the_setting_says_default(
         assert settings.partitioner == expected
         options_handed = ("partition_fn", "decompositions", "keep_inference_input_mutations")
         assert {k: compilers[k] for k in options_handed} == (
-            partitioning.aot_autograd_options(expected))
+            partitioning.aot_autograd_options(expected, layouts=True))
         assert len(compilers["decompositions"]) == (5 if expected == "min_cut" else 0)
         handed = capture.Recorder("m", partitioner=settings.partitioner).backend()
         assert {k: handed[k] for k in options_handed} == (
-            partitioning.aot_autograd_options(expected))
+            partitioning.aot_autograd_options(expected, layouts=True))
+    # Without the layout choice, the partitioner is PyTorch's own.
+    settings = Settings.from_options({"layout_optimization": False}, {})
+    compilers = backend._compilers(compiler(ScriptedClient(), settings, []), settings,
+                                   "frame 0/0", cached=False)
+    assert compilers["partition_fn"] == partitioning.partition_fn("min_cut")
+    assert compilers["partition_fn"] != partitioning.partition_fn("min_cut", layouts=True)
 
 
 def test_a_forwards_saved_values_start_after_what_autograd_returns(monkeypatch) -> None:
@@ -229,7 +235,7 @@ def test_a_forwards_parameters_and_buffers_are_named_as_aot_autograd_knows_them(
     # analysis lets a plan that writes back a buffer be captured.
     import types
 
-    from kiln import backend
+    from kiln import capture
 
     info = [types.SimpleNamespace(requires_grad=g) for g in (True, False, False, False)]
     context = types.SimpleNamespace(fw_metadata=types.SimpleNamespace(
@@ -237,8 +243,8 @@ def test_a_forwards_parameters_and_buffers_are_named_as_aot_autograd_knows_them(
     guards = types.SimpleNamespace(TracingContext=types.SimpleNamespace(
         try_get=lambda: context))
     monkeypatch.setitem(sys.modules, "torch", types.SimpleNamespace(_guards=guards))
-    assert backend._static_roles("fw", 4) == {0: "parameter", 2: "buffer"}  # 9: no such input
-    assert backend._static_roles("infer", 4) == {0: "parameter", 2: "buffer"}
-    assert backend._static_roles("bw", 4) == {}
+    assert capture.static_roles("fw", 4) == {0: "parameter", 2: "buffer"}  # 9: no such input
+    assert capture.static_roles("infer", 4) == {0: "parameter", 2: "buffer"}
+    assert capture.static_roles("bw", 4) == {}
     context.fw_metadata = None
-    assert backend._static_roles("fw", 4) == {}
+    assert capture.static_roles("fw", 4) == {}

@@ -32,7 +32,8 @@ def test_the_tag_names_the_options_that_change_the_graphs_or_kilnds_code_and_no_
                     frame_cache.frame_tag(settings(precision="allow_tf32"), "cuda:sm_90"),
                     frame_cache.frame_tag(settings(require_cudagraph=True), "cuda:sm_90"),
                     frame_cache.frame_tag(settings(backend_options={"unroll": 4}), "cuda:sm_90"),
-                    frame_cache.frame_tag(settings(partitioner="default"), "cuda:sm_90")):
+                    frame_cache.frame_tag(settings(partitioner="default"), "cuda:sm_90"),
+                    frame_cache.frame_tag(settings(layout_optimization=False), "cuda:sm_90")):
         assert changed != base
     # Where the frame runs, how it is launched and where kilnd is do not change the code.
     for same in (settings(cudagraphs=True), settings(server="elsewhere:1"),

@@ -86,6 +86,8 @@ def test_the_recipe_names_the_partitioner_and_changes_with_its_decompositions(
     monkeypatch.setitem(partitioning._DECOMPOSED, "min_cut",
                         partitioning.MIN_CUT_DECOMPOSITIONS[1:])
     assert partitioning.recipe("min_cut") not in (base, "min_cut")
+    # Layouts chosen on the joint graph give other graphs too.
+    assert partitioning.recipe("default", layouts=True) == "default.channels_last"
 
 
 def test_an_unknown_partitioner_is_named(monkeypatch: pytest.MonkeyPatch) -> None:

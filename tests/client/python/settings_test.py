@@ -18,16 +18,17 @@ def test_defaults_with_an_empty_environment() -> None:
     assert not s.cudagraphs and not s.require_cudagraph and s.frame_cache
     assert s.job_id == "" and s.token == "" and s.target is None
     assert s.ca_cert is None and dict(s.backend_options) == {}
-    assert s.partitioner == "min_cut"
+    assert s.partitioner == "min_cut" and s.layout_optimization
 
 
 def test_environment_is_read() -> None:
     env = {"KILN_SERVER": "kiln.internal:7000", "KILN_FALLBACK": "inductor",
            "KILN_CUDAGRAPHS": "yes", "KILN_REQUIRE_CUDAGRAPH": "1", "KILN_DEADLINE": "2.5",
            "KILN_PRECISION": "allow_tf32", "KILN_TARGET": "cuda:sm_90", "KILN_JOB_ID": "run-7",
-           "KILN_FRAME_CACHE": "off", "KILN_PARTITIONER": "default"}
+           "KILN_FRAME_CACHE": "off", "KILN_PARTITIONER": "default",
+           "KILN_LAYOUT_OPTIMIZATION": "0"}
     s = Settings.from_options({}, env)
-    assert not s.frame_cache
+    assert not s.frame_cache and not s.layout_optimization
     assert s.partitioner == "default"
     assert s.server == "kiln.internal:7000"
     assert s.fallback == "inductor"
@@ -79,6 +80,8 @@ def test_job_id_defaults_to_the_launchers_run_id() -> None:
     ({}, {"KILN_PARTITIONER": "mincut"}, "partitioner", "KILN_PARTITIONER",
      "'mincut' is not one of min_cut, default"),
     ({"target": "sm_90"}, {}, "target", "options", "is not x86_64 or cuda:sm_NN"),
+    ({}, {"KILN_LAYOUT_OPTIMIZATION": "nhwc"}, "layout_optimization",
+     "KILN_LAYOUT_OPTIMIZATION", "expected a boolean"),
     ({"backend_options": {"a b": "1"}}, {}, "backend_options", "options", "bad option name"),
     ({"backend_options": {"a": [1]}}, {}, "backend_options", "options", "expected a string"),
     ({"serverr": "x:1"}, {}, "serverr", "options", "unknown option"),
