@@ -34,6 +34,7 @@
 #include "compiler/compile.h"
 #include "compiler/fuse/coalesce_dims.h"
 #include "compiler/fuse/narrow_masks.h"
+#include "compiler/fuse/order_dims.h"
 #include "compiler/fuse/split_reductions.h"
 #include "compiler/graph/import.h"
 #include "compiler/lower/kernel_names.h"
@@ -157,15 +158,16 @@ TEST_P(CorpusTest, CompilesForSm90WhereItCompilesForX86) {
 
   // The fused program (matmul rows padded as sm_90 asks), and as sm_90 runs it: reductions
   // that would leave the GPU idle cut into parts (x86-64 cuts none), masked indices narrowed,
-  // then dimensions that index as one merged, then the target's own rewrites; its kernels
-  // named as Compile names them.
+  // pointwise kernels walked in their stores' order, then dimensions that index as one
+  // merged, then the target's own rewrites; its kernels named as Compile names them.
   absl::StatusOr<loop::Program> fused =
       testing::FuseGraph(*proto, codegen::nvptx::NewBackend()->MatmulRowAlignment());
   ASSERT_TRUE(fused.ok()) << fused.status();
-  loop::Program program = codegen::nvptx::Specialize(fuse::CoalesceDims(fuse::NarrowMaskedIndices(
-      fuse::SplitReductions(*fused, [](const loop::Program&, const loop::Kernel& k) {
-        return codegen::nvptx::ReductionParts(k);
-      }))));
+  loop::Program program =
+      codegen::nvptx::Specialize(fuse::CoalesceDims(fuse::OrderDims(fuse::NarrowMaskedIndices(
+          fuse::SplitReductions(*fused, [](const loop::Program&, const loop::Kernel& k) {
+            return codegen::nvptx::ReductionParts(k);
+          })))));
   lower::NameKernels(canon::CanonicalGraph(*g), program);
   absl::StatusOr<loop::Program> fused_for_x86 = testing::FuseGraph(*proto);
   ASSERT_TRUE(fused_for_x86.ok()) << fused_for_x86.status();
