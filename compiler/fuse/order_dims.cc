@@ -17,15 +17,9 @@ using loop::Inst;
 using loop::Kernel;
 using loop::Opcode;
 
-bool Mentions(const IndexExpr& e, int32_t var) {
-  std::vector<int32_t> vars;
-  e.CollectVars(&vars);
-  return std::find(vars.begin(), vars.end(), var) != vars.end();
-}
-
 // The constant coefficient of every parallel variable in `e`, or nullopt when some variable
 // appears other than as a constant factor of terms (inside a division, times another variable
-// or a symbol).
+// or a symbol) or `e` walks a reduction variable (a store inside the reduction loop).
 std::optional<std::vector<int64_t>> Coefficients(const IndexExpr& e, int32_t parallel) {
   std::vector<int64_t> coef(static_cast<size_t>(parallel), 0);
   for (const loop::Term& t : e.terms()) {
@@ -34,12 +28,9 @@ std::optional<std::vector<int64_t>> Coefficients(const IndexExpr& e, int32_t par
       if (a.kind == Atom::Kind::kVar) {
         if (var >= 0 || a.id >= parallel) return std::nullopt;
         var = a.id;
-      } else if (a.operands != nullptr) {
-        for (int32_t v = 0; v < parallel; ++v) {
-          if (Mentions(a.operands->first, v) || Mentions(a.operands->second, v)) {
-            return std::nullopt;
-          }
-        }
+      } else if (a.operands != nullptr &&
+                 (a.operands->first.UsesVars() || a.operands->second.UsesVars())) {
+        return std::nullopt;
       }
     }
     if (var < 0) continue;
@@ -75,7 +66,7 @@ std::vector<int32_t> Ranked(const Kernel& k, const std::vector<int64_t>& coef) {
 
 Kernel OrderDims(Kernel kernel) {
   const int32_t np = static_cast<int32_t>(kernel.parallel.size());
-  if (np < 2 || !kernel.reduction.empty()) return kernel;
+  if (np < 2) return kernel;
   std::optional<std::vector<int32_t>> order;
   bool coalesced_now = true;
   for (const Inst& in : kernel.insts) {

@@ -112,10 +112,24 @@ TEST(OrderDimsTest, UnitDimensionsKeepTheirPlaces) {
   EXPECT_EQ(k.parallel, before.parallel);
 }
 
-TEST(OrderDimsTest, ReductionsAndIndicesOutsideTheAffineFormAreLeft) {
-  loop::Kernel reduced = ScaleRelu(2, 3, 4, 5, true, true);
-  reduced.reduction = {C(2)};
-  EXPECT_EQ(fuse::OrderDims(reduced).parallel, reduced.parallel);
+TEST(OrderDimsTest, AReductionKeepsItsReductionVariables) {
+  // A window of 2 over x's next row, as a pool reads it: the load walks the reduction
+  // variable p4, which stays p4.
+  loop::Kernel before = ScaleRelu(2, 3, 4, 5, true, true);
+  before.reduction = {C(2)};
+  before.insts[0].index = before.insts[0].index + V(4) * C(15);
+  before.stages = {{true, 0, 5}, {false, 5, 6}};
+  const loop::Kernel k = fuse::OrderDims(before);
+  EXPECT_EQ(k.parallel, (std::vector<IndexExpr>{C(2), C(4), C(5), C(3)}));
+  EXPECT_EQ(k.reduction, before.reduction);
+  EXPECT_EQ(k.insts[0].index, V(0) * C(60) + V(1) * C(15) + V(2) * C(3) + V(3) + V(4) * C(15));
+  // A store inside the reduction loop walks p4: left.
+  loop::Kernel scatter = before;
+  scatter.insts[5].index = scatter.insts[5].index + V(4);
+  EXPECT_EQ(fuse::OrderDims(scatter).parallel, scatter.parallel);
+}
+
+TEST(OrderDimsTest, IndicesOutsideTheAffineFormAreLeft) {
   loop::Kernel divided = ScaleRelu(2, 3, 4, 5, true, true);
   divided.insts[5].index =
       divided.insts[5].index + IndexExpr::FloorDiv(V(3), C(2), divided.Extents());
