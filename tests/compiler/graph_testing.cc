@@ -294,4 +294,16 @@ void AddKernel(loop::Program& p, const std::string& node, int64_t size,
   p.steps.push_back(step);
 }
 
+void ExpectSameIndicesAt(const loop::Kernel& before, const std::vector<int64_t>& vars,
+                         const loop::Kernel& after, const std::vector<int64_t>& after_vars,
+                         int64_t flat) {
+  ASSERT_EQ(before.insts.size(), after.insts.size());
+  for (size_t i = 0; i < before.insts.size(); ++i) {
+    absl::StatusOr<int64_t> want = before.insts[i].index.Evaluate({}, vars);
+    absl::StatusOr<int64_t> got = after.insts[i].index.Evaluate({}, after_vars);
+    ASSERT_TRUE(want.ok() && got.ok());
+    ASSERT_EQ(*got, *want) << "instruction " << i << " at flat " << flat;
+  }
+}
+
 }  // namespace kiln::testing

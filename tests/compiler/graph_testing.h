@@ -72,5 +72,11 @@ loop::Inst Binary(loop::Opcode op, int32_t a, int32_t b);
 // A kernel over [size] computing `insts` in one stage, launched as the program's next step.
 void AddKernel(loop::Program& p, const std::string& node, int64_t size,
                std::vector<loop::Inst> insts, bool fusible = true);
+// Expects every instruction index of `before` at the variable values `vars` to equal the same
+// instruction's of `after` at `after_vars` (a rewrite of the kernel's variables keeps every
+// index's value); `flat` names the point in failures.
+void ExpectSameIndicesAt(const loop::Kernel& before, const std::vector<int64_t>& vars,
+                         const loop::Kernel& after, const std::vector<int64_t>& after_vars,
+                         int64_t flat);
 
 }  // namespace kiln::testing

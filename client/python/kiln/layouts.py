@@ -169,24 +169,27 @@ def _sizes(t: Any) -> list[Any]:
     return list(t.shape)
 
 
-def _channels_last(t: Any) -> bool:
-    """A 4-D tensor laid out channels last, and not also contiguous (C or H*W of 1)."""
+def _layouts(t: Any) -> tuple[bool, bool]:
+    """Whether `t` is a 4-D tensor laid out channels last, and whether it is one laid out
+    contiguously (both, where C or H*W is 1)."""
     if not _four_d(t):
-        return False
+        return False, False
     sizes = _sizes(t)
     strides = list(t.stride())
-    return _same(strides, channels_last_strides(sizes), sizes) and not _same(
-        strides, contiguous_strides(sizes), sizes)
+    return (_same(strides, channels_last_strides(sizes), sizes),
+            _same(strides, contiguous_strides(sizes), sizes))
+
+
+def _channels_last(t: Any) -> bool:
+    """A 4-D tensor laid out channels last, and not also contiguous."""
+    last, contiguous = _layouts(t)
+    return last and not contiguous
 
 
 def _wants_channels_last(t: Any) -> bool:
     """A contiguous 4-D tensor whose channels-last layout differs."""
-    if not _four_d(t):
-        return False
-    sizes = _sizes(t)
-    strides = list(t.stride())
-    return _same(strides, contiguous_strides(sizes), sizes) and not _same(
-        channels_last_strides(sizes), strides, sizes)
+    last, contiguous = _layouts(t)
+    return contiguous and not last
 
 
 def _four_d(t: Any) -> bool:

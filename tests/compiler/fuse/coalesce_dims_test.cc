@@ -102,12 +102,8 @@ void ExpectSameIndices(const loop::Kernel& before, const loop::Kernel& after) {
       avars[d] = element % after_extents[d];
       element /= after_extents[d];
     }
-    for (size_t i = 0; i < before.insts.size(); ++i) {
-      absl::StatusOr<int64_t> want = before.insts[i].index.Evaluate({}, vars);
-      absl::StatusOr<int64_t> got = after.insts[i].index.Evaluate({}, avars);
-      ASSERT_TRUE(want.ok() && got.ok());
-      ASSERT_EQ(*got, *want) << "instruction " << i << " at flat " << flat;
-    }
+    testing::ExpectSameIndicesAt(before, vars, after, avars, flat);
+    if (::testing::Test::HasFatalFailure()) return;
   }
 }
 

@@ -66,12 +66,8 @@ void ExpectSameIndices(const loop::Kernel& before, const loop::Kernel& after,
       rest /= extents[d];
     }
     for (size_t i = 0; i < order.size(); ++i) permuted[i] = vars[static_cast<size_t>(order[i])];
-    for (size_t i = 0; i < before.insts.size(); ++i) {
-      absl::StatusOr<int64_t> want = before.insts[i].index.Evaluate({}, vars);
-      absl::StatusOr<int64_t> got = after.insts[i].index.Evaluate({}, permuted);
-      ASSERT_TRUE(want.ok() && got.ok());
-      ASSERT_EQ(*got, *want) << "instruction " << i << " at flat " << flat;
-    }
+    testing::ExpectSameIndicesAt(before, vars, after, permuted, flat);
+    if (::testing::Test::HasFatalFailure()) return;
   }
 }
 
