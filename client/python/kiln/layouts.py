@@ -15,7 +15,8 @@ has to say channels last where the convolutions want it:
 - except a result that the graph returns (the user's outputs and the gradients keep the
   layout autograd expects), one that a view reads (a view's sizes and strides are recorded
   from its input's: changing the input would change what the view means), and one that is
-  channels last or not contiguous already.
+  channels last or not contiguous already. An alias or a detach (IDENTITY_VIEWS) is its
+  input whole: it takes the input's new layout, and what holds for the input holds for it.
 
 Both graphs the partitioner makes from the joint one carry its metadata, so the forward
 saves each activation in the layout its backward reads it in. The choice changes only
@@ -35,6 +36,10 @@ from typing import Any, Callable, Iterator
 # Ops whose result is a convolution's output, channels last from the first convolution on.
 CONVOLUTIONS = ("aten.convolution.default", "aten.cudnn_convolution.default",
                 "aten._convolution.default")
+# Views that are their input whole, sizes and strides alike (autograd's detach, which the
+# min-cut partitioner's decompositions make an alias, before every activation a backward
+# reads): they take their input's layout with it.
+IDENTITY_VIEWS = ("aten.alias.default", "aten.detach.default")
 
 
 def choose(graph: Any) -> int:
@@ -51,14 +56,30 @@ def choose(graph: Any) -> int:
                 _channels_last(_val(a)) for a in _node_args(node)):
             continue
         for index, value, readers in _results(node):
-            if not _wants_channels_last(value) or any(r in returned for r in readers):
+            aliases = _aliases(readers)
+            if not _wants_channels_last(value) or any(r in returned for r in readers + aliases):
                 continue
-            if any(_is_view(u.target) for r in readers for u in r.users
-                   if u.op == "call_function"):
+            if any(_is_view(u.target) and _name(u.target) not in IDENTITY_VIEWS
+                   for r in readers + aliases for u in r.users if u.op == "call_function"):
                 continue
-            _set(node, index, _as_channels_last(value))
+            new_value = _as_channels_last(value)
+            _set(node, index, new_value)
+            for a in aliases:
+                a.meta["val"] = new_value
             changed += 1
     return changed
+
+
+def _aliases(readers: list) -> list:
+    """The identity views (IDENTITY_VIEWS) of `readers`, and theirs, in the order found."""
+    found: list = []
+    todo = list(readers)
+    while todo:
+        for u in todo.pop(0).users:
+            if u.op == "call_function" and _name(u.target) in IDENTITY_VIEWS and u not in found:
+                found.append(u)
+                todo.append(u)
+    return found
 
 
 _WRAPPED: dict[Any, Callable] = {}

@@ -32,6 +32,7 @@ def op(name: str, view: bool = False) -> Any:
 
 CONV, RELU, ADD = op("convolution.default"), op("relu.default"), op("add.Tensor")
 MEAN, VIEW = op("mean.dim"), op("view.default", view=True)
+ALIAS = op("alias.default", view=True)
 BATCH_NORM = op("_native_batch_norm_legit_functional.default")
 
 
@@ -115,6 +116,24 @@ def test_a_tuple_results_element_and_its_getitem_change_together() -> None:
     assert layouts.choose(g) == 2  # conv and the norm's result; the graph returns relu
     assert isinstance(bn.meta["val"], tuple) and bn.meta["val"][0].stride() == CL
     assert strides(out) == CL and bn.meta["val"][1] is mean
+
+
+def test_an_alias_takes_its_inputs_layout_and_a_view_of_it_keeps_both() -> None:
+    # The backward reads activations through alias (min-cut's form of detach).
+    g = Graph()
+    x = g.add("x", None, val=t(2, 3, 4, 4))
+    conv = g.add("conv", CONV, x, x, val=t(2, 6, 4, 4))
+    relu = g.add("relu", RELU, conv, val=t(2, 6, 4, 4))
+    alias = g.add("alias", ALIAS, relu, val=t(2, 6, 4, 4))
+    alias2 = g.add("alias2", ALIAS, alias, val=t(2, 6, 4, 4))
+    back = g.add("back", RELU, alias2, val=t(2, 6, 4, 4))
+    relu2 = g.add("relu2", RELU, relu, val=t(2, 6, 4, 4))
+    viewed = g.add("viewed", ALIAS, relu2, val=t(2, 6, 4, 4))
+    flat = g.add("flat", VIEW, viewed, [2, 96], val=torch.empty([2, 96]))
+    g.add("output", None, [back, flat])
+    layouts.choose(g)
+    assert strides(relu) == CL and strides(alias) == CL and strides(alias2) == CL
+    assert strides(relu2) == NCHW and strides(viewed) == NCHW, "a view reads its alias"
 
 
 def test_a_graph_without_convolutions_is_left() -> None:
