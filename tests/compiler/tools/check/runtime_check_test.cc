@@ -76,8 +76,8 @@ TEST(RuntimeCheckTest, DifferingArtifactIsAMismatch) {
   EXPECT_GT(report->worst, 1);
 }
 
-// A CPU tensor's metadata: float32 of `sizes` (contiguous), or int64 [] when empty.
-v1::ValueMeta Meta(const std::vector<int64_t>& sizes) {
+// A CPU tensor's metadata: `dtype` of `sizes` (contiguous), or int64 [] when empty.
+v1::ValueMeta Meta(const std::vector<int64_t>& sizes, v1::DType dtype = v1::DTYPE_FLOAT32) {
   v1::ValueMeta meta;
   v1::TensorMeta* t = meta.mutable_tensor();
   int64_t stride = 1;
@@ -89,7 +89,7 @@ v1::ValueMeta Meta(const std::vector<int64_t>& sizes) {
   std::reverse(t->mutable_sizes()->begin(), t->mutable_sizes()->end());
   std::reverse(t->mutable_strides()->begin(), t->mutable_strides()->end());
   t->mutable_storage_offset()->set_value(0);
-  t->set_dtype(sizes.empty() ? v1::DTYPE_INT64 : v1::DTYPE_FLOAT32);
+  t->set_dtype(sizes.empty() ? v1::DTYPE_INT64 : dtype);
   t->mutable_device()->set_type("cpu");
   return meta;
 }
@@ -102,8 +102,9 @@ v1::Argument Ref(const std::string& node) {
 
 // As a training forward with keep_inference_input_mutations mutates a batch norm's
 // buffers: state += mean(x, 0) and count += 1 (copy_ into the inputs), returning the mean.
-// With `wrong`, the state is written back from the mean alone.
-v1::Graph MutatingGraph(bool wrong) {
+// With `wrong`, the state is written back from the mean alone; with `bf16`, x and its mean
+// are bfloat16 and the mean is cast to float32 before the add, as under autocast.
+v1::Graph MutatingGraph(bool wrong, bool bf16 = false) {
   v1::Graph g;
   auto input = [&](const std::string& name, v1::InputRole role, const v1::ValueMeta& meta) {
     v1::GraphInput* in = g.add_inputs();
@@ -122,11 +123,20 @@ v1::Graph MutatingGraph(bool wrong) {
   v1::Argument dims, one;
   dims.mutable_list()->add_items()->set_int_value(0);
   one.set_int_value(1);
-  input("x", v1::INPUT_ROLE_USER_INPUT, Meta({4, 8}));
+  const v1::DType low = bf16 ? v1::DTYPE_BFLOAT16 : v1::DTYPE_FLOAT32;
+  input("x", v1::INPUT_ROLE_USER_INPUT, Meta({4, 8}, low));
   input("state", v1::INPUT_ROLE_BUFFER, Meta({8}));
   input("count", v1::INPUT_ROLE_BUFFER, Meta({}));
-  node("mean", "aten.mean.dim", {Ref("x"), dims}, Meta({8}));
-  node("add", "aten.add.Tensor", {Ref("state"), Ref("mean")}, Meta({8}));
+  node("mean", "aten.mean.dim", {Ref("x"), dims}, Meta({8}, low));
+  std::string mean = "mean";
+  if (bf16) {
+    node("cast", "aten._to_copy.default", {Ref("mean")}, Meta({8}));
+    v1::NamedArgument* dtype = g.mutable_nodes(g.nodes_size() - 1)->add_kwargs();
+    dtype->set_name("dtype");
+    dtype->mutable_value()->set_dtype(v1::DTYPE_FLOAT32);
+    mean = "cast";
+  }
+  node("add", "aten.add.Tensor", {Ref("state"), Ref(mean)}, Meta({8}));
   node("copy_", "aten.copy_.default", {Ref("state"), Ref(wrong ? "mean" : "add")}, Meta({8}));
   node("add_1", "aten.add.Tensor", {Ref("count"), one}, Meta({}));
   node("copy__1", "aten.copy_.default", {Ref("count"), Ref("add_1")}, Meta({}));
@@ -147,6 +157,25 @@ TEST(RuntimeCheckTest, InputsThePlanWritesBackAreCompared) {
   EXPECT_TRUE(report->ok) << report->message;
   EXPECT_EQ(report->outputs, 3);  // the mean, the state and the count
   auto wrong = testing::CompileForCpu(MutatingGraph(true));
+  ASSERT_TRUE(wrong.ok()) << wrong.status();
+  report = CheckAgainstInterpreter(graph, *wrong);
+  ASSERT_TRUE(report.ok()) << report.status();
+  EXPECT_FALSE(report->ok);
+  EXPECT_TRUE(absl::StrContains(report->message, "input 1 (written back)")) << report->message;
+}
+
+// Under autocast a buffer's new value (float32) comes from bfloat16 values, which eager
+// rounds and a fused kernel does not: a written-back input is held to the unrounded run too,
+// as an output is.
+TEST(RuntimeCheckTest, WrittenBackInputsOfLowPrecisionGraphsMayMatchTheUnroundedRun) {
+  const v1::Graph graph = MutatingGraph(false, /*bf16=*/true);
+  auto artifact = testing::CompileForCpu(graph);
+  ASSERT_TRUE(artifact.ok()) << artifact.status();
+  auto report = CheckAgainstInterpreter(graph, *artifact);
+  ASSERT_TRUE(report.ok()) << report.status();
+  EXPECT_TRUE(report->ok) << report->message;
+  EXPECT_EQ(report->outputs, 3);
+  auto wrong = testing::CompileForCpu(MutatingGraph(true, /*bf16=*/true));
   ASSERT_TRUE(wrong.ok()) << wrong.status();
   report = CheckAgainstInterpreter(graph, *wrong);
   ASSERT_TRUE(report.ok()) << report.status();
