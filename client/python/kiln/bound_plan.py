@@ -29,7 +29,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Callable, Optional, Sequence
 
-from kiln import cuda, products
+from kiln import aten_calls, cuda, products
 from kiln.aten import constant, resolve_op
 from kiln.input_guard import InputGuard
 from kiln.products import GEMM_WORKSPACE_BYTES
@@ -103,7 +103,7 @@ class Call:
     # fit yet, with `out_checked` False).
     out_op: Optional[Callable[..., Any]] = None
     # torch's own binding of the op, called instead of `op` until it refuses the arguments
-    # (_binding); None where there is none.
+    # (aten_calls.binding); None where there is none.
     fast: Optional[Callable[..., Any]] = None
     out_checked: bool = False
     # Bound calls without list arguments: the arguments with every view None, and where each
@@ -218,7 +218,7 @@ class BoundPlan:
         self.outputs = [self._output(o) for o in runtime.outputs]
         self.typed_outputs = self._typed_outputs()
         self.graphed: Any = None  # its kiln.cuda_graphs.GraphedPlan, when runs are captured
-        self._empty_cuda, self._reinterpret = _fast_constructors()
+        self._empty_cuda, self._reinterpret = aten_calls.fast_constructors()
 
     # Binding.
 
@@ -299,7 +299,7 @@ class BoundPlan:
                     [self._view(o) for o in c.outputs], c.collective)
         call.flatten()
         if not c.collective:
-            call.fast = _binding(c.target)
+            call.fast = aten_calls.binding(c.target)
         return call
 
     def _product(self, index: int, c: Any) -> Optional[tuple]:
@@ -750,9 +750,9 @@ class BoundPlan:
         outs = [a for a in getattr(schema, "arguments", []) if getattr(a, "is_out", False)]
         if schema is None or len(outs) != 1 or outs[0].name != "out":
             return None
-        if not _writes_out(out_op, self.runtime.device):
+        if not aten_calls.writes_out(out_op, self.runtime.device):
             return None
-        return _unboxed(c) or out_op
+        return aten_calls.unboxed(c.target, len(c.args), len(c.kwargs)) or out_op
 
     def _shares_storage(self, a: int, b: int) -> bool:
         if a == b:
@@ -762,30 +762,6 @@ class BoundPlan:
 
     def _base(self, buffer: int, views: "_Views") -> int:
         return views.base(buffer) if self.buffer_kinds[buffer] != BUFFER_INPUT else 0
-
-
-# Ops whose torch function takes the schema's positional arguments, and out=: called so, a
-# run skips torch.ops' boxed call (parsing each argument against the schema), as Inductor's
-# extern kernels do. A GPT-2 step makes about 150 such calls.
-_UNBOXED_OUT = {"aten.mm.default": ("mm", 2), "aten.bmm.default": ("bmm", 2),
-                "aten.addmm.default": ("addmm", 3), "aten.baddbmm.default": ("baddbmm", 3)}
-
-
-def _writes_out(out_op: Any, device: Any) -> bool:
-    """Whether an out= overload has a kernel of its own for `device`'s backend (mm.out does).
-    PyTorch generates the out= overload of an op that has none (convolution.out): it runs the
-    op and copies the result into out, a copy of the whole result every run, where keeping the
-    result as its buffer (_learn_adoption) costs nothing. Where PyTorch cannot say, True."""
-    import torch  # noqa: PLC0415
-
-    has = getattr(out_op, "has_kernel_for_dispatch_key", None)
-    key = getattr(getattr(torch._C, "DispatchKey", None), device.type.upper(), None)
-    if has is None or key is None:
-        return True
-    try:
-        return bool(has(key))
-    except (RuntimeError, TypeError):
-        return True
 
 
 def _dense(sizes: Sequence[int], strides: Sequence[int]) -> bool:
@@ -829,61 +805,6 @@ def _check(inputs: Sequence[Any], checks: list[_InputCheck], device: Any, tensor
                 strides[d] != c.strides[d] for d in c.stride_dims)):
             raise InputMismatch(f"input {c.name}: strides {list(strides)}, the plan "
                                 f"expects {list(c.strides)}")
-
-
-def _unboxed(c: Call) -> Optional[Callable[..., Any]]:
-    """The torch function that writes `c`'s result to out=, when it is one of
-    _UNBOXED_OUT's and called with positional arguments only."""
-    import torch  # noqa: PLC0415
-
-    name, arity = _UNBOXED_OUT.get(c.target, ("", -1))
-    if len(c.args) != arity or c.kwargs:
-        return None
-    return getattr(getattr(torch._C, "_VariableFunctions", None), name, None)
-
-
-_BINDINGS: dict[str, Optional[Callable[..., Any]]] = {}
-
-
-def _binding(target: str) -> Optional[Callable[..., Any]]:
-    """torch's Python binding of an aten op that has no overload but its default (and out=),
-    as torch.<name>: the same kernel as torch.ops.aten.<name>.default, through the argument
-    parser of PyTorch's own functions instead of the boxed call, which matches each argument
-    against the schema (attention and its backward, twice a layer a step). None where there
-    is none."""
-    if target in _BINDINGS:
-        return _BINDINGS[target]
-    import torch  # noqa: PLC0415
-
-    found = None
-    namespace, _, rest = target.partition(".")
-    name, _, overload = rest.partition(".")
-    packet = getattr(torch.ops.aten, name, None) if namespace == "aten" else None
-    if overload == "default" and packet is not None:
-        try:
-            overloads = set(packet.overloads())
-        except (AttributeError, RuntimeError):
-            overloads = set()
-        if overloads and overloads <= {"default", "out"}:
-            found = getattr(getattr(torch._C, "_VariableFunctions", None), name, None)
-    _BINDINGS[target] = found
-    return found
-
-
-def _fast_constructors() -> tuple[Optional[Callable[..., Any]], Optional[Callable[..., Any]]]:
-    """PyTorch's constructors for generated code (Inductor's wrappers call them), each a C
-    function without the Python argument parsing of its public twin; None where this
-    PyTorch lacks one:
-      _empty_strided_cuda(sizes, strides, dtype)  torch.empty_strided on the current CUDA
-          device; sizes and strides are tuples
-      _reinterpret_tensor(base, sizes, strides, offset_increment)  a tensor of its own (not
-          a view of base) over base's storage, in base's dtype, starting offset_increment
-          elements after base's start"""
-    import torch  # noqa: PLC0415
-
-    guards = getattr(getattr(torch._C, "_dynamo", None), "guards", None)
-    return (getattr(guards, "_empty_strided_cuda", None),
-            getattr(guards, "_reinterpret_tensor", None))
 
 
 def _storage_address(x: Any) -> Optional[int]:

@@ -604,7 +604,7 @@ def test_a_run_off_the_current_device_allocates_on_the_plans_device(
 
 def test_an_op_runs_through_pytorchs_binding_until_it_refuses_the_arguments(
         monkeypatch: pytest.MonkeyPatch) -> None:
-    from kiln import bound_plan
+    from kiln import aten_calls
 
     refused: list[tuple] = []
 
@@ -612,7 +612,7 @@ def test_an_op_runs_through_pytorchs_binding_until_it_refuses_the_arguments(
         refused.append(args)
         raise TypeError("embedding_dense_backward() received an invalid combination of arguments")
 
-    monkeypatch.setattr(bound_plan, "_BINDINGS", {})
+    monkeypatch.setattr(aten_calls, "BINDINGS", {})
     monkeypatch.setattr(torch._C._VariableFunctions, "embedding_dense_backward", binding)
     runtime = GpuRuntime(embedding_backward_artifact(-1, False), torch.device("cuda", 0))
     grad = torch.empty_strided([6, 4], [4, 1], torch.float32, "cuda:0", 8)
@@ -623,8 +623,8 @@ def test_an_op_runs_through_pytorchs_binding_until_it_refuses_the_arguments(
     assert len(refused) == 1, "once refused, the plan keeps to torch.ops"
     # An op with overloads besides its default and out= has none: PyTorch's binding could
     # pick another.
-    assert bound_plan._binding("aten.addmm.default") is None
-    assert bound_plan._binding("aten.mm.default") is torch._C._VariableFunctions.mm
+    assert aten_calls.binding("aten.addmm.default") is None
+    assert aten_calls.binding("aten.mm.default") is torch._C._VariableFunctions.mm
 
 
 def counted_checks(monkeypatch: pytest.MonkeyPatch) -> list[int]:
