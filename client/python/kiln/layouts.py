@@ -30,6 +30,7 @@ PyTorch.
 
 from __future__ import annotations
 
+import contextlib
 import operator
 from typing import Any, Callable, Iterator
 
@@ -56,8 +57,10 @@ def choose(graph: Any) -> int:
                 _channels_last(_val(a)) for a in _node_args(node)):
             continue
         for index, value, readers in _results(node):
+            if not _wants_channels_last(value):
+                continue
             aliases = _aliases(readers)
-            if not _wants_channels_last(value) or any(r in returned for r in readers + aliases):
+            if any(r in returned for r in readers + aliases):
                 continue
             if any(_is_view(u.target) and _name(u.target) not in IDENTITY_VIEWS
                    for r in readers + aliases for u in r.users if u.op == "call_function"):
@@ -99,8 +102,7 @@ def wrap_partition(partition: Callable) -> Callable:
 
 def channels_last_strides(sizes: list[Any]) -> list[Any]:
     """The strides of a channels-last [N, C, H, W] tensor of `sizes` (ints or SymInts)."""
-    n, c, h, w = sizes
-    del n
+    _, c, h, w = sizes
     return [h * w * c, 1, w * c, c]
 
 
@@ -247,14 +249,7 @@ def _as_channels_last(t: Any) -> Any:
     import torch  # noqa: PLC0415
 
     mode = getattr(t, "fake_mode", None)
-    with mode if mode is not None else _nothing():
+    with mode if mode is not None else contextlib.nullcontext():
         return torch.empty_strided(_sizes(t), channels_last_strides(_sizes(t)), dtype=t.dtype,
                                    device=t.device)
 
-
-class _nothing:  # noqa: N801
-    def __enter__(self) -> None:
-        return None
-
-    def __exit__(self, *exc: Any) -> None:
-        return None
