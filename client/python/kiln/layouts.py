@@ -9,6 +9,9 @@ graph's metadata records it, and its kernels read and write any strides, so the 
 has to say channels last where the convolutions want it:
 
 - a convolution's result is channels last (cuDNN writes it so when its input is);
+- so is a weight that the graph computes (autocast's bf16 copy of a parameter) for the
+  convolutions and their backwards that read it: cuDNN converts an NCHW weight to NHWC at
+  every call otherwise, forward and backward; a parameter itself keeps its layout;
 - so is every 4-D result of an op that reads a channels-last 4-D tensor (batch norm, ReLU,
   the residual add, pooling, their backwards, a convolution's input gradient), from the first
   convolution on through the graph;
@@ -41,19 +44,22 @@ CONVOLUTIONS = ("aten.convolution.default", "aten.cudnn_convolution.default",
 # min-cut partitioner's decompositions make an alias, before every activation a backward
 # reads): they take their input's layout with it.
 IDENTITY_VIEWS = ("aten.alias.default", "aten.detach.default")
+# Where each op that reads a convolution's weight takes it.
+WEIGHT_ARGS = {**{name: 1 for name in CONVOLUTIONS}, "aten.convolution_backward.default": 2}
 
 
 def choose(graph: Any) -> int:
     """Gives the values of `graph` that should be channels last (see the module's docstring)
     that layout, in their metadata; returns how many it changed."""
     returned = _returned(graph)
+    weights = _weights(graph)
     changed = 0
     for node in graph.nodes:
         if node.op != "call_function" or node.target is operator.getitem:
             continue
         if _is_view(node.target):
             continue
-        if _name(node.target) not in CONVOLUTIONS and not any(
+        if _name(node.target) not in CONVOLUTIONS and node not in weights and not any(
                 _channels_last(_val(a)) for a in _node_args(node)):
             continue
         for index, value, readers in _results(node):
@@ -71,6 +77,16 @@ def choose(graph: Any) -> int:
                 a.meta["val"] = new_value
             changed += 1
     return changed
+
+
+def _weights(graph: Any) -> set:
+    """The nodes that convolutions and their backwards read as their weight (WEIGHT_ARGS)."""
+    found: set = set()
+    for node in graph.nodes:
+        index = WEIGHT_ARGS.get(_name(node.target)) if node.op == "call_function" else None
+        if index is not None and index < len(node.args) and hasattr(node.args[index], "users"):
+            found.add(node.args[index])
+    return found
 
 
 def _aliases(readers: list) -> list:

@@ -33,6 +33,7 @@ def op(name: str, view: bool = False) -> Any:
 CONV, RELU, ADD = op("convolution.default"), op("relu.default"), op("add.Tensor")
 MEAN, VIEW = op("mean.dim"), op("view.default", view=True)
 ALIAS = op("alias.default", view=True)
+TO_COPY, CONV_BACKWARD = op("_to_copy.default"), op("convolution_backward.default")
 BATCH_NORM = op("_native_batch_norm_legit_functional.default")
 
 
@@ -134,6 +135,30 @@ def test_an_alias_takes_its_inputs_layout_and_a_view_of_it_keeps_both() -> None:
     layouts.choose(g)
     assert strides(relu) == CL and strides(alias) == CL and strides(alias2) == CL
     assert strides(relu2) == NCHW and strides(viewed) == NCHW, "a view reads its alias"
+
+
+def test_a_computed_weight_is_channels_last_for_its_convolutions() -> None:
+    # Autocast's bf16 copy of a parameter; cuDNN would convert it at every call.
+    g = Graph()
+    x = g.add("x", None, val=t(2, 3, 4, 4))
+    w = g.add("w", None, val=t(6, 3, 3, 3))
+    w16 = g.add("w16", TO_COPY, w, val=t(6, 3, 3, 3))
+    conv = g.add("conv", CONV, x, w16, val=t(2, 6, 4, 4))
+    relu = g.add("relu", RELU, conv, val=t(2, 6, 4, 4))
+    grads = g.add("grads", CONV_BACKWARD, relu, x, w16, val=(t(2, 3, 4, 4), t(6, 3, 3, 3)))
+    dx = g.add("dx", operator.getitem, grads, 0, val=grads.meta["val"][0])
+    dw = g.add("dw", operator.getitem, grads, 1, val=grads.meta["val"][1])
+    dw32 = g.add("dw32", TO_COPY, dw, val=t(6, 3, 3, 3))
+    v = g.add("v", None, val=t(6, 3, 3, 3))
+    v16 = g.add("v16", TO_COPY, v, val=t(6, 3, 3, 3))
+    flat = g.add("flat", VIEW, v16, [6, 27], val=torch.empty([6, 27]))
+    conv2 = g.add("conv2", CONV, relu, v16, val=t(2, 6, 4, 4))
+    g.add("output", None, [dx, dw32, flat, conv2])
+    layouts.choose(g)
+    assert strides(w16) == [27, 1, 9, 3] and strides(w) == [27, 9, 3, 1]
+    assert strides(dw) == [27, 1, 9, 3], "the weight's gradient reads channels-last values"
+    assert strides(dw32) == [27, 9, 3, 1] and strides(dx) == [48, 16, 4, 1], "returned"
+    assert strides(v16) == [27, 9, 3, 1], "a view reads it"
 
 
 def test_a_graph_without_convolutions_is_left() -> None:
