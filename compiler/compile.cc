@@ -8,6 +8,7 @@
 #include "compiler/canon/canonical_graph.h"
 #include "compiler/codegen/registry.h"
 #include "compiler/decompose/decompose.h"
+#include "compiler/fuse/batch_write_backs.h"
 #include "compiler/fuse/coalesce_dims.h"
 #include "compiler/fuse/fuse.h"
 #include "compiler/fuse/narrow_masks.h"
@@ -108,6 +109,11 @@ absl::StatusOr<v1::CompiledGraph> Compile(const graph::Graph& graph,
   });
   if (!fused.ok()) return fused.status();
   show("coalesce", *fused);
+  fused = RunPhase(context, "write_back", [&]() -> absl::StatusOr<loop::Program> {
+    return fuse::BatchWriteBacks(*std::move(fused));
+  });
+  if (!fused.ok()) return fused.status();
+  show("write_back", *fused);
   fused = RunPhase(context, "specialize", [&]() -> absl::StatusOr<loop::Program> {
     return (*backend)->Specialize(*std::move(fused));
   });

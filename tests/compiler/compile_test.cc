@@ -96,7 +96,7 @@ TEST_F(CompileTest, TheTargetsBackendSchedulesAndGenerates) {
       Compile(*graph_, Target(codegen::kTargetCudaSm90), "key", context);
   ASSERT_TRUE(artifact.ok()) << artifact.status();
   EXPECT_THAT(phases, ElementsAre("decompose", "lower", "pad", "fuse", "split", "narrow", "order",
-                                  "coalesce", "specialize", "plan", "codegen", "digest"));
+                                  "coalesce", "write_back", "specialize", "plan", "codegen", "digest"));
 
   EXPECT_EQ(artifact->target(), codegen::kTargetCudaSm90);
   ASSERT_EQ(artifact->modules_size(), 1);

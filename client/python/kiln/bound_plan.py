@@ -369,6 +369,30 @@ class BoundPlan:
         return (cuda.Copy(count * src.itemsize, 0, src.offset * src.itemsize),
                 [buffer, src.buffer])
 
+    def _input_writing_steps(self) -> set[int]:
+        """The steps that write inputs: write-backs, and for a run of write-backs whose values
+        are their inputs' own memory, the last step before the run but frees (the kernel that
+        stored them, as the plan's format says)."""
+        steps = self.runtime.steps
+        found: set[int] = set()
+        for i, step in enumerate(steps):
+            if step.kind != "write_back":
+                continue
+            found.add(i)
+            if self._written_in_place(step):
+                j = i
+                while j > 0 and steps[j].kind in ("write_back", "free"):
+                    j -= 1
+                found.add(j)
+        return found
+
+    def _written_in_place(self, step: Any) -> bool:
+        """Whether write-back `step`'s new value is its input's own memory (the compiler's
+        batched copy, or a kernel, stored it there)."""
+        src = step.src
+        return src is not None and self.buffer_kinds[src.buffer] == BUFFER_INPUT and \
+            self.input_of_buffer[src.buffer] == step.input_index
+
     def _refuse(self, why: str) -> None:
         self.product_refusals.append(why)
         return None
@@ -393,6 +417,8 @@ class BoundPlan:
                 launch = self._product(index, step.call)
             elif step.kind == "write_back":
                 launch = self._write_back_copy(index, step)
+            if step.kind == "write_back" and self._written_in_place(step):
+                continue  # an earlier kernel stored the new value into the input
             if step.kind == "launch" or launch is not None:
                 if launch is not None:
                     pending.append(launch)
@@ -456,10 +482,17 @@ class BoundPlan:
             segment.checks = [checks[i] for i in sorted(indices & unchecked)]
             unchecked -= indices
         late = [checks[i] for i in sorted(unchecked)]
-        write_backs = {i for i, step in enumerate(self.runtime.steps) if step.kind == "write_back"}
-        write_back = next((s for s in self.segments if write_backs.intersection(s.steps)), None)
-        if write_back is not None:
-            write_back.checks = late + write_back.checks
+        # The first segment that writes an input (a write-back, or the kernel that stores a
+        # write-back's value into the input itself) makes every check not made yet.
+        writes = self._input_writing_steps()
+        first = next((n for n, s in enumerate(self.segments) if writes.intersection(s.steps)),
+                     None)
+        if first is not None:
+            for segment in self.segments[first + 1:]:
+                late += segment.checks
+                segment.checks = []
+            self.segments[first].checks = sorted(self.segments[first].checks + late,
+                                                 key=lambda c: c.index)
             late = []
         for segment in self.segments:
             segment.prepares = bool(segment.allocates or segment.checks or segment.input_slots)

@@ -249,7 +249,7 @@ int main(int argc, char** argv) {
                  "write the node name behind each canonical name as JSON here");
   app.add_option("--dump-loop", command.dump_loop_path,
                  "write the loop program after each phase that makes one (lower, pad, fuse, "
-                 "split, narrow, order, coalesce, specialize) here");
+                 "split, narrow, order, coalesce, write_back, specialize) here");
   try {
     app.parse(argc, argv);
   } catch (const CLI::CallForHelp& e) {

@@ -438,6 +438,30 @@ def test_a_write_back_into_a_strided_input_stays_a_copy_call() -> None:
     assert torch.copies[-1][0].data_ptr() == c.data_ptr()
 
 
+def test_a_write_back_of_the_inputs_own_memory_copies_nothing_and_checks_before_its_kernel(
+        ) -> None:
+    # The compiler's batched copy stored the new value into c (here: k1, the last step but
+    # the free before the write-back); the write-back names c's own buffer.
+    a = write_back_artifact([16, 1])
+    a.steps.add().free.buffer = 4
+    a.steps[-2].write_back.src.CopyFrom(view(5, [4, 16], [16, 1], 1))
+    a.steps.append(a.steps.pop(-2))  # the write-back after the free
+    driver = Driver()
+    runtime = GpuRuntime(a, torch.device("cuda", 0))
+    c = torch.empty_strided([4, 16], [16, 1], torch.float32, "cuda:0", 4)
+    unused = torch.empty_strided([4, 16], [16, 1], torch.float32, "cuda:0")
+    before, copies = driver.count(), len(torch.copies)
+    runtime.run(mm_inputs() + [c, unused])
+    assert driver.count() == before + 2  # k0 and k1, no copy
+    assert len(torch.copies) == copies + 1  # the mm's first result only
+    # A bad input that nothing reads stops the run before k1, which writes c.
+    before = driver.count()
+    with pytest.raises(InputMismatch, match="input unused: strides"):
+        runtime.run(mm_inputs() + [c, torch.empty_strided([4, 16], [1, 4], torch.float32,
+                                                          "cuda:0")])
+    assert driver.count() == before + 1  # k0 only
+
+
 def test_an_extern_result_is_written_in_place_once_its_first_run_fits() -> None:
     runtime = GpuRuntime(mm_artifact(128), torch.device("cuda", 0))
     copies = len(torch.copies)

@@ -19,6 +19,7 @@
 #include <map>
 #include <set>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/strings/match.h"
@@ -32,6 +33,7 @@
 #include "compiler/codegen/nvptx/specialize.h"
 #include "compiler/codegen/target.h"
 #include "compiler/compile.h"
+#include "compiler/fuse/batch_write_backs.h"
 #include "compiler/fuse/coalesce_dims.h"
 #include "compiler/fuse/narrow_masks.h"
 #include "compiler/fuse/order_dims.h"
@@ -159,19 +161,22 @@ TEST_P(CorpusTest, CompilesForSm90WhereItCompilesForX86) {
   // The fused program (matmul rows padded as sm_90 asks), and as sm_90 runs it: reductions
   // that would leave the GPU idle cut into parts (x86-64 cuts none), masked indices narrowed,
   // pointwise kernels walked in their stores' order, then dimensions that index as one
-  // merged, then the target's own rewrites; its kernels named as Compile names them.
+  // merged, write-backs batched, then the target's own rewrites; its kernels named as Compile
+  // names them.
   absl::StatusOr<loop::Program> fused =
       testing::FuseGraph(*proto, codegen::nvptx::NewBackend()->MatmulRowAlignment());
   ASSERT_TRUE(fused.ok()) << fused.status();
-  loop::Program program =
-      codegen::nvptx::Specialize(fuse::CoalesceDims(fuse::OrderDims(fuse::NarrowMaskedIndices(
-          fuse::SplitReductions(*fused, [](const loop::Program&, const loop::Kernel& k) {
-            return codegen::nvptx::ReductionParts(k);
-          })))));
+  loop::Program split =
+      fuse::SplitReductions(*fused, [](const loop::Program&, const loop::Kernel& k) {
+        return codegen::nvptx::ReductionParts(k);
+      });
+  loop::Program program = codegen::nvptx::Specialize(fuse::BatchWriteBacks(
+      fuse::CoalesceDims(fuse::OrderDims(fuse::NarrowMaskedIndices(std::move(split))))));
   lower::NameKernels(canon::CanonicalGraph(*g), program);
   absl::StatusOr<loop::Program> fused_for_x86 = testing::FuseGraph(*proto);
   ASSERT_TRUE(fused_for_x86.ok()) << fused_for_x86.status();
-  EXPECT_EQ(cpu->kernels_size(), static_cast<int>(fused_for_x86->kernels.size()));
+  EXPECT_EQ(cpu->kernels_size(),
+            static_cast<int>(fuse::BatchWriteBacks(*fused_for_x86).kernels.size()));
   ASSERT_EQ(gpu->kernels_size(), static_cast<int>(program.kernels.size()));
 
   // Externs stay externs and fallbacks stay fallbacks, the same nodes as on x86_64.
