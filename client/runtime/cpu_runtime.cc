@@ -376,13 +376,13 @@ absl::Status PlanRun::Call(const StepPlan& step) const {
 }
 
 absl::Status PlanRun::Copy(const StepPlan& step) const {
-  absl::StatusOr<Tensor> src = MakeView(step.src, step.label);
-  if (!src.ok()) return src.status();
-  Tensor dst;
   if (step.kind == v1::PlanStep::kWriteBack &&
       plan_.input_buffer[static_cast<size_t>(step.input_index)] == step.src.buffer) {
     return absl::OkStatus();  // an earlier step wrote the new value into the input itself
   }
+  absl::StatusOr<Tensor> src = MakeView(step.src, step.label);
+  if (!src.ok()) return src.status();
+  Tensor dst;
   if (step.kind == v1::PlanStep::kCopy) {
     absl::StatusOr<Tensor> d = MakeView(step.dst, step.label);
     if (!d.ok()) return d.status();

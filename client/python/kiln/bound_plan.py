@@ -410,6 +410,8 @@ class BoundPlan:
                 pending_steps.clear()
 
         for index, step in enumerate(self.runtime.steps):
+            if step.kind == "write_back" and self._written_in_place(step):
+                continue  # an earlier kernel stored the new value into the input
             launch = None
             if step.kind == "launch":
                 launch = self._launch(self.runtime.kernels[step.kernel])
@@ -417,8 +419,6 @@ class BoundPlan:
                 launch = self._product(index, step.call)
             elif step.kind == "write_back":
                 launch = self._write_back_copy(index, step)
-            if step.kind == "write_back" and self._written_in_place(step):
-                continue  # an earlier kernel stored the new value into the input
             if step.kind == "launch" or launch is not None:
                 if launch is not None:
                     pending.append(launch)
