@@ -6,10 +6,13 @@ Run from the repository root after `deploy/gpu-bundle.sh .bundle` (carried with 
 a machine with two GPUs:
 
     python3 tests/gpu/multi_rank.py --bundle .bundle --out $OUT [--only ddp_gpt2,...]
-        [--steps 20] [--nproc 2]
+        [--steps 20] [--nproc 2] [--process-group auto|nccl|gloo]
 
 Each scenario is one job of --nproc ranks launched by torchrun (c10d rendezvous, NCCL), every
 rank a fresh process on its own GPU; torchrun's run id is the job id the kiln backend sends.
+With fewer GPUs than ranks the ranks share them (rank r on GPU r mod count) and talk through
+Gloo, since NCCL refuses two ranks on one GPU: `--process-group auto`, the default, picks
+NCCL only when every rank has a GPU of its own. The table says which one each job used.
 One kilnd, started from the bundle with an empty store, serves all of them:
   ddp_gpt2      HF GPT-2 (2 layers, SDPA attention) in DistributedDataParallel (Dynamo's DDP
                 optimizer splits the graph at bucket boundaries), AdamW, each rank its own
@@ -60,6 +63,7 @@ STEADY_FROM = 5
 OUTPUT_TAIL = 3000
 RUNS_DIR = "multi_rank_runs"
 TRAINING_MODES = ("eager", "kiln", "kiln_warm")
+PROCESS_GROUPS = ("auto", "nccl", "gloo")
 
 
 @dataclass(frozen=True)
@@ -83,13 +87,14 @@ SCENARIOS = (
 # --- one rank -------------------------------------------------------------------------------
 
 
-def rank_main(scenario_name: str, mode: str, steps: int, runs_dir: pathlib.Path) -> int:
+def rank_main(scenario_name: str, mode: str, steps: int, runs_dir: pathlib.Path,
+              process_group: str) -> int:
     """One rank of a job, under torchrun: trains, appending events to its own file."""
     rank = int(os.environ["RANK"])
     path = runs_dir / f"{scenario_name}.{mode}.rank{rank}.jsonl"
     with event_log(path) as write_event:
         try:
-            train(scenario_name, mode, steps, rank, write_event)
+            train(scenario_name, mode, steps, rank, process_group, write_event)
             return 0
         except Exception as e:  # the runner reads why from the events
             cause = root_cause(e)
@@ -156,7 +161,22 @@ def build(scenario_name: str, rank: int, world_size: int) -> tuple[Any, list, Ca
     raise ValueError(f"unknown scenario {scenario_name}")
 
 
-def train(scenario_name: str, mode: str, steps: int, rank: int,
+def placement(process_group: str, local_rank: int, local_world_size: int,
+              gpus: int) -> tuple[int, str]:
+    """This rank's GPU and process-group backend: its own GPU and NCCL when there are enough
+    for every rank on the node, else GPU local_rank mod `gpus` and Gloo (`auto`); a backend
+    asked for by name is taken as asked, NCCL only where it can work."""
+    if gpus < 1:
+        raise RuntimeError("no CUDA device is visible to this rank")
+    own = gpus >= local_world_size
+    backend = process_group if process_group != "auto" else ("nccl" if own else "gloo")
+    if backend == "nccl" and not own:
+        raise ValueError(f"NCCL needs a GPU for each of the {local_world_size} ranks on this "
+                         f"node and {gpus} are visible; use --process-group gloo or auto")
+    return local_rank % gpus, backend
+
+
+def train(scenario_name: str, mode: str, steps: int, rank: int, process_group: str,
           write_event: Callable[..., None]) -> None:
     import logging
     import time
@@ -172,9 +192,13 @@ def train(scenario_name: str, mode: str, steps: int, rank: int,
     logging.getLogger("kiln").setLevel(logging.INFO)
     from train_models import fresh_like  # imports capture_corpus, which imports kiln
 
-    local_rank = int(os.environ["LOCAL_RANK"])
-    torch.cuda.set_device(local_rank)
-    dist.init_process_group("nccl", device_id=torch.device("cuda", local_rank))
+    gpu, backend = placement(process_group, int(os.environ["LOCAL_RANK"]),
+                             int(os.environ["LOCAL_WORLD_SIZE"]), torch.cuda.device_count())
+    torch.cuda.set_device(gpu)
+    if backend == "nccl":
+        dist.init_process_group("nccl", device_id=torch.device("cuda", gpu))
+    else:
+        dist.init_process_group(backend)
     try:
         torch.backends.cuda.matmul.allow_tf32 = False
         torch.backends.cudnn.allow_tf32 = False
@@ -185,7 +209,8 @@ def train(scenario_name: str, mode: str, steps: int, rank: int,
         opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
         run = model if mode == "eager" else torch.compile(model, backend="kiln")
         write_event(event="start", rank=rank, world_size=dist.get_world_size(),
-                    job_id=os.environ.get("TORCHELASTIC_RUN_ID", ""))
+                    job_id=os.environ.get("TORCHELASTIC_RUN_ID", ""), gpu=gpu,
+                    process_group=backend)
         for step, batch in enumerate(batches, 1):
             torch.cuda.synchronize()
             start = time.perf_counter()
@@ -209,8 +234,9 @@ RUNNER = re.compile(r"graph (\S+ \S+) runs (on Kiln's runtime|eagerly|with \w+)"
 
 
 def read_rank(path: pathlib.Path) -> dict:
-    """One rank's record: its losses, first and median step times, kilnd's answer for each
-    graph (outcome, compile key, artifact hash), where each graph ran, and its error."""
+    """One rank's record: its losses, its GPU and process-group backend, first and median
+    step times, kilnd's answer for each graph (outcome, compile key, artifact hash), where
+    each graph ran, and its error."""
     events = []
     if path.exists():
         for line in path.read_text().splitlines():
@@ -230,7 +256,9 @@ def read_rank(path: pathlib.Path) -> dict:
         if m := RUNNER.match(e["message"]):
             runners[m.group(1)] = "kiln" if m.group(2) == "on Kiln's runtime" else m.group(2)
     error = next((e for e in events if e["event"] == "error"), None)
+    start = next((e for e in events if e["event"] == "start"), {})
     return {"losses": [e["loss"] for e in steps],
+            "gpu": start.get("gpu"), "process_group": start.get("process_group"),
             "first_step_s": seconds[0] if seconds else None,
             "median_step_ms": (statistics.median(seconds[STEADY_FROM - 1:]) * 1e3
                                if len(seconds) >= STEADY_FROM else None),
@@ -319,8 +347,9 @@ def judge_divergence(records: list[dict], world_size: int) -> dict:
 # --- the runner -----------------------------------------------------------------------------
 
 
-def run_job(scenario: Scenario, mode: str, steps: int, nproc: int, server: KilnServer,
-            out: pathlib.Path, timeout: float) -> tuple[list[dict], Optional[dict], dict]:
+def run_job(scenario: Scenario, mode: str, steps: int, nproc: int, process_group: str,
+            server: KilnServer, out: pathlib.Path,
+            timeout: float) -> tuple[list[dict], Optional[dict], dict]:
     """One torchrun job of `nproc` ranks: each rank's record, kilnd's counter changes over
     the job, and torchrun's exit (returncode, output tail, timed out)."""
     runs_dir = out / RUNS_DIR
@@ -333,7 +362,7 @@ def run_job(scenario: Scenario, mode: str, steps: int, nproc: int, server: KilnS
         ["-m", "torch.distributed.run", f"--nproc-per-node={nproc}", "--rdzv-backend=c10d",
          f"--rdzv-endpoint=127.0.0.1:{free_port()}", f"--rdzv-id={job_id}",
          str(pathlib.Path(__file__).resolve()), "--rank-worker", scenario.name, mode,
-         str(steps), str(runs_dir)], server.env, timeout)
+         str(steps), str(runs_dir), process_group], server.env, timeout)
     delta = counter_delta(before, scrape(server))
     records = [read_rank(runs_dir / f"{scenario.name}.{mode}.rank{r}.jsonl")
                for r in range(nproc)]
@@ -355,7 +384,8 @@ def table(rows: list[dict]) -> str:
                          f", max |dloss| vs eager {row['max_rel']:.2e} of the first loss")
         for mode, records in row["ranks"].items():
             for r, record in enumerate(records):
-                lines.append(f"  {mode:<9} rank {r}: first step "
+                lines.append(f"  {mode:<9} rank {r} (GPU {_num(record['gpu'], 'd')}, "
+                             f"{record['process_group'] or '-'}): first step "
                              f"{_num(record['first_step_s'], '.2f')} s, median "
                              f"{_num(record['median_step_ms'], '.1f')} ms, "
                              f"{len(record['losses'])} steps, graphs {len(record['answers'])}")
@@ -369,14 +399,16 @@ def table(rows: list[dict]) -> str:
 
 def main(argv: Optional[list[str]] = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
-    if argv[:1] == ["--rank-worker"]:  # under torchrun: SCENARIO MODE STEPS RUNS_DIR
-        name, mode, steps, runs_dir = argv[1:]
-        return rank_main(name, mode, int(steps), pathlib.Path(runs_dir))
+    if argv[:1] == ["--rank-worker"]:  # under torchrun: SCENARIO MODE STEPS RUNS_DIR PG
+        name, mode, steps, runs_dir, process_group = argv[1:]
+        return rank_main(name, mode, int(steps), pathlib.Path(runs_dir), process_group)
     parser = script_parser()
     parser.add_argument("--only", default="", help="scenarios, comma-separated")
     parser.add_argument("--steps", type=int, default=STEPS)
     parser.add_argument("--nproc", type=int, default=NPROC)
     parser.add_argument("--timeout", type=float, default=TIMEOUT_S)
+    parser.add_argument("--process-group", choices=PROCESS_GROUPS, default="auto",
+                        help="the ranks' backend: NCCL when each has a GPU (auto), or Gloo")
     args = parser.parse_args(argv)
     names = [n for n in args.only.split(",") if n]
     unknown = set(names) - {s.name for s in SCENARIOS}
@@ -391,7 +423,8 @@ def main(argv: Optional[list[str]] = None) -> int:
             ranks, servers, jobs = {}, {}, {}
             for mode in scenario.modes:
                 ranks[mode], servers[mode], jobs[mode] = run_job(
-                    scenario, mode, args.steps, args.nproc, server, args.out, args.timeout)
+                    scenario, mode, args.steps, args.nproc, args.process_group, server,
+                    args.out, args.timeout)
             if scenario.diverges:
                 row = judge_divergence(ranks["kiln"], args.nproc)
             else:

@@ -5,6 +5,8 @@ from __future__ import annotations
 import json
 import pathlib
 
+import pytest
+
 import multi_rank as mr
 
 STEPS = 6
@@ -23,6 +25,8 @@ def write_rank(path: pathlib.Path, losses: list[float], artifacts: dict[str, str
                       "message": f"graph {name} runs {runner}: kilnd compiled it"})
     lines += [{"event": "step", "step": i + 1, "loss": x, "seconds": 0.5 if i else 3.0}
               for i, x in enumerate(losses)]
+    lines.insert(0, {"event": "start", "rank": 0, "world_size": 2, "job_id": "j", "gpu": 0,
+                     "process_group": "gloo"})
     lines.append(error or {"event": "done", "device": "H200"})
     path.write_text("\n".join(json.dumps(x) for x in lines) + "\n")
     return mr.read_rank(path)
@@ -45,6 +49,19 @@ def test_read_rank_takes_answers_runners_and_times(tmp_path) -> None:
                                                  "artifact": "f" * 64}
     assert record["runners"] == {"frame 0/0.fw": "kiln", "frame 0/0.bw": "kiln"}
     assert record["first_step_s"] == 3.0 and record["median_step_ms"] == 500.0
+    assert record["gpu"] == 0 and record["process_group"] == "gloo"
+
+
+def test_ranks_take_their_own_gpus_and_nccl_only_when_there_are_enough() -> None:
+    assert mr.placement("auto", 1, 2, 2) == (1, "nccl")
+    assert mr.placement("auto", 1, 2, 1) == (0, "gloo")
+    assert mr.placement("auto", 3, 4, 2) == (1, "gloo")
+    assert mr.placement("gloo", 1, 2, 2) == (1, "gloo")
+    with pytest.raises(ValueError, match="NCCL needs a GPU for each of the 2 ranks on this "
+                                         "node and 1 are visible"):
+        mr.placement("nccl", 0, 2, 1)
+    with pytest.raises(RuntimeError, match="no CUDA device"):
+        mr.placement("auto", 0, 2, 0)
 
 
 def training(tmp_path, kiln=None, warm=None, servers=None) -> dict:
