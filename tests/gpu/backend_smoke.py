@@ -14,6 +14,12 @@ result) before and after. The second "kiln" process must find every graph in kil
 (hits only). Compiled graphs run on Kiln's GPU runtime (kiln.gpu_runtime), so losses and
 buffers follow eager's within float32 rounding; the warnings say which graphs, if any, fell
 back and why.
+
+Kiln runs the convolutional net channels last (kiln.layouts), and cuDNN's channels-last
+algorithms round otherwise than its NCHW ones, which AdamW's steps then amplify. So the
+convnet also trains eagerly in channels last (`eager_channels_last`, the model and its inputs
+converted): its difference from eager is what the layout alone accounts for, and each kiln
+run is compared with it too (`max_loss_diff_channels_last`, `max_buffer_diff_channels_last`).
 """
 
 from __future__ import annotations
@@ -72,8 +78,11 @@ else:
     model = NanoGpt().cuda()
     data = [(tokens(4, 64, 256), tokens(4, 64, 256)) for _ in range(steps)]
     loss_of = lambda m, xy: m(*xy)
+if mode == "eager_channels_last":
+    model = model.to(memory_format=torch.channels_last)
+    data = [x.contiguous(memory_format=torch.channels_last) for x in data]
 opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
-run = model if mode == "eager" else torch.compile(model, backend="kiln")
+run = model if mode.startswith("eager") else torch.compile(model, backend="kiln")
 losses, caught = [], []
 with warnings.catch_warnings(record=True) as w:
     warnings.simplefilter("always")
@@ -91,14 +100,19 @@ print(json.dumps({"losses": losses, "buffers": buffers, "warnings": caught,
 '''
 
 
+def largest_difference(reference: list[float], values: list[float]) -> float:
+    return max((abs(a - b) for a, b in zip(reference, values)), default=0.0)
+
+
 def main() -> int:
     args = bundle_and_out()
     with KilnServer(args.bundle, args.out) as server:
         report: dict = {"nvjitlink": server.nvjitlink, "runs": []}
         run_env = dict(server.env, PYTHONUNBUFFERED="1")
         for model in ("mlp", "nanogpt", "convnet"):
-            eager = eager_buffers = None
-            for mode in ("eager", "kiln", "kiln"):
+            references: dict[str, dict] = {}  # eager mode -> its losses and buffers
+            modes = ("eager", "eager_channels_last") if model == "convnet" else ("eager",)
+            for mode in modes + ("kiln", "kiln"):
                 before = server.metrics()
                 start = time.time()
                 p = subprocess.run([sys.executable, "-c", TRAIN, model, mode, str(STEPS)],
@@ -108,14 +122,14 @@ def main() -> int:
                 if p.returncode == 0:
                     result = json.loads(p.stdout.strip().splitlines()[-1])
                     entry.update(result)
-                    if mode == "eager":
-                        eager, eager_buffers = result["losses"], result["buffers"]
-                    elif eager:
-                        entry["max_loss_diff"] = max(abs(a - b) for a, b in zip(eager,
-                                                                                result["losses"]))
-                        entry["max_buffer_diff"] = max(
-                            (abs(a - b) for a, b in zip(eager_buffers, result["buffers"])),
-                            default=0.0)
+                    for name, reference in references.items():
+                        suffix = name.removeprefix("eager")
+                        entry["max_loss_diff" + suffix] = largest_difference(
+                            reference["losses"], result["losses"])
+                        entry["max_buffer_diff" + suffix] = largest_difference(
+                            reference["buffers"], result["buffers"])
+                    if mode.startswith("eager"):
+                        references[mode] = result
                 else:
                     entry["stderr"] = p.stderr[-3000:]
                 after = server.metrics()
