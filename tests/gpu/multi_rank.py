@@ -19,7 +19,11 @@ One kilnd, started from the bundle with an empty store, serves all of them:
                 batches.
   functional    a model whose forward all-reduces and all-gathers through
                 torch.distributed._functional_collectives: the collectives are in the graphs
-                Kiln compiles and run through the trainer's process group.
+                Kiln compiles and run through the trainer's process group. PyTorch's
+                functional all_gather_into_tensor faults (SIGSEGV) on CUDA tensors under
+                Gloo, eagerly too, so under Gloo the gather is a second all_reduce of each
+                rank's rows placed by a one-hot buffer of its rank: the same graph on every
+                rank, the same result.
   diverge       DDP over an MLP whose batch depends on the rank: the ranks trace different
                 graphs, and every rank must raise kiln.errors.RankDivergence naming the ranks.
 The training scenarios run three jobs each: eagerly (the reference), through kiln against
@@ -79,7 +83,8 @@ class Scenario:
 
 SCENARIOS = (
     Scenario("ddp_gpt2", "HF GPT-2 (2 layers) under DistributedDataParallel"),
-    Scenario("functional", "all_reduce and all_gather_tensor in the compiled forward"),
+    Scenario("functional", "all_reduce and an all-gather (under Gloo an all_reduce) in the "
+             "compiled forward"),
     Scenario("diverge", "DDP MLP whose batch depends on the rank", diverges=True),
 )
 
@@ -116,9 +121,10 @@ def root_cause(error: BaseException) -> BaseException:
     return error
 
 
-def build(scenario_name: str, rank: int, world_size: int) -> tuple[Any, list, Callable]:
+def build(scenario_name: str, rank: int, world_size: int,
+          backend: str) -> tuple[Any, list, Callable]:
     """The scenario's module (wrapped as the scenario trains it), its example inputs and
-    the loss of its output."""
+    the loss of its output, for ranks talking through `backend`."""
     import torch
     import torch.nn as nn
     import torch.nn.functional as F
@@ -145,12 +151,19 @@ def build(scenario_name: str, rank: int, world_size: int) -> tuple[Any, list, Ca
                 super().__init__()
                 self.up = nn.Linear(256, 512)
                 self.down = nn.Linear(512, 256)
+                self.register_buffer("place", F.one_hot(torch.tensor(rank), world_size).float())
 
             def forward(self, x: torch.Tensor) -> torch.Tensor:
                 h = F.gelu(self.up(x))
                 partial = fc.all_reduce(self.down(h), "sum", dist.group.WORLD)
-                rows = fc.all_gather_tensor(partial, 0, dist.group.WORLD)
+                rows = self.gather(partial)
                 return F.layer_norm(rows, rows.shape[-1:]).square().mean()
+
+            def gather(self, partial: torch.Tensor) -> torch.Tensor:
+                if backend != "gloo":
+                    return fc.all_gather_tensor(partial, 0, dist.group.WORLD)
+                placed = self.place[:, None, None] * partial[None]  # zeros but this rank's
+                return fc.all_reduce(placed.flatten(0, 1), "sum", dist.group.WORLD)
 
         return Sharded().to(device), [torch.randn(16, 256, device=device)], mean_square
     if scenario_name == "diverge":
@@ -203,7 +216,7 @@ def train(scenario_name: str, mode: str, steps: int, rank: int, process_group: s
         torch.backends.cuda.matmul.allow_tf32 = False
         torch.backends.cudnn.allow_tf32 = False
         torch.manual_seed(0)  # the same initial weights on every rank
-        model, example, loss_of = build(scenario_name, rank, dist.get_world_size())
+        model, example, loss_of = build(scenario_name, rank, dist.get_world_size(), backend)
         torch.manual_seed(1000 + rank)  # each rank its own batches
         batches = [[fresh_like(x) for x in example] for _ in range(steps)]
         opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
