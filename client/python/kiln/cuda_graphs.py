@@ -14,7 +14,9 @@ capture (the forward's saved tensors, which a captured forward keeps at fixed ad
 reaching the backward), are read in place; a replay whose such input moved runs the plan
 eagerly instead, and after MAX_MOVES of those the plan is captured again copying the inputs
 that moved (at most MAX_CAPTURES captures; then it runs eagerly). Every other input is copied
-into a buffer of the graph's before each replay, and an input the plan mutates is copied back
+into a buffer of the graph's before each replay, all of them in one torch._foreach_copy_ (a
+trainer's batch, and the tangents autograd makes afresh each step for outputs the loss does not
+read, such as a transformer's key-value cache), and an input the plan mutates is copied back
 after it. A replay checks the inputs it copies against the plan (BoundPlan.check_inputs); one
 it reads in place is where the capture saw it, a parameter whose sizes and strides Dynamo's
 guards fix or a view a forward's replay made.
@@ -59,6 +61,8 @@ ALIVE = "an output of the last replay is alive"
 # activations, however small a model's) stay in the pool, as copying each would cost a
 # kernel per output per replay.
 SMALL_OUTPUT_BYTES = 256
+# Copied inputs a capture's log line names.
+DESCRIBED = 6
 
 # Every capture whose pool may still hold a caller's tensor, with its GraphedPlan (weakly):
 # the views a replay hands out do not own their memory, so a capture (its graph and pool)
@@ -132,7 +136,8 @@ class GraphedPlan:
             self.captures += 1
             self._moves = 0
             self.log(f"captured in a CUDA graph at call {self.calls}: {len(in_place)} of "
-                     f"{len(inputs)} inputs read in place, {len(self._graph.copies)} copied")
+                     f"{len(inputs)} inputs read in place, {len(self._graph.copies)} copied"
+                     f"{_described(inputs, self._graph.copies)}")
         why = self._graph.cannot_replay(addresses)
         if why is None:  # a capture made in this call
             self.replays += 1
@@ -151,6 +156,17 @@ class GraphedPlan:
                 if self.captures >= MAX_CAPTURES:
                     self.log(f"captured {self.captures} times; runs eagerly from now on")
         return self.plan.run(inputs, seed, offset, checked=True)
+
+
+def _described(inputs: Sequence[Any], copied: Sequence[int]) -> str:
+    """The inputs a replay copies, by index, dtype and sizes (the first DESCRIBED of them):
+    which values did not hold still, so that a trainer can tell why replays copy."""
+    if not copied:
+        return ""
+    shown = [f"#{i} {str(inputs[i].dtype).removeprefix('torch.')}{list(inputs[i].shape)}"
+             for i in sorted(copied)[:DESCRIBED]]
+    more = f" and {len(copied) - DESCRIBED} more" if len(copied) > DESCRIBED else ""
+    return f" ({', '.join(shown)}{more})"
 
 
 def _address(x: Any) -> Optional[int]:
@@ -198,6 +214,11 @@ class _Capture:
                 self.copies[i].copy_(x.as_strided((span,), (1,), x.storage_offset()))
         self.mutated = sorted({s.input_index for s in plan.runtime.steps
                                if s.kind == "write_back"} & set(self.copies))
+        # A replay's copies in, as one torch._foreach_copy_ (a launch or a few, not one per
+        # input) where this PyTorch has it: the copied inputs' indices, their copies.
+        self._copied = list(self.copies)
+        self._destinations = list(self.copies.values())
+        self._foreach_copy = getattr(torch, "_foreach_copy_", None)
         self.graph = torch.cuda.CUDAGraph()
         self.pool = torch.cuda.graph_pool_handle()
         torch.cuda.synchronize(plan.runtime.device)
@@ -270,9 +291,13 @@ class _Capture:
     def replay(self, inputs: Sequence[Any]) -> list:
         import torch  # noqa: PLC0415
 
-        for i, copy in self.copies.items():
-            x = inputs[i]
-            copy.copy_(x.as_strided(copy.shape, (1,), x.storage_offset()))
+        sources = [inputs[i].as_strided(copy.shape, (1,), inputs[i].storage_offset())
+                   for i, copy in zip(self._copied, self._destinations)]
+        if len(sources) > 1 and self._foreach_copy is not None:
+            self._foreach_copy(self._destinations, sources)
+        else:
+            for copy, source in zip(self._destinations, sources):
+                copy.copy_(source)
         self.graph.replay()
         for i in self.mutated:
             x = inputs[i]

@@ -86,6 +86,27 @@ def test_an_input_that_moves_is_copied_before_each_replay() -> None:
     assert dst.data_ptr() == g._graph.copies[0].data_ptr()
 
 
+def test_inputs_that_move_are_copied_in_one_foreach_copy() -> None:
+    a = graphable(static=False)
+    a.buffers.add(kind=pb.BUFFER_KIND_INPUT, input_index=1, dtype=1,
+                  size_bytes=rt.sym("4*s0"), alignment=4, name="w")
+    spec = a.inputs.add(name="w", dtype=1)
+    spec.sizes.append(rt.sym("s0"))
+    spec.strides.append(rt.sym("1"))
+    r = runtime(a)
+    for _ in range(5):
+        foreach, copies = len(torch.foreach_copies), len(torch.copies)
+        x, w = rt.cuda_input(1 << 15), rt.cuda_input(1 << 15)
+        (y,) = r.run([x, w])
+        del y
+    assert graph_of(r).replays == 2
+    # The last replay copied both inputs in one call, each into its own buffer of the graph's.
+    assert torch.foreach_copies[foreach:] == [2]
+    got = [(dst.data_ptr(), src.data_ptr()) for dst, src in torch.copies[copies:]]
+    assert got == [(graph_of(r)._graph.copies[0].data_ptr(), x.data_ptr()),
+                   (graph_of(r)._graph.copies[1].data_ptr(), w.data_ptr())]
+
+
 def test_a_call_while_the_last_replays_output_is_alive_runs_eagerly() -> None:
     driver = rt.Driver()
     messages: list[str] = []
@@ -129,7 +150,7 @@ def test_inputs_read_in_place_that_keep_moving_are_copied_after_a_new_capture() 
     assert g.captures == 2
     assert g.refusals == {cuda_graphs.MOVED: cuda_graphs.MAX_MOVES}
     assert g._graph.addresses == {}, "input 0 is now copied"
-    assert messages[-1].endswith("0 of 1 inputs read in place, 1 copied")
+    assert messages[-1].endswith("0 of 1 inputs read in place, 1 copied (#0 float32[32768])")
 
 
 def test_a_backward_reads_its_forwards_saved_tensors_in_place() -> None:

@@ -126,6 +126,18 @@ class Tensor:
 copies: list[tuple[Tensor, Tensor]] = []
 # (target, args, kwargs) of every call of an op under torch.ops, in order.
 calls: list[tuple[str, tuple, dict]] = []
+# The number of tensors of every torch._foreach_copy_ call, in order (its copies are in
+# `copies`).
+foreach_copies: list[int] = []
+
+
+def _foreach_copy_(destinations: list, sources: list) -> None:
+    assert isinstance(destinations, list) and isinstance(sources, list)
+    assert len(destinations) == len(sources)
+    foreach_copies.append(len(destinations))
+    for d, s in zip(destinations, sources):
+        assert d.dtype is s.dtype and tuple(d.shape) == tuple(s.shape), (d, s)
+        copies.append((d, s))
 
 
 class _OpOverload:
