@@ -2,7 +2,7 @@
 
 Run from the repository root after `deploy/gpu-bundle.sh .bundle` (carried with the tree):
 
-    python3 tests/gpu/backend_smoke.py --bundle .bundle --out $OUT
+    python3 tests/gpu/backend_smoke.py --bundle .bundle --out $OUT [--only mlp,nanogpt,convnet]
 
 Starts kilnd from the bundle, then trains an MLP, a small nanoGPT and a small convolutional
 net with batch norm for a few AdamW steps, each in a fresh process, eagerly and with
@@ -29,9 +29,10 @@ import subprocess
 import sys
 import time
 
-from kilnd_process import KilnServer, bundle_and_out
+from kilnd_process import KilnServer, script_parser
 
 STEPS = 20
+MODELS = ("mlp", "nanogpt", "convnet")
 
 TRAIN = r'''
 import json, logging, sys, warnings
@@ -105,11 +106,16 @@ def largest_difference(reference: list[float], values: list[float]) -> float:
 
 
 def main() -> int:
-    args = bundle_and_out()
+    parser = script_parser()
+    parser.add_argument("--only", default=",".join(MODELS), help="models, comma-separated")
+    args = parser.parse_args()
+    models = [m for m in args.only.split(",") if m]
+    if unknown := set(models) - set(MODELS):
+        parser.error(f"unknown model(s) {', '.join(sorted(unknown))}; known: {', '.join(MODELS)}")
     with KilnServer(args.bundle, args.out) as server:
         report: dict = {"nvjitlink": server.nvjitlink, "runs": []}
         run_env = dict(server.env, PYTHONUNBUFFERED="1")
-        for model in ("mlp", "nanogpt", "convnet"):
+        for model in models:
             references: dict[str, dict] = {}  # eager mode -> its losses and buffers
             modes = ("eager", "eager_channels_last") if model == "convnet" else ("eager",)
             for mode in modes + ("kiln", "kiln"):
