@@ -3,7 +3,7 @@
 Run from the repository root after `deploy/gpu-bundle.sh .bundle` (carried with the tree):
 
     python3 tests/gpu/paired_steps.py --bundle .bundle --out $OUT [--only gpt2_124m_bf16,...]
-        [--steps 40]
+        [--steps 40] [--cudagraphs]
 
 step_time.py runs each mode in a process of its own, and the GPU machine runs one process's
 host up to twice as fast as another's (host_threads.py): a host-bound steady step moves with
@@ -15,9 +15,10 @@ the same CPUs at the same moments, so the host's speed divides out of each step'
 report gives each backend's median steady step (from step STEADY_FROM on), the median of the
 steps' ratios with its quartiles, and each backend's loss against the other's; kilnd's
 compile counters show that Kiln's copy compiled, and the table says so when it did not (were
-Dynamo to reuse the first copy's code for the second, the ratio would not be Kiln's). Writes
-OUT/paired_steps.json and OUT/paired_steps.txt; a configuration that fails is a line that says
-so.
+Dynamo to reuse the first copy's code for the second, the ratio would not be Kiln's). With
+--cudagraphs the pair is step_time.py's CUDA-graph modes: Inductor's mode="reduce-overhead"
+against Kiln's options={"cudagraphs": True}. Writes OUT/paired_steps.json and
+OUT/paired_steps.txt; a configuration that fails is a line that says so.
 """
 
 from __future__ import annotations
@@ -34,18 +35,21 @@ sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
 
 from kilnd_process import KilnServer, script_parser  # noqa: E402
 from step_time import (CONFIGS, OUTPUT_TAIL, STEADY_FROM, compile_counts,  # noqa: E402
-                       prepared, step_figures)
+                       compiled, prepared, step_figures)
 from worker_process import logged, run_worker  # noqa: E402
 
 STEPS = 40
 TIMEOUT_S = 500.0
 BACKENDS = ("inductor", "kiln")
+# step_time.py's mode for each backend, without CUDA graphs and with them.
+MODES = {False: {"inductor": "inductor", "kiln": "kiln"},
+         True: {"inductor": "inductor_cudagraphs", "kiln": "kiln_cudagraphs"}}
 
 
 # --- the training process ------------------------------------------------------------------
 
 
-def train(name: str, steps: int, write_event: Callable[..., None]) -> None:
+def train(name: str, steps: int, cudagraphs: bool, write_event: Callable[..., None]) -> None:
     import copy
 
     import torch
@@ -55,8 +59,7 @@ def train(name: str, steps: int, write_event: Callable[..., None]) -> None:
 
     bench, dtype, model, batches = prepared(name, steps)
     models = {"inductor": model, "kiln": copy.deepcopy(model)}
-    runs = {"inductor": torch.compile(models["inductor"]),
-            "kiln": torch.compile(models["kiln"], backend="kiln")}
+    runs = {b: compiled(m, MODES[cudagraphs][b]) for b, m in models.items()}
     opts = {b: torch.optim.AdamW(m.parameters(), lr=bench.lr) for b, m in models.items()}
     for step, batch in enumerate(batches, 1):
         for backend in turn(step):
@@ -78,8 +81,9 @@ def turn(step: int) -> tuple[str, ...]:
     return BACKENDS if step % 2 else BACKENDS[::-1]
 
 
-def worker(name: str, steps: int, events_path: pathlib.Path) -> int:
-    return logged(events_path, lambda write_event: train(name, steps, write_event), OUTPUT_TAIL)
+def worker(name: str, steps: int, cudagraphs: bool, events_path: pathlib.Path) -> int:
+    return logged(events_path, lambda write_event: train(name, steps, cudagraphs, write_event),
+                  OUTPUT_TAIL)
 
 
 # --- reading a run (no PyTorch) ------------------------------------------------------------
@@ -125,9 +129,11 @@ def loss_difference(result: dict) -> Optional[float]:
     return max(abs(x - y) for x, y in zip(a, b)) / abs(a[0])
 
 
-def table(name: str, result: dict) -> str:
+def table(name: str, result: dict, cudagraphs: bool = False) -> str:
     """One configuration's lines: each backend's steps, the paired ratio, the losses."""
-    lines = [f"## {name}, both backends in one process"]
+    modes = MODES[cudagraphs]
+    lines = [f"## {name}, both backends in one process"
+             + (f" ({modes['inductor']} and {modes['kiln']})" if cudagraphs else "")]
     if result.get("failed"):
         lines.append(f"- failed: {result['failed']}")
     for backend, figures in result["backends"].items():
@@ -155,7 +161,7 @@ def table(name: str, result: dict) -> str:
 # --- the runner ----------------------------------------------------------------------------
 
 
-def run_config(name: str, steps: int, timeout: float, server: KilnServer,
+def run_config(name: str, steps: int, cudagraphs: bool, timeout: float, server: KilnServer,
                out: pathlib.Path) -> dict:
     from train_models import read_events
 
@@ -165,7 +171,7 @@ def run_config(name: str, steps: int, timeout: float, server: KilnServer,
     env = dict(server.env, TORCHINDUCTOR_CACHE_DIR=tempfile.mkdtemp(prefix="inductor-"))
     before = server.metrics()
     run = run_worker([str(pathlib.Path(__file__).resolve()), "--worker", name, str(steps),
-                      str(events_path)], env, timeout)
+                      str(int(cudagraphs)), str(events_path)], env, timeout)
     result = summarize(read_events(events_path), run.returncode, run.output,
                        run.timed_out_after)
     result["server"] = compile_counts(before, server.metrics())
@@ -174,14 +180,16 @@ def run_config(name: str, steps: int, timeout: float, server: KilnServer,
 
 def main(argv: Optional[list[str]] = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
-    if argv[:1] == ["--worker"]:  # the runner's own call: CONFIG STEPS EVENTS_PATH
-        name, steps, events_path = argv[1:]
-        return worker(name, int(steps), pathlib.Path(events_path))
+    if argv[:1] == ["--worker"]:  # the runner's own call: CONFIG STEPS CUDAGRAPHS EVENTS_PATH
+        name, steps, cudagraphs, events_path = argv[1:]
+        return worker(name, int(steps), cudagraphs == "1", pathlib.Path(events_path))
     parser = script_parser()
     parser.add_argument("--only", default="gpt2_124m_fp32,gpt2_124m_bf16",
                         help=f"configurations, comma-separated, of {', '.join(CONFIGS)}")
     parser.add_argument("--steps", type=int, default=STEPS)
     parser.add_argument("--timeout", type=float, default=TIMEOUT_S)
+    parser.add_argument("--cudagraphs", action="store_true",
+                        help="pair the CUDA-graph modes (reduce-overhead against Kiln's)")
     args = parser.parse_args(argv)
     names = [n for n in args.only.split(",") if n]
     unknown = [n for n in names if n not in CONFIGS]
@@ -189,14 +197,16 @@ def main(argv: Optional[list[str]] = None) -> int:
         parser.error(f"unknown configurations {unknown}; known: {', '.join(CONFIGS)}")
     if args.steps <= STEADY_FROM:
         parser.error(f"--steps must be above {STEADY_FROM}: steady steps start there")
-    report: dict = {"steps": args.steps, "steady_from": STEADY_FROM, "configs": {}}
+    report: dict = {"steps": args.steps, "steady_from": STEADY_FROM,
+                    "modes": MODES[args.cudagraphs], "configs": {}}
     texts = []
     for name in names:
         with KilnServer(args.bundle, args.out) as server:
-            result = run_config(name, args.steps, args.timeout, server, args.out)
+            result = run_config(name, args.steps, args.cudagraphs, args.timeout, server,
+                                args.out)
         report["configs"][name] = result
         (args.out / "paired_steps.json").write_text(json.dumps(report, indent=1))
-        texts.append(table(name, result))
+        texts.append(table(name, result, args.cudagraphs))
         print(texts[-1], flush=True)
     (args.out / "paired_steps.txt").write_text("\n".join(texts))
     return 0

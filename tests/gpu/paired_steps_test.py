@@ -56,6 +56,20 @@ def test_the_table_gives_steps_ratio_losses_and_kilnds_counters() -> None:
     assert "- kilnd: 4 compiles, 0 hits\n" in text
 
 
+def test_the_cuda_graph_pair_is_step_times_cuda_graph_modes_and_says_so() -> None:
+    import step_time
+
+    assert ps.MODES[True] == {"inductor": "inductor_cudagraphs", "kiln": "kiln_cudagraphs"}
+    assert set(ps.MODES[True].values()) == set(step_time.CUDAGRAPH_MODES)
+    assert set(ps.MODES[False].values()) <= set(step_time.MODES)
+    result = ps.summarize(events([1.0] * 8, [1.0] * 8), 0, "", None)
+    assert ps.table("gpt2_124m_bf16", result, cudagraphs=True).startswith(
+        "## gpt2_124m_bf16, both backends in one process (inductor_cudagraphs and "
+        "kiln_cudagraphs)\n")
+    assert ps.table("gpt2_124m_bf16", result).startswith(
+        "## gpt2_124m_bf16, both backends in one process\n")
+
+
 def test_a_kiln_copy_that_never_reached_kilnd_is_called_out() -> None:
     result = ps.summarize(events([1.0] * 8, [1.0] * 8), 0, "", None)
     result["server"] = {"compiles": 0.0, "hits": 0.0}
