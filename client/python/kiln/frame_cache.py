@@ -19,7 +19,10 @@ frame_cache() points that cache at kilnd:
   is written while these settings hold;
 - the key leaves out what only Inductor's code depends on and is slow to find: Triton's
   version (a hash of its sources) and the custom passes of Inductor's code generators (which
-  imports them all). Together they were over two seconds of a warm start.
+  imports them all). Together they were over two seconds of a warm start;
+- the key names PyTorch by its wheel's RECORD (kiln.torch_identity) where that describes the
+  installed package as it is, rather than by torch_key's hash of every source file (0.4 s of a
+  warm start); elsewhere by torch_key.
 
 A frame whose graphs do not all run kilnd's code (a fallback) is not stored. Processes of
 several ranks do not use the cache: a rank that loads its frame sends no compile request,
@@ -35,11 +38,12 @@ import functools
 import hashlib
 import json
 import logging
+import os
 import threading
 from dataclasses import dataclass
 from typing import Any, Callable, Iterator, Optional, Sequence
 
-from kiln import partitioning, timings
+from kiln import partitioning, timings, torch_identity
 from kiln.client import compile_options
 from kiln.fallback import Decision, FallbackPolicy
 from kiln.settings import Settings
@@ -149,9 +153,10 @@ def _patches(store: Any, tag: str) -> list:
 
 def _key_patches(mock: Any) -> list:
     """While AOTAutogradCache computes a frame's key (autograd_cache_key), Inductor's key
-    machinery leaves out what only Inductor's code depends on, where this PyTorch has it (a
-    PyTorch without it keys frames as it does). Only then: a graph that falls back to Inductor
-    inside the backend is keyed in Inductor's own caches as it always is."""
+    machinery leaves out what only Inductor's code depends on, and names PyTorch by its RECORD,
+    where this PyTorch has them (a PyTorch without them keys frames as it does). Only then: a
+    graph that falls back to Inductor inside the backend is keyed in Inductor's own caches as
+    it always is."""
     from torch._functorch._aot_autograd import autograd_cache  # noqa: PLC0415
     from torch._inductor import codecache  # noqa: PLC0415
 
@@ -163,6 +168,10 @@ def _key_patches(mock: Any) -> list:
         if hasattr(codecache, "init_backend_registration"):
             patches.append(mock.patch.object(codecache, "init_backend_registration",
                                              lambda: None))
+        if hasattr(codecache, "torch_key"):
+            hash_sources = codecache.torch_key
+            patches.append(mock.patch.object(codecache, "torch_key",
+                                             lambda: _installed_torch() or hash_sources()))
         return patches
 
     key_of = getattr(autograd_cache, "autograd_cache_key", None)
@@ -176,6 +185,18 @@ def _key_patches(mock: Any) -> list:
             return key_of(*args, **kwargs)
 
     return [mock.patch.object(autograd_cache, "autograd_cache_key", frame_key)]
+
+
+@functools.cache
+def _installed_torch() -> Optional[bytes]:
+    """The imported PyTorch's identity from its RECORD (kiln.torch_identity), None where no
+    RECORD describes it as it is."""
+    import torch  # noqa: PLC0415
+
+    where, version = getattr(torch, "__file__", None), getattr(torch, "__version__", None)
+    if not where or not isinstance(version, str):
+        return None
+    return torch_identity.identity(os.path.dirname(where), version)
 
 
 @functools.cache

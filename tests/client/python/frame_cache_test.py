@@ -13,7 +13,7 @@ from typing import Any, Iterator
 
 import pytest
 
-from kiln import frame_cache, timings
+from kiln import frame_cache, timings, torch_identity
 from kiln.fallback import KILN, FallbackPolicy
 from kiln.settings import Settings
 
@@ -80,6 +80,8 @@ class StandIn:
         self.codecache.CacheBase = CacheBase
         self.codecache.init_backend_registration = self.register_inductor_backends
         self.registered = 0
+        self.sources_hashed = 0
+        self.codecache.torch_key = self.hash_torch_sources
         self.autograd_cache = types.ModuleType("torch._functorch._aot_autograd.autograd_cache")
         self.autograd_cache.AOTAutogradCache = self.cache
         self.autograd_cache.autograd_cache_key = self.autograd_cache_key
@@ -87,11 +89,16 @@ class StandIn:
     def register_inductor_backends(self) -> None:
         self.registered += 1
 
+    def hash_torch_sources(self) -> bytes:
+        self.sources_hashed += 1
+        return b"a hash of PyTorch's sources"
+
     def autograd_cache_key(self, gm: Any, args: Any, aot_config: Any,
                            fx_config: Any) -> tuple[dict, list]:
         """AOTAutograd's key of a frame: what Inductor's key machinery gives it."""
         self.codecache.init_backend_registration()
-        return self.codecache.CacheBase.get_system(), [f"{gm} {args}"]
+        return self.codecache.CacheBase.get_system(), [f"{gm} {args}",
+                                                       self.codecache.torch_key()]
 
     @staticmethod
     def config(**values: Any) -> types.SimpleNamespace:
@@ -146,6 +153,7 @@ def test_while_the_backend_runs_aotautogradcache_reads_kilnd_and_writes_nothing_
     stand_in = StandIn()
     stand_in.install(monkeypatch)
     frame_cache._system.cache_clear()  # the stand-in's GPU, not one an earlier test saw
+    frame_cache._installed_torch.cache_clear()
     store = object()
     with frame_cache.frame_cache(store, "kiln-frame-tag", loading()) as cached:
         assert cached
@@ -164,7 +172,9 @@ def test_while_the_backend_runs_aotautogradcache_reads_kilnd_and_writes_nothing_
         assert "triton" not in str(system)
         assert (system["device"], system["cuda"], len(system["hash"])) == (
             "NVIDIA H100", "13.0", 64)
-        assert lines == ["gm [1]"] and stand_in.registered == 0
+        assert stand_in.registered == 0
+        # The stand-in PyTorch has no RECORD: its sources are hashed.
+        assert lines == ["gm [1]", b"a hash of PyTorch's sources"]
         # Inductor compiling a graph that falls back to it keys it as it always does.
         assert "triton" in stand_in.codecache.CacheBase.get_system()["version"]
         stand_in.codecache.init_backend_registration()
@@ -192,6 +202,32 @@ def test_while_the_backend_runs_aotautogradcache_reads_kilnd_and_writes_nothing_
         stand_in.cache._write_to_local_cache("key", b"frame")
     with pytest.raises(RuntimeError, match="inside the kiln backend only"):
         frame_cache.load("fw", "ab" * 32, b"artifact", [])
+
+
+def test_a_frame_key_names_an_installed_pytorch_by_its_record(
+        monkeypatch: pytest.MonkeyPatch, tmp_path: pathlib.Path) -> None:
+    import torch_identity_test
+
+    stand_in = StandIn()
+    stand_in.install(monkeypatch)
+    package = torch_identity_test.install(tmp_path)
+    torch = sys.modules["torch"]
+    monkeypatch.setattr(torch, "__file__", str(package / "__init__.py"), raising=False)
+    monkeypatch.setattr(torch, "__version__", torch_identity_test.VERSION, raising=False)
+    frame_cache._installed_torch.cache_clear()
+    record = torch_identity.identity(str(package), torch_identity_test.VERSION)
+    assert record is not None
+    try:
+        with frame_cache.frame_cache(object(), "kiln-frame-tag", loading()):
+            for _ in range(2):
+                _, lines = stand_in.autograd_cache.autograd_cache_key("gm", [1], None, {})
+                assert lines == ["gm [1]", record]
+        assert stand_in.sources_hashed == 0
+        # Inductor's own keys still hash the sources.
+        assert stand_in.codecache.torch_key() == b"a hash of PyTorch's sources"
+        assert stand_in.sources_hashed == 1
+    finally:
+        frame_cache._installed_torch.cache_clear()
 
 
 def test_a_pytorch_without_what_the_cache_needs_changes_nothing_and_says_so_once(
