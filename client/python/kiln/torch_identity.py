@@ -36,18 +36,20 @@ def identity(package_dir: str, version: str) -> Optional[bytes]:
     record = _record(site, name, version)
     if record is None:
         return None
-    listed_init = False
-    for row in csv.reader(io.StringIO(record.decode("utf-8", errors="replace"))):
-        if len(row) != 3 or not row[0].startswith(name + "/") or not row[0].endswith(".py"):
-            continue
-        listed_init |= row[0] == f"{name}/__init__.py"
-        try:
-            if os.stat(os.path.join(site, row[0])).st_size != int(row[2]):
-                return None
-        except (OSError, ValueError):  # a file gone, a size not recorded
-            return None
-    if not listed_init:  # a RECORD of some other package of that name
+    try:
+        sources = [(row[0], int(row[2]))
+                   for row in csv.reader(io.StringIO(record.decode("utf-8", errors="replace")))
+                   if len(row) == 3 and row[0].startswith(name + "/") and row[0].endswith(".py")]
+    except (csv.Error, ValueError):  # a RECORD cut short, a size not recorded
         return None
+    if not any(path == f"{name}/__init__.py" for path, _ in sources):
+        return None  # a RECORD of some other package of that name
+    for path, size in sources:
+        try:
+            if os.stat(os.path.join(site, path)).st_size != size:
+                return None
+        except OSError:  # a file gone
+            return None
     return hashlib.sha256(b"\0".join([FORMAT, version.encode(), record])).digest()
 
 
