@@ -402,6 +402,11 @@ def table(rows: list[dict]) -> str:
                              f"{_num(record['first_step_s'], '.2f')} s, median "
                              f"{_num(record['median_step_ms'], '.1f')} ms, "
                              f"{len(record['losses'])} steps, graphs {len(record['answers'])}")
+        if "max_rel" in row and len(row["ranks"]["kiln"]) > 1:
+            firsts = {mode: row["ranks"][mode][1]["first_step_s"] for mode in TRAINING_MODES}
+            lines.append(f"  rank 1's first step: eager {_num(firsts['eager'], '.2f')} s, kiln "
+                         f"against the empty store {_num(firsts['kiln'], '.2f')} s, against "
+                         f"the store the first job filled {_num(firsts['kiln_warm'], '.2f')} s")
         for message in row.get("messages", []):
             lines.append(f"  raised: {message.splitlines()[0][:200] if message else '-'}")
         lines += [f"  - {reason}" for reason in row["reasons"]]

@@ -79,6 +79,20 @@ def test_a_job_compiled_once_with_equal_artifacts_passes(tmp_path) -> None:
     assert row["graphs"] == 2 and row["compiles"] == {"kiln": 2.0, "kiln_warm": 0}
 
 
+def test_the_table_names_each_ranks_gpu_and_rank_1s_first_steps(tmp_path) -> None:
+    ranks = {"eager": job(tmp_path, "eager", graphs=[{}, {}]), "kiln": job(tmp_path, "kiln"),
+             "kiln_warm": job(tmp_path, "kiln_warm", outcome="hit")}
+    row = mr.judge_training(ranks, {"kiln": {"kiln_compiles_total.ok": 2.0},
+                                    "kiln_warm": {}}, STEPS)
+    row.update(scenario="ddp_gpt2", description="GPT-2 under DDP", ranks=ranks)
+    text = mr.table([row])
+    assert "  kiln      rank 1 (GPU 0, gloo): first step 3.00 s, median 500.0 ms, 6 steps, " \
+           "graphs 2\n" in text
+    assert "  rank 1's first step: eager 3.00 s, kiln against the empty store 3.00 s, against " \
+           "the store the first job filled 3.00 s\n" in text
+    assert text.endswith("1 of 1 scenarios pass\n")
+
+
 def test_a_compile_per_rank_or_differing_artifacts_fail(tmp_path) -> None:
     other = dict(GRAPHS, **{"frame 0/0.bw": "0" * 64})
     row = training(tmp_path, kiln=job(tmp_path, "kiln", graphs=[GRAPHS, other]),
