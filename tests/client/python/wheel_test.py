@@ -20,10 +20,20 @@ PIP_INSTALL = [sys.executable, "-m", "pip", "install", "--no-deps", "--no-index"
                "--no-cache-dir", "--disable-pip-version-check", "--quiet"]
 
 
+def own_env(**extra: str) -> dict[str, str]:
+    """This process's environment less Kiln's settings, which change what a build packs (a
+    test module run before in the process may have set KILN_RUNTIME_LIBRARY), and `extra`."""
+    return {**{k: v for k, v in os.environ.items() if not k.startswith("KILN_")}, **extra}
+
+
+def pip_install(*args: str, **extra_env: str) -> None:
+    subprocess.run([*PIP_INSTALL, *args], check=True, env=own_env(**extra_env))
+
+
 def build(out: pathlib.Path, *extra: str) -> pathlib.Path:
     run = subprocess.run([sys.executable, str(PACKAGE / "build_wheel.py"), "--out", str(out),
                           "--proto-python", str(BINARY_DIR / "python"), *extra],
-                         capture_output=True, text=True)
+                         capture_output=True, text=True, env=own_env())
     assert run.returncode == 0, run.stderr
     return pathlib.Path(run.stdout.strip())
 
@@ -62,7 +72,7 @@ def test_wheel_contents_and_metadata(wheel: pathlib.Path) -> None:
 
 def test_installed_wheel_works_on_its_own(wheel: pathlib.Path, tmp_path: pathlib.Path) -> None:
     site = tmp_path / "site"
-    subprocess.run([*PIP_INSTALL, "--target", str(site), str(wheel)], check=True)
+    pip_install("--target", str(site), str(wheel))
     code = ("import kiln, kiln.client, kiln.native\n"
             "from importlib.metadata import entry_points\n"
             "from kiln.v1 import compile_pb2\n"
@@ -75,7 +85,7 @@ def test_installed_wheel_works_on_its_own(wheel: pathlib.Path, tmp_path: pathlib
 def test_dynamo_finds_the_backend_through_the_entry_point(wheel: pathlib.Path,
                                                            tmp_path: pathlib.Path) -> None:
     site = tmp_path / "site"
-    subprocess.run([*PIP_INSTALL, "--target", str(site), str(wheel)], check=True)
+    pip_install("--target", str(site), str(wheel))
     fake_torch = HERE / "fake_torch"
     # Without `import kiln`: Dynamo loads the entry point, which imports kiln; the package
     # must not register the name a second time on the way.
@@ -91,7 +101,7 @@ def test_wheel_with_the_runtime_library(tmp_path: pathlib.Path) -> None:
     wheel = build(tmp_path / "dist", "--runtime-library", str(library))
     assert wheel.name == "kiln-0.1.0-py3-none-linux_x86_64.whl"
     site = tmp_path / "site"
-    subprocess.run([*PIP_INSTALL, "--target", str(site), str(wheel)], check=True)
+    pip_install("--target", str(site), str(wheel))
     path = clean_python("import kiln.native; print(kiln.native.runtime_library())", site)
     assert pathlib.Path(path).read_bytes() == library.read_bytes()
 
@@ -100,9 +110,8 @@ def test_install_from_the_source_folder(tmp_path: pathlib.Path) -> None:
     source = tmp_path / "python"
     shutil.copytree(PACKAGE, source, ignore=shutil.ignore_patterns("__pycache__", "build"))
     site = tmp_path / "site"
-    env = dict(os.environ, KILN_PROTO_PYTHON=str(BINARY_DIR / "python"))
-    subprocess.run([*PIP_INSTALL, "--no-build-isolation", "--target", str(site), str(source)],
-                   check=True, env=env)
+    pip_install("--no-build-isolation", "--target", str(site), str(source),
+                KILN_PROTO_PYTHON=str(BINARY_DIR / "python"))
     assert (site / "kiln" / "v1" / "compile_pb2.py").is_file()
     assert clean_python("from kiln.v1 import compile_pb2; import kiln.client; print('ok')",
                         site) == "ok"
