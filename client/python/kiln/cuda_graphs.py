@@ -38,7 +38,7 @@ from __future__ import annotations
 
 import threading
 import weakref
-from typing import Any, Callable, Optional, Sequence
+from typing import Any, Callable, Collection, Optional, Sequence
 
 from kiln.bound_plan import BUFFER_INPUT, BoundPlan
 
@@ -158,7 +158,7 @@ class GraphedPlan:
         return self.plan.run(inputs, seed, offset, checked=True)
 
 
-def _described(inputs: Sequence[Any], copied: Sequence[int]) -> str:
+def _described(inputs: Sequence[Any], copied: Collection[int]) -> str:
     """The inputs a replay copies, by index, dtype and sizes (the first DESCRIBED of them):
     which values did not hold still, so that a trainer can tell why replays copy."""
     if not copied:
