@@ -54,7 +54,9 @@ def identity(package_dir: str, version: str) -> Optional[bytes]:
 
 
 def _record(site: str, name: str, version: str) -> Optional[bytes]:
-    """The RECORD of the distribution `name`-`version` installed in `site`."""
+    """The RECORD of the distribution `name`-`version` installed in `site`. Its METADATA may
+    give the version without the local label that the package reports (2.11.0 for
+    2.11.0+cu130: a wheel from PyPI is named so); the RECORD tells such builds apart."""
     try:
         entries = os.listdir(site)
     except OSError:
@@ -64,7 +66,7 @@ def _record(site: str, name: str, version: str) -> Optional[bytes]:
         if not (entry.startswith(prefix) and entry.endswith(".dist-info")):
             continue
         folder = os.path.join(site, entry)
-        if _version(os.path.join(folder, "METADATA")) != version:
+        if _version(os.path.join(folder, "METADATA")) not in (version, version.split("+")[0]):
             continue
         try:
             with open(os.path.join(folder, "RECORD"), "rb") as f:

@@ -15,8 +15,9 @@ SOURCES = {"torch/__init__.py": "import os\n", "torch/nn/linear.py": "class Line
 
 def install(site: pathlib.Path, version: str = VERSION, sources: dict | None = None,
             record_extra: str = "") -> pathlib.Path:
-    """A package installed in `site` as pip leaves one: its files and a dist-info folder
-    whose RECORD lists each with its hash and size (CSV, a comma in a name quoted)."""
+    """A package of `version` (as its METADATA gives it) installed in `site` as pip leaves
+    one: its files and a dist-info folder whose RECORD lists each with its hash and size (CSV,
+    a comma in a name quoted)."""
     sources = SOURCES if sources is None else sources
     rows = []
     for name, text in sources.items():
@@ -45,6 +46,20 @@ def test_an_installed_package_is_named_by_its_record_wherever_it_lives(tmp_path)
     other = dict(SOURCES, **{"torch/nn/linear.py": "class Linear: pass\n"})
     assert torch_identity.identity(str(install(tmp_path / "c", sources=other)), VERSION) \
         not in (None, here)
+
+
+def test_a_wheel_whose_metadata_leaves_out_the_local_label_is_named_by_its_record(
+        tmp_path) -> None:
+    # PyPI's wheels: torch-2.11.0.dist-info says Version: 2.11.0, torch.__version__ is
+    # 2.11.0+cu130.
+    package = str(install(tmp_path / "pypi", version="2.11.0"))
+    named = torch_identity.identity(package, VERSION)
+    assert isinstance(named, bytes)
+    assert torch_identity.identity(package, "2.11.0") not in (None, named)
+    assert torch_identity.identity(package, "2.11.1+cu130") is None
+    # A METADATA that names a local label must name the one the package reports.
+    assert torch_identity.identity(str(install(tmp_path / "cpu", version="2.11.0+cpu")),
+                                   VERSION) is None
 
 
 def test_a_package_not_as_its_record_says_has_no_identity(tmp_path) -> None:
