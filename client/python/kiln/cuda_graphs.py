@@ -13,7 +13,11 @@ analysis's static inputs), and inputs whose address was the same in the two call
 capture (the forward's saved tensors, which a captured forward keeps at fixed addresses,
 reaching the backward), are read in place; a replay whose such input moved runs the plan
 eagerly instead, and after MAX_MOVES of those the plan is captured again copying the inputs
-that moved (at most MAX_CAPTURES captures; then it runs eagerly). Every other input is copied
+that moved (at most MAX_CAPTURES captures; then it runs eagerly). An input that lived, when
+captured, or lives now in the pool of another plan's capture is that plan's output, which moved
+because that plan ran eagerly or was captured again (a loss's backward, whose tangent moved,
+feeding the model's backward the logits' gradient): it is read in place again once it holds
+still, not copied. Every other input is copied
 into a buffer of the graph's before each replay, all of them in one torch._foreach_copy_ (a
 trainer's batch, and the tangents autograd makes afresh each step for outputs the loss does not
 read, such as a transformer's key-value cache), and an input the plan mutates is copied back
@@ -36,6 +40,7 @@ them into its own graph.
 
 from __future__ import annotations
 
+import bisect
 import threading
 import weakref
 from typing import Any, Callable, Collection, Optional, Sequence
@@ -46,7 +51,7 @@ from kiln.bound_plan import BUFFER_INPUT, BoundPlan
 # and cuBLAS's lazily made state (a capture must not allocate or initialize them); later ones
 # show which input addresses hold still. The capture waits until the same inputs held still
 # over two calls in a row with no capture made in between, and no longer than
-# MAX_WARMUP_CALLS. A backward's saved tensors move once more when its forward starts
+# MAX_WARMUP_CALLS (counted again from a capture dropped because its inputs moved). A backward's saved tensors move once more when its forward starts
 # replaying from the forward's pool, then hold still: the backward captures two calls later,
 # reading them in place.
 WARMUP_CALLS = 3
@@ -74,6 +79,16 @@ _captures_lock = threading.Lock()
 # backward's from its forward) sees them move when that one is captured, so it does not
 # capture in a call during which another capture was made.
 _generation = [0]
+
+
+def _in_a_pool(address: Optional[int]) -> bool:
+    """Whether `address` lies in an output of a plan's current capture: a value that plan's
+    replays leave there."""
+    if address is None:
+        return False
+    with _captures_lock:
+        return any(c.holds(address) for o, c in _captures
+                   if o() is not None and o()._graph is c)
 
 
 def _keep(owner: "GraphedPlan", capture: "_Capture") -> None:
@@ -107,6 +122,7 @@ class GraphedPlan:
         self._copied_always: set[int] = set()  # inputs that moved while read in place
         self._graph: Optional[_Capture] = None
         self._moves = 0
+        self._dropped_at = 0  # the call that dropped the last capture (0: none yet)
 
     def run(self, inputs: Sequence[Any], seed: int, offset: int) -> list:
         self.calls += 1
@@ -129,9 +145,13 @@ class GraphedPlan:
                 i in self.static_inputs or (a == previous[i] and i not in self._copied_always))}
             held_still, self._held_still = self._held_still, in_place
             settled = in_place == held_still and generation == self._generation
-            if self.calls <= WARMUP_CALLS or (not settled and self.calls < MAX_WARMUP_CALLS):
+            waited = self.calls - self._dropped_at
+            if self.calls <= WARMUP_CALLS or (not settled and waited < MAX_WARMUP_CALLS):
                 return self.plan.run(inputs, seed, offset, checked=True)
+            pooled = {i for i in in_place if i not in self.static_inputs and
+                      _in_a_pool(addresses[i])}
             self._graph = _Capture(self.plan, inputs, in_place, seed, offset, self.saved_from)
+            self._graph.pooled = pooled
             _keep(self, self._graph)
             self.captures += 1
             self._moves = 0
@@ -149,10 +169,14 @@ class GraphedPlan:
             self._moves += 1
             if self._moves >= MAX_MOVES:
                 # Inputs that held still for a while moved after all (they came back to
-                # their addresses by chance): capture again, copying those.
-                self._copied_always |= self._graph.moved(addresses)
+                # their addresses by chance): capture again, copying those, less another
+                # plan's outputs (see the module's docstring).
+                self._copied_always |= {i for i in self._graph.moved(addresses)
+                                        if i not in self._graph.pooled and
+                                        not _in_a_pool(addresses[i])}
                 self._graph = None
                 self._held_still = None
+                self._dropped_at = self.calls
                 if self.captures >= MAX_CAPTURES:
                     self.log(f"captured {self.captures} times; runs eagerly from now on")
         return self.plan.run(inputs, seed, offset, checked=True)
@@ -190,6 +214,8 @@ class _Capture:
         self.plan = plan
         self.in_place = in_place
         self.addresses = {i: _address(inputs[i]) for i in in_place}
+        # The inputs read in place that lived in another plan's capture's pool.
+        self.pooled: set[int] = set()
         # What a replay checks of its inputs: an input read in place is where the capture saw
         # it, a parameter (whose sizes and strides Dynamo's guards fix) or a value a forward
         # left in its pool, so only the inputs it copies.
@@ -257,6 +283,17 @@ class _Capture:
                     watched[address] = self.storages[address]._cdata
         self._watched = list(watched.values())
         self._use_count = torch._C._storage_Use_Count
+        # The pool's places as sorted first bytes and their ends, for holds().
+        spans = sorted((address, address + place_bytes) for address, place_bytes in
+                       {place[1]: place[2] for place in self.outputs
+                        if place[0] in ("small", "pool")}.items())
+        self._starts = [start for start, _ in spans]
+        self._ends = [end for _, end in spans]
+
+    def holds(self, address: int) -> bool:
+        """Whether `address` lies in one of the places this capture's outputs live in."""
+        i = bisect.bisect_right(self._starts, address) - 1
+        return i >= 0 and address < self._ends[i]
 
     def in_use(self) -> bool:
         """Whether a view of the pool that a replay handed out is still alive."""

@@ -172,6 +172,30 @@ def test_a_backward_reads_its_forwards_saved_tensors_in_place() -> None:
     assert (g.captures, g.replays, g.refusals) == (1, 3, {})
 
 
+def test_an_input_from_another_plans_pool_is_read_in_place_again_after_that_plan_moves_it(
+) -> None:
+    # A loss's backward (the producer) captured, then its tangent moves every call: it runs
+    # eagerly and is captured again, and the model's backward (the consumer), which read its
+    # output in place, sees that output move. The consumer waits for it to hold still in the
+    # producer's new pool and reads it in place again instead of copying it at every replay.
+    messages: list[str] = []
+    producer = runtime(graphable(static=False))
+    consumer = runtime(graphable(static=False), messages)
+    tangent = rt.cuda_input(1 << 15)
+    for call in range(1, 15):
+        (gradient,) = producer.run([tangent if call <= 6 else rt.cuda_input(1 << 15)])
+        (y,) = consumer.run([gradient])
+        del gradient, y
+    assert graph_of(producer).captures == 2
+    g = graph_of(consumer)
+    assert (g.captures, g.refusals) == (2, {cuda_graphs.MOVED: cuda_graphs.MAX_MOVES})
+    assert g._copied_always == set()
+    assert messages[0] == ("captured in a CUDA graph at call 6: 1 of 1 inputs read in place, "
+                           "0 copied")
+    assert messages[-1].endswith("1 of 1 inputs read in place, 0 copied")
+    assert g._graph.pooled == {0}
+
+
 def test_an_input_read_in_place_that_is_no_tensor_any_more_is_not_replayed_over() -> None:
     r = runtime(graphable(static=True))
     x = rt.cuda_input(1 << 15)
