@@ -20,8 +20,9 @@ feeding the model's backward the logits' gradient): it is read in place again on
 still, not copied. Every other input is copied
 into a buffer of the graph's before each replay, all of them in one torch._foreach_copy_ (a
 trainer's batch, and the tangents autograd makes afresh each step for outputs the loss does not
-read, such as a transformer's key-value cache), and an input the plan mutates is copied back
-after it. A replay checks the inputs it copies against the plan (BoundPlan.check_inputs); one
+read, such as a transformer's key-value cache; and inputs of at most SMALL_INPUT_BYTES, such
+as the loss's gradient, even when they held still), and an input the plan mutates is copied
+back after it. A replay checks the inputs it copies against the plan (BoundPlan.check_inputs); one
 it reads in place is where the capture saw it, a parameter whose sizes and strides Dynamo's
 guards fix or a view a forward's replay made.
 
@@ -51,9 +52,9 @@ from kiln.bound_plan import BUFFER_INPUT, BoundPlan
 # and cuBLAS's lazily made state (a capture must not allocate or initialize them); later ones
 # show which input addresses hold still. The capture waits until the same inputs held still
 # over two calls in a row with no capture made in between, and no longer than
-# MAX_WARMUP_CALLS (counted again from a capture dropped because its inputs moved). A backward's saved tensors move once more when its forward starts
-# replaying from the forward's pool, then hold still: the backward captures two calls later,
-# reading them in place.
+# MAX_WARMUP_CALLS (counted again from a capture dropped because its inputs moved). A
+# backward's saved tensors move once more when its forward starts replaying from the forward's
+# pool, then hold still: the backward captures two calls later, reading them in place.
 WARMUP_CALLS = 3
 MAX_WARMUP_CALLS = 8
 # Replays refused because an in-place input moved, before the plan is captured again, and the
@@ -66,6 +67,12 @@ ALIVE = "an output of the last replay is alive"
 # activations, however small a model's) stay in the pool, as copying each would cost a
 # kernel per output per replay.
 SMALL_OUTPUT_BYTES = 256
+# Inputs a replay copies even when they held still (not parameters): a loss's gradient, a
+# step count. Autograd makes them afresh at every step, and where the allocator hands one out
+# again holds still for a while by chance; read in place, its first move would cost a capture
+# of its plan and of every plan that reads that plan's outputs, which move with it. Copying
+# one is a few bytes more in the replay's one copy.
+SMALL_INPUT_BYTES = 256
 # Copied inputs a capture's log line names.
 DESCRIBED = 6
 
@@ -142,7 +149,8 @@ class GraphedPlan:
             if previous is None or self.captures >= MAX_CAPTURES:
                 return self.plan.run(inputs, seed, offset, checked=True)
             in_place = {i for i, a in enumerate(addresses) if a is not None and (
-                i in self.static_inputs or (a == previous[i] and i not in self._copied_always))}
+                i in self.static_inputs or (a == previous[i] and i not in self._copied_always
+                                            and not _small(inputs[i])))}
             held_still, self._held_still = self._held_still, in_place
             settled = in_place == held_still and generation == self._generation
             waited = self.calls - self._dropped_at
@@ -191,6 +199,11 @@ def _described(inputs: Sequence[Any], copied: Collection[int]) -> str:
              for i in sorted(copied)[:DESCRIBED]]
     more = f" and {len(copied) - DESCRIBED} more" if len(copied) > DESCRIBED else ""
     return f" ({', '.join(shown)}{more})"
+
+
+def _small(x: Any) -> bool:
+    """An input a replay copies even when it holds still: see SMALL_INPUT_BYTES."""
+    return x.numel() * x.element_size() <= SMALL_INPUT_BYTES
 
 
 def _address(x: Any) -> Optional[int]:

@@ -196,6 +196,22 @@ def test_an_input_from_another_plans_pool_is_read_in_place_again_after_that_plan
     assert g._graph.pooled == {0}
 
 
+def test_a_small_input_is_copied_though_it_held_still() -> None:
+    # A loss's gradient: a scalar autograd makes at every step, at one address for a while.
+    messages: list[str] = []
+    r = runtime(graphable(static=False), messages)
+    elements = cuda_graphs.SMALL_INPUT_BYTES // 4
+    scalar = rt.cuda_input(elements)
+    for call in range(1, 11):
+        (y,) = r.run([scalar if call <= 6 else rt.cuda_input(elements)])
+        del y
+    g = graph_of(r)
+    # Its move after the capture costs no eager run and no capture.
+    assert (g.captures, g.refusals, g.replays) == (1, {}, 7)
+    assert messages == ["captured in a CUDA graph at call 4: 0 of 1 inputs read in place, "
+                        "1 copied (#0 float32[64])"]
+
+
 def test_an_input_read_in_place_that_is_no_tensor_any_more_is_not_replayed_over() -> None:
     r = runtime(graphable(static=True))
     x = rt.cuda_input(1 << 15)
