@@ -9,9 +9,9 @@ BoundPlan), and no kernel of it draws random numbers (the seed and offset are la
 parameters, which a replay would repeat).
 
 Inputs. A replay reads every input where the capture saw it. Parameters and buffers (the
-analysis's static inputs), and inputs whose address was the same in the two calls before the
-capture (the forward's saved tensors, which a captured forward keeps at fixed addresses,
-reaching the backward), are read in place; a replay whose such input moved runs the plan
+analysis's static inputs), outputs of another plan's capture (a captured forward's saved
+tensors, reaching its backward), and inputs whose address was the same in the two calls before
+the capture are read in place; a replay whose such input moved runs the plan
 eagerly instead, and after MAX_MOVES of those the plan is captured again copying the inputs
 that moved (at most MAX_CAPTURES captures; then it runs eagerly). An input that lived, when
 captured, or lives now in the pool of another plan's capture is that plan's output, which moved
@@ -52,9 +52,9 @@ from kiln.bound_plan import BUFFER_INPUT, BoundPlan
 # and cuBLAS's lazily made state (a capture must not allocate or initialize them); later ones
 # show which input addresses hold still. The capture waits until the same inputs held still
 # over two calls in a row with no capture made in between, and no longer than
-# MAX_WARMUP_CALLS (counted again from a capture dropped because its inputs moved). A
-# backward's saved tensors move once more when its forward starts replaying from the forward's
-# pool, then hold still: the backward captures two calls later, reading them in place.
+# MAX_WARMUP_CALLS (counted again from a capture dropped because its inputs moved). Inputs
+# that are another capture's outputs need no such wait: a backward whose forward was captured
+# reads its saved tensors in that forward's pool, from the same call on.
 WARMUP_CALLS = 3
 MAX_WARMUP_CALLS = 8
 # Replays refused because an in-place input moved, before the plan is captured again, and the
@@ -148,16 +148,24 @@ class GraphedPlan:
         if self._graph is None:
             if previous is None or self.captures >= MAX_CAPTURES:
                 return self.plan.run(inputs, seed, offset, checked=True)
-            in_place = {i for i, a in enumerate(addresses) if a is not None and (
-                i in self.static_inputs or (a == previous[i] and i not in self._copied_always
-                                            and not _small(inputs[i])))}
-            held_still, self._held_still = self._held_still, in_place
-            settled = in_place == held_still and generation == self._generation
+            # Parameters and another capture's outputs hold still by construction; any other
+            # input is read in place when it held still since the last call, and the capture
+            # waits for two calls in a row to agree on which those are, with no capture made
+            # in between (which may have moved them: they were another plan's outputs while it
+            # ran eagerly).
+            candidates = [(i, a) for i, a in enumerate(addresses) if a is not None and
+                          i not in self.static_inputs and i not in self._copied_always and
+                          not _small(inputs[i])]
+            pooled = {i for i, a in candidates if _in_a_pool(a)}
+            held = {i for i, a in candidates if i not in pooled and a == previous[i]}
+            in_place = held | pooled | {i for i in self.static_inputs
+                                        if i < len(addresses) and addresses[i] is not None}
+            held_still, self._held_still = self._held_still, held
+            settled = held_still is not None and held == held_still - pooled and (
+                not held or generation == self._generation)
             waited = self.calls - self._dropped_at
             if self.calls <= WARMUP_CALLS or (not settled and waited < MAX_WARMUP_CALLS):
                 return self.plan.run(inputs, seed, offset, checked=True)
-            pooled = {i for i in in_place if i not in self.static_inputs and
-                      _in_a_pool(addresses[i])}
             self._graph = _Capture(self.plan, inputs, in_place, seed, offset, self.saved_from)
             self._graph.pooled = pooled
             _keep(self, self._graph)
@@ -296,15 +304,16 @@ class _Capture:
                     watched[address] = self.storages[address]._cdata
         self._watched = list(watched.values())
         self._use_count = torch._C._storage_Use_Count
-        # The pool's places as sorted first bytes and their ends, for holds().
+        # The places of the outputs handed out as views of the pool, as sorted first bytes
+        # and their ends, for holds().
         spans = sorted((address, address + place_bytes) for address, place_bytes in
                        {place[1]: place[2] for place in self.outputs
-                        if place[0] in ("small", "pool")}.items())
+                        if place[0] == "pool"}.items())
         self._starts = [start for start, _ in spans]
         self._ends = [end for _, end in spans]
 
     def holds(self, address: int) -> bool:
-        """Whether `address` lies in one of the places this capture's outputs live in."""
+        """Whether `address` lies in the pool memory of an output a replay hands out."""
         i = bisect.bisect_right(self._starts, address) - 1
         return i >= 0 and address < self._ends[i]
 

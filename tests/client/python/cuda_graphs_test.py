@@ -155,8 +155,8 @@ def test_inputs_read_in_place_that_keep_moving_are_copied_after_a_new_capture() 
 
 def test_a_backward_reads_its_forwards_saved_tensors_in_place() -> None:
     # The forward's output is new each call while it runs eagerly (calls 1-3), then at its
-    # pool's address from the call it is captured (4): the backward, fed by it, waits for
-    # that address to hold still and reads it in place.
+    # pool's address from the call it is captured (4): the backward, fed by it, reads it in
+    # place, captured in that call already.
     messages: list[str] = []
     forward = runtime(graphable(static=True))
     backward = runtime(graphable(static=False), messages)
@@ -167,17 +167,35 @@ def test_a_backward_reads_its_forwards_saved_tensors_in_place() -> None:
         del saved, y
     assert graph_of(forward).captures == 1
     g = graph_of(backward)
-    assert messages == ["captured in a CUDA graph at call 6: 1 of 1 inputs read in place, "
+    assert messages == ["captured in a CUDA graph at call 4: 1 of 1 inputs read in place, "
                         "0 copied"]
-    assert (g.captures, g.replays, g.refusals) == (1, 3, {})
+    assert (g.captures, g.replays, g.refusals) == (1, 5, {})
+
+
+def test_a_chain_of_plans_each_fed_by_the_last_is_captured_in_one_call() -> None:
+    # A model's forward, its loss's forward, the loss's backward, the model's backward: each
+    # reads the outputs of the one before, which are in its pool from the call it is captured.
+    messages: list[str] = []
+    chain = [runtime(graphable(static=True), messages)] + [
+        runtime(graphable(static=False), messages) for _ in range(3)]
+    x = rt.cuda_input(1 << 15)
+    for _ in range(6):
+        value = x
+        for r in chain:
+            (value,) = r.run([value])
+        del value
+    assert [graph_of(r).captures for r in chain] == [1, 1, 1, 1]
+    assert messages == ["captured in a CUDA graph at call 4: 1 of 1 inputs read in place, "
+                        "0 copied"] * 4
 
 
 def test_an_input_from_another_plans_pool_is_read_in_place_again_after_that_plan_moves_it(
 ) -> None:
     # A loss's backward (the producer) captured, then its tangent moves every call: it runs
     # eagerly and is captured again, and the model's backward (the consumer), which read its
-    # output in place, sees that output move. The consumer waits for it to hold still in the
-    # producer's new pool and reads it in place again instead of copying it at every replay.
+    # output in place, sees that output move. The consumer reads it in place again in the
+    # producer's new pool, from the producer's new capture on, instead of copying it at every
+    # replay.
     messages: list[str] = []
     producer = runtime(graphable(static=False))
     consumer = runtime(graphable(static=False), messages)
@@ -190,9 +208,10 @@ def test_an_input_from_another_plans_pool_is_read_in_place_again_after_that_plan
     g = graph_of(consumer)
     assert (g.captures, g.refusals) == (2, {cuda_graphs.MOVED: cuda_graphs.MAX_MOVES})
     assert g._copied_always == set()
-    assert messages[0] == ("captured in a CUDA graph at call 6: 1 of 1 inputs read in place, "
+    assert messages[0] == ("captured in a CUDA graph at call 4: 1 of 1 inputs read in place, "
                            "0 copied")
-    assert messages[-1].endswith("1 of 1 inputs read in place, 0 copied")
+    assert messages[-1] == ("captured in a CUDA graph at call 10: 1 of 1 inputs read in "
+                            "place, 0 copied")
     assert g._graph.pooled == {0}
 
 
