@@ -8,23 +8,22 @@ reason against is its dynamic shapes is captured per set of sizes, one GraphedPl
 BoundPlan), and no kernel of it draws random numbers (the seed and offset are launch
 parameters, which a replay would repeat).
 
-Inputs. A replay reads every input where the capture saw it. Parameters and buffers (the
-analysis's static inputs), outputs of another plan's capture (a captured forward's saved
-tensors, reaching its backward), and inputs whose address was the same in the two calls before
-the capture are read in place; a replay whose such input moved runs the plan
-eagerly instead, and after MAX_MOVES of those the plan is captured again copying the inputs
-that moved (at most MAX_CAPTURES captures; then it runs eagerly). An input that lived, when
-captured, or lives now in the pool of another plan's capture is that plan's output, which moved
-because that plan ran eagerly or was captured again (a loss's backward, whose tangent moved,
-feeding the model's backward the logits' gradient): it is read in place again once it holds
-still, not copied. Every other input is copied
-into a buffer of the graph's before each replay, all of them in one torch._foreach_copy_ (a
-trainer's batch, and the tangents autograd makes afresh each step for outputs the loss does not
-read, such as a transformer's key-value cache; and inputs of at most SMALL_INPUT_BYTES, such
-as the loss's gradient, even when they held still), and an input the plan mutates is copied
-back after it. A replay checks the inputs it copies against the plan (BoundPlan.check_inputs); one
-it reads in place is where the capture saw it, a parameter whose sizes and strides Dynamo's
-guards fix or a view a forward's replay made.
+Inputs. A replay reads every input where the capture saw it. Read in place are parameters and
+buffers (the analysis's static inputs), outputs of another plan's current capture (a captured
+forward's saved tensors, reaching its backward), and inputs whose address was the same in the
+two calls before the capture. A replay whose such input moved runs the plan eagerly instead,
+and after MAX_MOVES of those the plan is captured again copying the inputs that moved (at most
+MAX_CAPTURES captures; then it runs eagerly), less those that lived in, or live now in, another
+plan's pool: that plan's outputs, which moved because it ran eagerly or was captured again (a
+loss's backward whose tangent moved, feeding the model's backward the logits' gradient), and
+which hold still again at its replays. Every other input is copied into a buffer of the
+graph's before each replay, all of them in one torch._foreach_copy_: a trainer's batch, the
+tangents autograd makes afresh each step for outputs the loss does not read (a transformer's
+key-value cache), and inputs of at most SMALL_INPUT_BYTES (the loss's gradient) even when they
+held still. An input the plan mutates is copied back after the replay. A replay checks the
+inputs it copies against the plan (BoundPlan.check_inputs); one it reads in place is where the
+capture saw it, a parameter whose sizes and strides Dynamo's guards fix or a view another
+replay made.
 
 Outputs live in the graph's private memory pool, which the next replay overwrites. Outputs of
 at most SMALL_OUTPUT_BYTES (a loss, a step count) are returned as copies; larger ones as views
@@ -88,21 +87,24 @@ _captures_lock = threading.Lock()
 _generation = [0]
 
 
+def _current(owner: Any, capture: "_Capture") -> bool:
+    """Whether `capture` is the current one of the GraphedPlan `owner` (a weak reference)."""
+    plan = owner()
+    return plan is not None and plan._graph is capture
+
+
 def _in_a_pool(address: Optional[int]) -> bool:
     """Whether `address` lies in an output of a plan's current capture: a value that plan's
     replays leave there."""
     if address is None:
         return False
     with _captures_lock:
-        return any(c.holds(address) for o, c in _captures
-                   if o() is not None and o()._graph is c)
+        return any(c.holds(address) for o, c in _captures if _current(o, c))
 
 
 def _keep(owner: "GraphedPlan", capture: "_Capture") -> None:
     with _captures_lock:
-        _captures[:] = [(o, c) for o, c in _captures
-                        if (o() is not None and o()._graph is c) or
-                        c.in_use()]
+        _captures[:] = [(o, c) for o, c in _captures if _current(o, c) or c.in_use()]
         _captures.append((weakref.ref(owner), capture))
         _generation[0] += 1
 
@@ -166,8 +168,8 @@ class GraphedPlan:
             waited = self.calls - self._dropped_at
             if self.calls <= WARMUP_CALLS or (not settled and waited < MAX_WARMUP_CALLS):
                 return self.plan.run(inputs, seed, offset, checked=True)
-            self._graph = _Capture(self.plan, inputs, in_place, seed, offset, self.saved_from)
-            self._graph.pooled = pooled
+            self._graph = _Capture(self.plan, inputs, in_place, pooled, seed, offset,
+                                   self.saved_from)
             _keep(self, self._graph)
             self.captures += 1
             self._moves = 0
@@ -228,15 +230,15 @@ def _span(x: Any) -> int:
 class _Capture:
     """One capture of the plan: its graph, pool, copied inputs and outputs' places."""
 
-    def __init__(self, plan: BoundPlan, inputs: Sequence[Any], in_place: set[int], seed: int,
-                 offset: int, saved_from: Optional[int] = None) -> None:
+    def __init__(self, plan: BoundPlan, inputs: Sequence[Any], in_place: set[int],
+                 pooled: set[int], seed: int, offset: int,
+                 saved_from: Optional[int] = None) -> None:
         import torch  # noqa: PLC0415
 
         self.plan = plan
         self.in_place = in_place
         self.addresses = {i: _address(inputs[i]) for i in in_place}
-        # The inputs read in place that lived in another plan's capture's pool.
-        self.pooled: set[int] = set()
+        self.pooled = pooled  # those of them that lived in another plan's capture's pool
         # What a replay checks of its inputs: an input read in place is where the capture saw
         # it, a parameter (whose sizes and strides Dynamo's guards fix) or a value a forward
         # left in its pool, so only the inputs it copies.
