@@ -19,8 +19,8 @@ loss's backward whose tangent moved, feeding the model's backward the logits' gr
 which hold still again at its replays. Every other input is copied into a buffer of the
 graph's before each replay, all of them in one torch._foreach_copy_: a trainer's batch, the
 tangents autograd makes afresh each step for outputs the loss does not read (a transformer's
-key-value cache), and inputs of at most SMALL_INPUT_BYTES (the loss's gradient) even when they
-held still. An input the plan mutates is copied back after the replay. A replay checks the
+key-value cache), and inputs of at most SMALL_INPUT_BYTES (the loss's gradient) that are no
+other capture's outputs, even when they held still. An input the plan mutates is copied back after the replay. A replay checks the
 inputs it copies against the plan (BoundPlan.check_inputs); one it reads in place is where the
 capture saw it, a parameter whose sizes and strides Dynamo's guards fix or a view another
 replay made.
@@ -66,8 +66,8 @@ ALIVE = "an output of the last replay is alive"
 # activations, however small a model's) stay in the pool, as copying each would cost a
 # kernel per output per replay.
 SMALL_OUTPUT_BYTES = 256
-# Inputs a replay copies even when they held still (not parameters): a loss's gradient, a
-# step count. Autograd makes them afresh at every step, and where the allocator hands one out
+# Inputs a replay copies even when they held still (not parameters, nor another capture's
+# outputs): a loss's gradient, a step count. Autograd makes them afresh at every step, and where the allocator hands one out
 # again holds still for a while by chance; read in place, its first move would cost a capture
 # of its plan and of every plan that reads that plan's outputs, which move with it. Copying
 # one is a few bytes more in the replay's one copy.
@@ -156,10 +156,10 @@ class GraphedPlan:
             # in between (which may have moved them: they were another plan's outputs while it
             # ran eagerly).
             candidates = [(i, a) for i, a in enumerate(addresses) if a is not None and
-                          i not in self.static_inputs and i not in self._copied_always and
-                          not _small(inputs[i])]
+                          i not in self.static_inputs and i not in self._copied_always]
             pooled = {i for i, a in candidates if _in_a_pool(a)}
-            held = {i for i, a in candidates if i not in pooled and a == previous[i]}
+            held = {i for i, a in candidates
+                    if i not in pooled and a == previous[i] and not _small(inputs[i])}
             in_place = held | pooled | {i for i in self.static_inputs
                                         if i < len(addresses) and addresses[i] is not None}
             held_still, self._held_still = self._held_still, held

@@ -244,16 +244,21 @@ def test_an_input_read_in_place_that_is_no_tensor_any_more_is_not_replayed_over(
     assert not g._graph.can_replay([object()])
 
 
-def test_a_forwards_small_saved_values_stay_in_the_pool() -> None:
-    # Output 0 is the user's (a loss: a copy); output 1, as small, is a value saved for the
-    # backward alone (an attention's RNG seed): it is the pool's memory at every replay, and a
-    # replay waits until the last one's is gone.
+def forward_saving_a_seed() -> GpuRuntime:
+    """A forward whose output 0 is the user's (a loss: a copy) and output 1, as small, a value
+    saved for the backward alone (an attention's RNG seed)."""
     a = graphable(static=True)
     a.buffers.add().CopyFrom(a.buffers[1])
     a.buffers[3].name = "seed"
     a.outputs.add().CopyFrom(a.outputs[0])
     a.outputs[1].view.buffer = 3
-    r = GpuRuntime(a, torch.device("cuda", 0), cudagraphs=True, saved_from=1)
+    return GpuRuntime(a, torch.device("cuda", 0), cudagraphs=True, saved_from=1)
+
+
+def test_a_forwards_small_saved_values_stay_in_the_pool() -> None:
+    # The saved value is the pool's memory at every replay, and a replay waits until the last
+    # one's is gone.
+    r = forward_saving_a_seed()
     x = rt.cuda_input(16)
     losses, saved = [], []
     for _ in range(6):
@@ -269,6 +274,19 @@ def test_a_forwards_small_saved_values_stay_in_the_pool() -> None:
     r.run([x])
     assert g.refusals == {cuda_graphs.ALIVE: 1}
     del held
+
+
+def test_a_backward_reads_its_forwards_small_saved_values_in_place() -> None:
+    # Small, but another capture's output: it holds still at the forward's replays.
+    messages: list[str] = []
+    forward, backward = forward_saving_a_seed(), runtime(graphable(static=False), messages)
+    x = rt.cuda_input(16)
+    for _ in range(6):
+        loss, value = forward.run([x])
+        (y,) = backward.run([value])
+        del loss, value, y
+    assert messages == ["captured in a CUDA graph at call 4: 1 of 1 inputs read in place, "
+                        "0 copied"]
 
 
 def test_a_replay_checks_the_inputs_it_copies() -> None:
