@@ -1,6 +1,7 @@
 #include "compiler/fuse/share_loops.h"
 
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <set>
 #include <string>
@@ -16,6 +17,9 @@ namespace {
 using loop::Inst;
 using loop::Kernel;
 using loop::Opcode;
+
+// Values a recomputed one may take from the stage it was computed in (RecomputeAcrossLoops).
+constexpr size_t kMaxRecomputed = 200;
 
 std::vector<int32_t> StageOf(const Kernel& k) {
   std::vector<int32_t> stage_of(k.insts.size(), -1);
@@ -107,6 +111,15 @@ bool JoinOnce(Kernel& k) {
   return false;
 }
 
+// The buffers the kernel stores into.
+std::set<int32_t> Stored(const Kernel& k) {
+  std::set<int32_t> stored;
+  for (const Inst& in : k.insts) {
+    if (in.op == Opcode::kStore) stored.insert(in.buffer);
+  }
+  return stored;
+}
+
 // What `in` computes, operands already renumbered: equal keys, equal values. Empty for an
 // instruction that is never shared (stores, loads of buffers the kernel stores into).
 std::string KeyOf(const Inst& in, const std::set<int32_t>& stored) {
@@ -134,10 +147,7 @@ void JoinIndependentLoops(Kernel& kernel) {
 
 void ShareValues(Kernel& kernel) {
   if (!kernel.segments.empty()) return;
-  std::set<int32_t> stored;
-  for (const Inst& in : kernel.insts) {
-    if (in.op == Opcode::kStore) stored.insert(in.buffer);
-  }
+  const std::set<int32_t> stored = Stored(kernel);
   std::map<std::string, int32_t> visible;  // values every later stage sees
   std::vector<int32_t> map(kernel.insts.size(), -1);
   std::vector<Inst> insts;
@@ -165,6 +175,92 @@ void ShareValues(Kernel& kernel) {
   }
   kernel.insts = std::move(insts);
   kernel.stages = std::move(stages);
+}
+
+void RecomputeAcrossLoops(Kernel& k) {
+  int loops = 0;
+  for (const loop::Stage& s : k.stages) loops += s.loops ? 1 : 0;
+  if (loops < 2) return;
+  const std::set<int32_t> stored = Stored(k);
+  const std::vector<int32_t> stage_of = StageOf(k);
+  // Whether value v of loop stage `stage` can be computed again in a later stage: the
+  // instructions of that stage it takes (what it uses of other stages is visible there)
+  // are neither stores, reduces nor loads of a buffer the kernel stores, and at most
+  // kMaxRecomputed of them.
+  auto recomputable = [&](int32_t v, int32_t stage) {
+    std::set<int32_t> seen;
+    std::vector<int32_t> todo = {v};
+    while (!todo.empty()) {
+      const int32_t x = todo.back();
+      todo.pop_back();
+      if (stage_of[static_cast<size_t>(x)] != stage || !seen.insert(x).second) continue;
+      const Inst& in = k.insts[static_cast<size_t>(x)];
+      if (seen.size() > kMaxRecomputed || in.op == Opcode::kStore || in.op == Opcode::kReduce ||
+          (in.op == Opcode::kLoad && stored.count(in.buffer))) {
+        return false;
+      }
+      loop::ForEachOperand(in, [&](int32_t y) { todo.push_back(y); });
+    }
+    return true;
+  };
+  std::vector<Inst> out;
+  std::vector<int32_t> map(k.insts.size(), -1);
+  std::map<int32_t, int32_t> copies;  // of the current stage: value of an earlier loop -> copy
+  std::function<int32_t(int32_t, int32_t)> copy = [&](int32_t v, int32_t stage) -> int32_t {
+    if (stage_of[static_cast<size_t>(v)] != stage) return map[static_cast<size_t>(v)];
+    if (auto it = copies.find(v); it != copies.end()) return it->second;
+    Inst in = k.insts[static_cast<size_t>(v)];
+    for (int32_t* x : {&in.a, &in.b, &in.c, &in.mask}) {
+      if (*x >= 0) *x = copy(*x, stage);
+    }
+    for (loop::DynIndex& d : in.dyn) d.value = copy(d.value, stage);
+    out.push_back(std::move(in));
+    return copies[v] = static_cast<int32_t>(out.size() - 1);
+  };
+  std::map<int32_t, std::pair<int32_t, int32_t>> stores;  // buffer -> (instruction, stage)
+  std::vector<loop::Stage> stages;
+  for (size_t s = 0; s < k.stages.size(); ++s) {
+    const loop::Stage& st = k.stages[s];
+    copies.clear();
+    loop::Stage ns{st.loops, static_cast<int32_t>(out.size()), 0};
+    for (int32_t i = st.begin; i < st.end; ++i) {
+      Inst in = k.insts[static_cast<size_t>(i)];
+      if (st.loops && in.op == Opcode::kLoad && in.dyn.empty() && in.mask < 0) {
+        auto it = stores.find(in.buffer);
+        if (it != stores.end()) {
+          const Inst& w = k.insts[static_cast<size_t>(it->second.first)];
+          if (w.index == in.index && recomputable(w.a, it->second.second)) {
+            int32_t value = copy(w.a, it->second.second);
+            if (out[static_cast<size_t>(value)].type != in.type) {
+              Inst cast;
+              cast.op = Opcode::kCast;
+              cast.type = in.type;
+              cast.a = value;
+              out.push_back(cast);
+              value = static_cast<int32_t>(out.size() - 1);
+            }
+            map[static_cast<size_t>(i)] = value;
+            continue;
+          }
+        }
+      }
+      if (st.loops && in.op == Opcode::kStore) {
+        const bool simple = in.dyn.empty() && in.mask < 0 && !stores.count(in.buffer);
+        if (simple) {
+          stores[in.buffer] = {i, static_cast<int32_t>(s)};
+        } else {
+          stores.erase(in.buffer);
+        }
+      }
+      loop::RemapOperands(&in, map);
+      out.push_back(std::move(in));
+      map[static_cast<size_t>(i)] = static_cast<int32_t>(out.size() - 1);
+    }
+    ns.end = static_cast<int32_t>(out.size());
+    stages.push_back(ns);
+  }
+  k.insts = std::move(out);
+  k.stages = std::move(stages);
 }
 
 }  // namespace kiln::fuse

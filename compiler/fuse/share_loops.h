@@ -16,8 +16,18 @@
 //    later stages; any other value of a looping stage only within that stage. Kernels joined
 //    from independent pieces (Kernel::segments) are left alone: sharing would tie the pieces
 //    together.
+//  - RecomputeAcrossLoops: in a kernel of several loops, a later loop's load of what an earlier
+//    loop stored at the same index (a residual sum that a layer norm's first loop computes and
+//    stores, its other loops read) recomputes the stored value from the instructions of the
+//    earlier loop instead: those load buffers the kernel never stores, which code generation
+//    may keep in registers across the loops, where a load of a buffer the kernel stores into
+//    must go to memory after each barrier between them. A value that takes a reduce, a store,
+//    a load of a buffer the kernel stores into or more than 200 instructions stays a load. A
+//    value stored into a half type is recomputed at full precision, as the first loop used it.
 //
-// Both keep every stored value bit for bit and are deterministic.
+// All three are deterministic. The first two keep every stored value bit for bit, and so does
+// the third but for a value the first loop stored into a half type, which the later loops now
+// use at the precision the first loop computed it in.
 
 #include "compiler/loop/ir.h"
 
@@ -25,5 +35,6 @@ namespace kiln::fuse {
 
 void JoinIndependentLoops(loop::Kernel& kernel);
 void ShareValues(loop::Kernel& kernel);
+void RecomputeAcrossLoops(loop::Kernel& kernel);
 
 }  // namespace kiln::fuse
