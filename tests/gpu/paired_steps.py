@@ -35,7 +35,7 @@ sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
 
 from kilnd_process import KilnServer, script_parser  # noqa: E402
 from step_time import (CONFIGS, OUTPUT_TAIL, STEADY_FROM, compile_counts,  # noqa: E402
-                       compiled, prepared, step_figures)
+                       compiled, host_phase_text, host_phases, prepared, step_figures)
 from worker_process import logged, run_worker  # noqa: E402
 
 STEPS = 40
@@ -65,13 +65,16 @@ def train(name: str, steps: int, cudagraphs: bool, write_event: Callable[..., No
         for backend in turn(step):
             torch.cuda.synchronize()
             start = time.perf_counter()
-            loss = backward_step(runs[backend], batch, opts[backend], corpus.autocast(dtype))
+            marks: list[float] = []
+            loss = backward_step(runs[backend], batch, opts[backend], corpus.autocast(dtype),
+                                 marks)
             opts[backend].step()
             issued = time.perf_counter()
             value = loss.item()
             torch.cuda.synchronize()
             write_event(event="step", step=step, backend=backend, loss=value,
-                        seconds=time.perf_counter() - start, host_seconds=issued - start)
+                        seconds=time.perf_counter() - start, host_seconds=issued - start,
+                        **host_phases(start, marks, issued))
     write_event(event="done", device=torch.cuda.get_device_name(), torch=torch.__version__)
 
 
@@ -140,8 +143,10 @@ def table(name: str, result: dict, cudagraphs: bool = False) -> str:
         steady, host = figures.get("steady_s"), figures.get("host_s")
         if steady is None:
             continue
+        phases = host_phase_text(figures)
         lines.append(f"- {backend}: first step {figures['first_s']:.2f} s, steady "
-                     f"{steady * 1e3:.1f} ms (host {host * 1e3:.1f} ms)")
+                     f"{steady * 1e3:.1f} ms (host {host * 1e3:.1f} ms"
+                     + (f": {phases})" if phases else ")"))
     if "ratio" in result:
         low, high = result["quartiles"]
         lines.append(f"- kiln steady / inductor steady, step by step: {result['ratio']:.2f} "

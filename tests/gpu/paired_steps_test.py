@@ -56,6 +56,16 @@ def test_the_table_gives_steps_ratio_losses_and_kilnds_counters() -> None:
     assert "- kilnd: 4 compiles, 0 hits\n" in text
 
 
+def test_the_table_gives_each_backends_host_time_by_phase() -> None:
+    evs = events([9.0] + [0.02] * 9, [5.0] + [0.03] * 9)
+    for e in evs:
+        if e.get("event") == "step":
+            e.update(ps.host_phases(0.0, [0.0075, 0.012], 0.015))
+    text = ps.table("gpt2_124m_bf16", ps.summarize(evs, 0, "", None))
+    assert "- kiln: first step 5.00 s, steady 30.0 ms (host 15.0 ms: forward 7.5 ms, backward " \
+           "4.5 ms, optimizer 3.0 ms)" in text
+
+
 def test_the_cuda_graph_pair_is_step_times_cuda_graph_modes_and_says_so() -> None:
     import step_time
 

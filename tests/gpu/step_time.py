@@ -23,6 +23,9 @@ step runs the forward, the backward and the optimizer's step) and every later st
 how long the host took to issue each step's work (the forward, backward and optimizer calls
 returning, before the loss is read back): a steady step whose host time is near its step time
 is bound by the host, not the GPU. The steady step is the median from step STEADY_FROM on.
+Its host time is given by phase too (the compiled forward's call, the backward, the
+optimizer), and per compiled call: the forward's and backward's host time over the calls of the
+graphs Dynamo made, each called forward and backward once a step.
 
 The report, one table per configuration, puts each figure beside its anchor from the same
 run, as the targets read: Kiln's cold first step against aot_eager's (the compile's cost over
@@ -70,6 +73,8 @@ TIMEOUT_S = 400.0
 OUTPUT_TAIL = 3000
 MODES = ("eager", "dynamo", "aot_eager", "inductor", "inductor_warm", "kiln", "kiln_warm")
 CUDAGRAPH_MODES = ("inductor_cudagraphs", "kiln_cudagraphs")
+# A step's host phases (host_phases), in order.
+HOST_PHASES = ("forward", "backward", "optimizer")
 # What --repeat runs again: the modes whose steady step the ratios read. A cold mode's first
 # step needs empty caches, which its own first run has filled.
 STEADY_MODES = ("eager", "inductor_warm", "kiln_warm") + CUDAGRAPH_MODES
@@ -311,15 +316,17 @@ def train(name: str, mode: str, steps: int, write_event: Callable[..., None],
         # A torch profile's step ranges, from which gpu_timeline reads the GPU's idle time.
         marked = torch.profiler.record_function(f"{STEP_PREFIX}{step}") \
             if prof is not None and profile == "torch" else contextlib.nullcontext()
+        marks: list[float] = []
         with marked:
-            loss = backward_step(run, batch, opt, corpus.autocast(dtype))
+            loss = backward_step(run, batch, opt, corpus.autocast(dtype), marks)
             opt.step()
             issued = time.perf_counter()
             value = loss.item()
             torch.cuda.synchronize()
         hidden = spin.seconds() if spin is not None else 0.0
         write_event(event="step", step=step, loss=value,
-                    seconds=time.perf_counter() - start - hidden, host_seconds=issued - start)
+                    seconds=time.perf_counter() - start - hidden, host_seconds=issued - start,
+                    **host_phases(start, marks, issued))
         if prof is not None and step == profiled[-1]:
             table = prof.table()  # stops profiling: "first" covers the first step alone
     if "after" not in threads:
@@ -331,6 +338,7 @@ def train(name: str, mode: str, steps: int, write_event: Callable[..., None],
     from torch._dynamo.utils import counters
 
     write_event(event="done", device=torch.cuda.get_device_name(), torch=torch.__version__,
+                graphs=counters["stats"]["unique_graphs"],
                 allocator={key: stats.get(key, 0) for key in ALLOCATOR_COUNTERS},
                 aot_cache={key.removeprefix("autograd_cache_"): n
                            for key, n in counters["aot_autograd"].items()
@@ -456,6 +464,15 @@ def worker(name: str, mode: str, steps: int, events_path: pathlib.Path,
                                                          hide_start_ms), OUTPUT_TAIL)
 
 
+def host_phases(start: float, marks: list[float], issued: float) -> dict:
+    """A step's host seconds by phase, as a step event gives them: the compiled forward's call
+    (Dynamo's guards, the graphs' calls and the Python between them), the backward (autograd
+    and the backward graphs) and the optimizer, from backward_step's `marks`."""
+    forward, backward = marks
+    return {"forward_host_seconds": forward - start, "backward_host_seconds": backward - forward,
+            "optimizer_host_seconds": issued - backward}
+
+
 # --- reading runs (no PyTorch) --------------------------------------------------------------
 
 
@@ -468,6 +485,10 @@ def step_figures(steps: list[dict], steady: list[dict]) -> dict:
     if steady:
         figures["steady_s"] = statistics.median(e["seconds"] for e in steady)
         figures["host_s"] = statistics.median(e["host_seconds"] for e in steady)
+        if all("forward_host_seconds" in e for e in steady):
+            figures["host_phases_s"] = {
+                phase: statistics.median(e[f"{phase}_host_seconds"] for e in steady)
+                for phase in HOST_PHASES}
     return figures
 
 
@@ -493,7 +514,8 @@ def summarize(events: list[dict], returncode: Optional[int], output: str,
         run["allocator"] = done.get("allocator", {})
         if done.get("aot_cache"):
             run["aot_cache"] = done["aot_cache"]  # AOTAutogradCache's hits, misses, bypasses
-        for key in ("threads", "probe", "placement", "gc", "heap", "growth", "compile_times"):
+        for key in ("threads", "probe", "placement", "gc", "heap", "growth", "compile_times",
+                    "graphs"):
             if done.get(key):
                 run[key] = done[key]
     else:
@@ -533,6 +555,32 @@ def backend_lines(runs: dict) -> list[str]:
                      f"calls {backend['seconds']:.2f} s ({phases + ', ' if phases else ''}"
                      f"AOTAutograd and the rest {backend['rest']:.2f} s); Dynamo and the step "
                      f"{max(0.0, first - backend['seconds']):.2f} s")
+    return lines
+
+
+def host_phase_text(figures: dict, graphs: Optional[int] = None) -> str:
+    """A steady step's host time by phase ("forward 3.1 ms, backward 2.0 ms, optimizer 1.2
+    ms"), and with the count of graphs Dynamo made, the forward's and backward's host time a
+    compiled call (each graph called once forward and once backward a step); empty when the
+    figures have no phases."""
+    phases = figures.get("host_phases_s")
+    if not phases:
+        return ""
+    text = ", ".join(f"{phase} {phases[phase] * 1e3:.1f} ms" for phase in HOST_PHASES)
+    if graphs:
+        per_call = (phases["forward"] + phases["backward"]) / (2 * graphs)
+        text += (f"; {per_call * 1e3:.2f} ms a compiled call ({graphs} graphs, each called "
+                 "forward and backward, the Python between them included)")
+    return text
+
+
+def host_phase_lines(runs: dict) -> list[str]:
+    """Each mode's steady step's host time by phase (host_phase_text)."""
+    lines = []
+    for mode, run in runs.items():
+        text = host_phase_text(run, run.get("graphs"))
+        if text:
+            lines.append(f"- host a steady step of {mode}: {text}")
     return lines
 
 
@@ -643,6 +691,7 @@ def table(config: str, runs: dict, ratio_values: dict, by_round: Sequence[dict] 
     lines += ratio_lines(ratio_values, by_round)
     lines += backend_lines(runs)
     lines += compile_time_lines(runs)
+    lines += host_phase_lines(runs)
     lines += host_lines(runs)
     return "\n".join(lines) + "\n"
 

@@ -249,3 +249,22 @@ def test_each_runs_longest_compile_phases_as_pytorch_timed_them_are_listed() -> 
             "OutputGraph.call_user_compiler 6.25 s, create_aot_dispatcher_function 5.00 s, "
             "a 0.50 s") in text
     assert "compile of eager" not in text
+
+
+def test_a_steady_steps_host_time_is_given_by_phase_and_a_compiled_call() -> None:
+    evs = events(7.5, 0.05, 0.010)
+    for e in evs[:-1]:
+        e.update(st.host_phases(100.0, [100.004, 100.007], 100.010))
+    evs[-1]["graphs"] = 2
+    run = st.summarize(evs, 0, "", None)
+    assert run["host_phases_s"] == {"forward": pytest.approx(0.004),
+                                    "backward": pytest.approx(0.003),
+                                    "optimizer": pytest.approx(0.003)}
+    assert st.host_phase_lines({"kiln_warm": run}) == [
+        "- host a steady step of kiln_warm: forward 4.0 ms, backward 3.0 ms, optimizer 3.0 ms; "
+        "1.75 ms a compiled call (2 graphs, each called forward and backward, the Python "
+        "between them included)"]
+    # Steps without the phases (an older run's) give none.
+    assert "host_phases_s" not in st.summarize(events(7.5, 0.05, 0.01), 0, "", None)
+    assert st.host_phase_lines({"eager": st.summarize(events(7.5, 0.05, 0.01), 0, "", None)}) \
+        == []

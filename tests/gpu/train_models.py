@@ -264,15 +264,21 @@ def gradient_errors(reference: pathlib.Path, other: pathlib.Path) -> Optional[di
             "by_param": {name: float(f"{e:.3g}") for name, e in errors.items()}}
 
 
-def backward_step(run: Any, batch: list, opt: Any, autocast: Any) -> Any:
+def backward_step(run: Any, batch: list, opt: Any, autocast: Any,
+                  marks: Optional[list[float]] = None) -> Any:
     """One training step up to the optimizer's: gradients zeroed, the forward under
     `autocast`, its loss and the backward. A model that returns no loss (the MLP) trains on
-    its output's mean square. Returns the loss, not read back."""
+    its output's mean square. Returns the loss, not read back. `marks`, when given, gets the
+    host's clock (time.perf_counter) as the forward and as the backward return."""
     opt.zero_grad()
     with autocast:
         out = run(*batch)
+    if marks is not None:
+        marks.append(time.perf_counter())
     loss = out if out.dim() == 0 else out.float().square().mean()
     loss.backward()
+    if marks is not None:
+        marks.append(time.perf_counter())
     return loss
 
 
