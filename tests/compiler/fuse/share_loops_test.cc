@@ -1,4 +1,5 @@
-// Loops that need nothing of each other run as one, and a kernel computes each value once.
+// Loops that need nothing of each other run as one, a kernel computes each value once, and a
+// later loop recomputes what an earlier one stored rather than loading it back.
 
 #include "compiler/fuse/share_loops.h"
 
@@ -198,4 +199,74 @@ TEST(ShareValuesTest, KernelsOfIndependentSegmentsAreLeftAlone) {
 }
 
 }  // namespace
+
+// A residual sum before a layer norm: the first loop stores a + b into s and sums it; the
+// second loop reads s back and sums its squares; then the result is stored.
+Kernel ResidualNorm() {
+  Kernel k = Rows();
+  const int32_t a = 0, b = 1, s = 2, out = 3;
+  k.insts = {
+      Load(a, Row()),              // %0
+      Load(b, Row()),              // %1
+      Binary(Opcode::kAdd, 0, 1),  // %2
+      Store(s, Row(), 2),          // %3
+      Reduce(2),                   // %4
+      Load(s, Row()),              // %5 what the first loop stored, at the same index
+      Binary(Opcode::kMul, 5, 5),  // %6
+      Reduce(6),                   // %7
+      Binary(Opcode::kAdd, 4, 7),  // %8
+      Store(out, V(0), 8),         // %9
+  };
+  k.stages = {{true, 0, 5}, {true, 5, 8}, {false, 8, 10}};
+  return k;
+}
+
+TEST(RecomputeAcrossLoopsTest, ALaterLoopRecomputesWhatAnEarlierLoopStored) {
+  Kernel k = ResidualNorm();
+  fuse::RecomputeAcrossLoops(k);
+  EXPECT_EQ(Count(k, Opcode::kLoad, 2), 0) << "s is not loaded back";
+  EXPECT_EQ(Count(k, Opcode::kStore, 2), 1) << "s is still stored: the graph returns it";
+  EXPECT_EQ(Count(k, Opcode::kLoad, 0), 2);
+  EXPECT_EQ(Count(k, Opcode::kLoad, 1), 2);
+  EXPECT_EQ(Count(k, Opcode::kAdd), 3);
+  ASSERT_EQ(k.stages.size(), 3u);
+  EXPECT_EQ(LoopStages(k), 2);
+  // The second loop computes a + b itself, each operand an earlier instruction of its own.
+  const loop::Stage& second = k.stages[1];
+  for (int32_t i = second.begin; i < second.end; ++i) {
+    loop::ForEachOperand(k.insts[static_cast<size_t>(i)], [&](int32_t v) {
+      EXPECT_GE(v, second.begin);
+      EXPECT_LT(v, i);
+    });
+  }
+}
+
+TEST(RecomputeAcrossLoopsTest, AValueThatReadsAStoredBufferOrAnotherTypeIsLoadedOrCast) {
+  Kernel stored = ResidualNorm();
+  stored.insts.push_back(Store(1, V(0) * C(64), 8));  // b is written too: its load must stay
+  stored.stages.back().end = static_cast<int32_t>(stored.insts.size());
+  const Kernel before = stored;
+  fuse::RecomputeAcrossLoops(stored);
+  EXPECT_EQ(Count(stored, Opcode::kLoad, 2), 1);
+  EXPECT_EQ(stored.insts.size(), before.insts.size());
+
+  Kernel wider = ResidualNorm();
+  wider.insts[2].type = loop::ScalarType::kF64;  // the sum is computed wider than s is read
+  fuse::RecomputeAcrossLoops(wider);
+  EXPECT_EQ(Count(wider, Opcode::kLoad, 2), 0);
+  ASSERT_EQ(Count(wider, Opcode::kCast), 1);
+  for (const Inst& in : wider.insts) {
+    if (in.op == Opcode::kCast) EXPECT_EQ(in.type, loop::ScalarType::kF32);
+  }
+}
+
+TEST(RecomputeAcrossLoopsTest, AKernelOfOneLoopIsLeftAlone) {
+  Kernel k = ResidualNorm();
+  k.stages = {{true, 0, 8}, {false, 8, 10}};
+  const size_t n = k.insts.size();
+  fuse::RecomputeAcrossLoops(k);
+  EXPECT_EQ(k.insts.size(), n);
+  EXPECT_EQ(Count(k, Opcode::kLoad, 2), 1);
+}
+
 }  // namespace kiln
