@@ -217,6 +217,7 @@ class BoundPlan:
         self._untouched_outputs, self._late_checks = self._place_first_uses()
         self.outputs = [self._output(o) for o in runtime.outputs]
         self.typed_outputs = self._typed_outputs()
+        self.returned_inputs = self._returned_inputs()
         self.graphed: Any = None  # its kiln.cuda_graphs.GraphedPlan, when runs are captured
         self._empty_cuda, self._reinterpret = aten_calls.fast_constructors()
 
@@ -521,6 +522,24 @@ class BoundPlan:
             return ("symbol", o.symbol(self.s))
         return ("view", self._view(o.view))
 
+    def _returned_inputs(self) -> dict[int, int]:
+        """Outputs that are an input as it is, by output index: the input's index. A forward
+        returns the parameters it saves for its backward so; a run returns the input itself,
+        as PyTorch's generated code does, not a new tensor over its memory (a call fewer for
+        each). As it is: the input's dtype, sizes and every stride, which its check fixes, from
+        its first element."""
+        checks = {c.index: c for c in self.checks}
+        found: dict[int, int] = {}
+        for n, (kind, v) in enumerate(self.outputs):
+            if kind != "view" or v is None or self.buffer_kinds[v.buffer] != BUFFER_INPUT:
+                continue
+            c = checks.get(self.input_of_buffer[v.buffer])
+            if c is not None and c.stride_dims is None and v.offset == 0 and \
+                    v.dtype == c.dtype and tuple(v.sizes) == c.sizes and \
+                    tuple(v.strides) == c.strides:
+                found[n] = c.index
+        return found
+
     # Running.
 
     def check_inputs(self, inputs: Sequence[Any], checks: Optional[list] = None) -> None:
@@ -620,7 +639,8 @@ class BoundPlan:
             self.input_guard.learn(inputs)  # every input passed the plan's checks
         out: list[Any] = []
         returned: set[int] = set()
-        for kind, payload in self.outputs:
+        returned_inputs = self.returned_inputs
+        for n, (kind, payload) in enumerate(self.outputs):
             if kind == "none":
                 out.append(None)
             elif kind == "symbol":
@@ -629,6 +649,8 @@ class BoundPlan:
                     payload.buffer not in returned:
                 returned.add(payload.buffer)  # the allocation itself; an alias gets a tensor
                 out.append(owned[payload.buffer])
+            elif n in returned_inputs and payload.buffer not in views.host_values:
+                out.append(inputs[returned_inputs[n]])
             else:
                 out.append(views.view(payload, escapes=True))
         return out

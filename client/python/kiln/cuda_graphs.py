@@ -20,10 +20,10 @@ which hold still again at its replays. Every other input is copied into a buffer
 graph's before each replay, all of them in one torch._foreach_copy_: a trainer's batch, the
 tangents autograd makes afresh each step for outputs the loss does not read (a transformer's
 key-value cache), and inputs of at most SMALL_INPUT_BYTES (the loss's gradient) that are no
-other capture's outputs, even when they held still. An input the plan mutates is copied back after the replay. A replay checks the
-inputs it copies against the plan (BoundPlan.check_inputs); one it reads in place is where the
-capture saw it, a parameter whose sizes and strides Dynamo's guards fix or a view another
-replay made.
+other capture's outputs, even when they held still. An input the plan mutates is copied back
+after the replay. A replay checks the inputs it copies against the plan
+(BoundPlan.check_inputs); one it reads in place is where the capture saw it, a parameter whose
+sizes and strides Dynamo's guards fix or a view another replay made.
 
 Outputs live in the graph's private memory pool, which the next replay overwrites. Outputs of
 at most SMALL_OUTPUT_BYTES (a loss, a step count) are returned as copies; larger ones as views
@@ -67,10 +67,10 @@ ALIVE = "an output of the last replay is alive"
 # kernel per output per replay.
 SMALL_OUTPUT_BYTES = 256
 # Inputs a replay copies even when they held still (not parameters, nor another capture's
-# outputs): a loss's gradient, a step count. Autograd makes them afresh at every step, and where the allocator hands one out
-# again holds still for a while by chance; read in place, its first move would cost a capture
-# of its plan and of every plan that reads that plan's outputs, which move with it. Copying
-# one is a few bytes more in the replay's one copy.
+# outputs): a loss's gradient, a step count. Autograd makes them afresh at every step, where
+# the allocator hands one out again holds still for a while by chance, and read in place, its
+# first move would cost a capture of its plan and of every plan that reads that plan's
+# outputs, which move with it. Copying one is a few bytes more in the replay's one copy.
 SMALL_INPUT_BYTES = 256
 # Copied inputs a capture's log line names.
 DESCRIBED = 6
@@ -273,13 +273,16 @@ class _Capture:
         torch.cuda.synchronize(plan.runtime.device)
         with torch.cuda.graph(self.graph, pool=self.pool):
             outputs = plan.run(static, seed, offset, checked=True)
-        # Where each output lives: a view of an input (made again from the caller's tensor at
-        # each replay), a value, or a place in the pool (storage address and size).
+        # Where each output lives: an input as it is (the caller's tensor), a view of an input
+        # (made again from the caller's tensor at each replay), a value, or a place in the pool
+        # (storage address and size).
         self.outputs: list[tuple] = []
         copies_from = len(outputs) if saved_from is None else saved_from
         for index, ((kind, payload), out) in enumerate(zip(plan.outputs, outputs)):
             if kind != "view":
                 self.outputs.append(("value", out))
+            elif index in plan.returned_inputs:
+                self.outputs.append(("same", plan.returned_inputs[index]))
             elif plan.buffer_kinds[payload.buffer] == BUFFER_INPUT:
                 self.outputs.append(("input", payload))
             else:
@@ -370,6 +373,9 @@ class _Capture:
             kind = place[0]
             if kind == "value":
                 out.append(place[1])
+                continue
+            if kind == "same":  # the caller's input itself
+                out.append(inputs[place[1]])
                 continue
             if kind == "input":
                 view = place[1]

@@ -289,6 +289,19 @@ def test_a_backward_reads_its_forwards_small_saved_values_in_place() -> None:
                         "0 copied"]
 
 
+def test_a_replay_returns_an_output_that_is_an_input_as_that_input() -> None:
+    a = graphable(static=True)
+    a.outputs.add().view.CopyFrom(a.outputs[0].view)
+    a.outputs[1].view.buffer = 0  # x itself, as a forward returns a parameter it saves
+    r = runtime(a)
+    x = rt.cuda_input(1 << 15)
+    for _ in range(6):
+        y, same = r.run([x])
+        assert same is x
+        del y, same
+    assert graph_of(r).replays == 3
+
+
 def test_a_replay_checks_the_inputs_it_copies() -> None:
     r = runtime(graphable(static=False))
     for _ in range(5):

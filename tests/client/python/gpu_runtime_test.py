@@ -254,6 +254,30 @@ def test_an_extern_result_that_is_an_output_is_returned_as_it_is_after_the_first
                                                                              torch.float32)
 
 
+def test_an_output_that_is_an_input_as_it_is_is_that_input() -> None:
+    # A forward returns a parameter it saves for its backward: the run returns the caller's
+    # tensor, as PyTorch's generated code does. A view of it that differs (a transpose, a
+    # later start) is a tensor of its own over the input's memory.
+    a = embedding_backward_artifact(-1, False)
+    a.outputs.add().view.CopyFrom(view(0, [6, 4], [4, 1], 1))
+    a.outputs.add().view.CopyFrom(view(0, [4, 6], [1, 4], 1))
+    later = a.outputs.add()
+    later.view.CopyFrom(view(0, [5, 4], [4, 1], 1))
+    later.view.offset.CopyFrom(sym("4"))
+    runtime = GpuRuntime(a, torch.device("cuda", 0))
+    grad = torch.empty_strided([6, 4], [4, 1], torch.float32, "cuda:0", 8)
+    indices = torch.empty_strided([6], [1], torch.int64, "cuda:0")
+    for _ in range(2):  # checked, then as the first run's (kiln.input_guard)
+        _, same, transposed, rows = runtime.run([grad, indices])
+        assert same is grad
+        assert transposed is not grad and (transposed.shape, transposed.stride()) == ([4, 6],
+                                                                                      [1, 4])
+        assert transposed.data_ptr() == grad.data_ptr()
+        assert rows.shape == [5, 4] and rows.data_ptr() == grad.data_ptr() + 4 * 4
+    (plan,) = runtime._bound.values()
+    assert plan.returned_inputs == {1: 0}
+
+
 def test_an_output_viewing_a_kept_extern_result_otherwise_is_a_view_of_it() -> None:
     # The min-cut partitioner saves a transpose of an op's result beside the result: the
     # transpose, listed first, is the output that covers the buffer when the plan is bound.
