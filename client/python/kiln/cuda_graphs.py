@@ -93,13 +93,12 @@ def _current(owner: Any, capture: "_Capture") -> bool:
     return plan is not None and plan._graph is capture
 
 
-def _in_a_pool(address: Optional[int]) -> bool:
-    """Whether `address` lies in an output of a plan's current capture: a value that plan's
-    replays leave there."""
-    if address is None:
-        return False
+def _pooled(addresses: dict[int, int]) -> set[int]:
+    """The keys of `addresses` (input index: address) whose address lies in an output of a
+    plan's current capture: a value that plan's replays leave there."""
     with _captures_lock:
-        return any(c.holds(address) for o, c in _captures if _current(o, c))
+        current = [c for o, c in _captures if _current(o, c)]
+    return {i for i, a in addresses.items() if any(c.holds(a) for c in current)}
 
 
 def _keep(owner: "GraphedPlan", capture: "_Capture") -> None:
@@ -157,7 +156,7 @@ class GraphedPlan:
             # ran eagerly).
             candidates = [(i, a) for i, a in enumerate(addresses) if a is not None and
                           i not in self.static_inputs and i not in self._copied_always]
-            pooled = {i for i, a in candidates if _in_a_pool(a)}
+            pooled = _pooled(dict(candidates))
             held = {i for i, a in candidates
                     if i not in pooled and a == previous[i] and not _small(inputs[i])}
             in_place = held | pooled | {i for i in self.static_inputs
@@ -189,9 +188,9 @@ class GraphedPlan:
                 # Inputs that held still for a while moved after all (they came back to
                 # their addresses by chance): capture again, copying those, less another
                 # plan's outputs (see the module's docstring).
-                self._copied_always |= {i for i in self._graph.moved(addresses)
-                                        if i not in self._graph.pooled and
-                                        not _in_a_pool(addresses[i])}
+                moved = self._graph.moved(addresses) - self._graph.pooled
+                self._copied_always |= moved - _pooled(
+                    {i: addresses[i] for i in moved if addresses[i] is not None})
                 self._graph = None
                 self._held_still = None
                 self._dropped_at = self.calls
