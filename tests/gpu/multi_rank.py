@@ -57,7 +57,7 @@ sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
 
 from kilnd_process import KilnServer, free_port, script_parser  # noqa: E402
 from train_models import _num, compiles_in, counter_delta, scrape  # noqa: E402
-from worker_process import event_log, run_worker  # noqa: E402
+from worker_process import event_log, record_kiln_log, run_worker  # noqa: E402
 
 STEPS = 20
 NPROC = 2
@@ -191,18 +191,12 @@ def placement(process_group: str, local_rank: int, local_world_size: int,
 
 def train(scenario_name: str, mode: str, steps: int, rank: int, process_group: str,
           write_event: Callable[..., None]) -> None:
-    import logging
     import time
 
     import torch
     import torch.distributed as dist
 
-    class KilnLog(logging.Handler):
-        def emit(self, record: logging.LogRecord) -> None:
-            write_event(event="log", level=record.levelname, message=record.getMessage())
-
-    logging.getLogger("kiln").addHandler(KilnLog(logging.INFO))
-    logging.getLogger("kiln").setLevel(logging.INFO)
+    record_kiln_log(write_event)
     from train_models import fresh_like  # imports capture_corpus, which imports kiln
 
     gpu, backend = placement(process_group, int(os.environ["LOCAL_RANK"]),

@@ -36,10 +36,12 @@ sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
 from kilnd_process import KilnServer, script_parser  # noqa: E402
 from step_time import (CONFIGS, OUTPUT_TAIL, STEADY_FROM, compile_counts,  # noqa: E402
                        compiled, host_phase_text, host_phases, prepared, step_figures)
-from worker_process import logged, run_worker  # noqa: E402
+from worker_process import logged, record_kiln_log, run_worker  # noqa: E402
 
 STEPS = 40
 TIMEOUT_S = 500.0
+# Kiln's log lines about its CUDA graphs the table lists, at most.
+GRAPH_LINES = 24
 BACKENDS = ("inductor", "kiln")
 # step_time.py's mode for each backend, without CUDA graphs and with them.
 MODES = {False: {"inductor": "inductor", "kiln": "kiln"},
@@ -57,6 +59,7 @@ def train(name: str, steps: int, cudagraphs: bool, write_event: Callable[..., No
     import capture_corpus as corpus
     from train_models import backward_step
 
+    record_kiln_log(write_event)
     bench, dtype, model, batches = prepared(name, steps)
     models = {"inductor": model, "kiln": copy.deepcopy(model)}
     runs = {b: compiled(m, MODES[cudagraphs][b]) for b, m in models.items()}
@@ -108,6 +111,10 @@ def summarize(events: list[dict], returncode: Optional[int], output: str,
             by_step.setdefault(e["step"], {})[backend] = e["seconds"]
     ratios = sorted(pair["kiln"] / pair["inductor"] for pair in by_step.values()
                     if len(pair) == 2 and pair["inductor"] > 0)
+    graph_lines = [e["message"] for e in events if e.get("event") == "log"
+                   and ("CUDA graph" in e["message"] or "captured" in e["message"])]
+    if graph_lines:
+        result["cuda_graph_log"] = graph_lines
     if ratios:
         result["ratios"] = ratios
         result["ratio"] = statistics.median(ratios)
@@ -160,6 +167,12 @@ def table(name: str, result: dict, cudagraphs: bool = False) -> str:
         lines.append(f"- kilnd: {server['compiles']:.0f} compiles, {server['hits']:.0f} hits"
                      + ("" if server["compiles"] or server["hits"] else
                         " (Kiln's copy never reached kilnd: its ratio is not Kiln's)"))
+    graph_lines = result.get("cuda_graph_log", [])
+    if graph_lines:
+        lines.append(f"- kiln's CUDA graphs ({len(graph_lines)} log lines"
+                     + (f", the first {GRAPH_LINES}):" if len(graph_lines) > GRAPH_LINES
+                        else "):"))
+        lines.extend(f"  - {line}" for line in graph_lines[:GRAPH_LINES])
     return "\n".join(lines) + "\n"
 
 

@@ -101,3 +101,21 @@ def test_too_few_steps_for_a_steady_one_is_refused(tmp_path) -> None:  # type: i
     with pytest.raises(SystemExit):
         ps.main(["--bundle", str(tmp_path), "--out", str(tmp_path / "out"), "--steps",
                  str(ps.STEADY_FROM)])
+
+
+def test_the_table_lists_kilns_cuda_graph_log_lines_and_no_others() -> None:
+    evs = events([1.0] * 8, [1.0] * 8)
+    evs[3:3] = [{"event": "log", "level": "INFO", "message": "frame 0/0 compiled"}] + [
+        {"event": "log", "level": "INFO",
+         "message": f"graph fw{i}: captured in a CUDA graph at call 4: 3 of 3 inputs read in "
+                    "place, 0 copied"} for i in range(ps.GRAPH_LINES + 1)]
+    evs.insert(5, {"event": "log", "level": "INFO",
+                   "message": "graph bw: captured 8 times; runs eagerly from now on"})
+    result = ps.summarize(evs, 0, "", None)
+    assert len(result["cuda_graph_log"]) == ps.GRAPH_LINES + 2
+    assert "graph bw: captured 8 times; runs eagerly from now on" in result["cuda_graph_log"]
+    text = ps.table("gpt2_124m_bf16", result, cudagraphs=True)
+    assert f"- kiln's CUDA graphs ({ps.GRAPH_LINES + 2} log lines, the first " \
+           f"{ps.GRAPH_LINES}):\n  - graph fw0: captured in a CUDA graph at call 4" in text
+    assert "frame 0/0 compiled" not in text
+    assert text.count("\n  - ") == ps.GRAPH_LINES

@@ -49,7 +49,6 @@ from __future__ import annotations
 
 import contextlib
 import json
-import logging
 import pathlib
 import statistics
 import sys
@@ -65,7 +64,7 @@ from gpu_timeline import STEP_PREFIX, idle_table, spans_of  # noqa: E402
 from host_threads import (GcTime, ThreadStates, busiest, core_speeds,  # noqa: E402
                           last_cpus, probe, process_cpu, python_loop, thread_cpu)
 from kilnd_process import KilnServer, script_parser  # noqa: E402
-from worker_process import logged, run_worker  # noqa: E402
+from worker_process import logged, record_kiln_log, run_worker  # noqa: E402
 
 STEPS = 30
 STEADY_FROM = 6
@@ -243,21 +242,6 @@ def kernels_by_author(averages: Any, top: int = 40) -> str:
     return "\n".join(lines) + "\n"
 
 
-class EventLog(logging.Handler):
-    """The "kiln" logger's lines (where each graph runs, CUDA-graph captures), as events;
-    a line that says where a backend call's or a graph's time went (kiln.timings) carries
-    its figures as `times`."""
-
-    def __init__(self, write_event: Callable[..., None]) -> None:
-        super().__init__(logging.INFO)
-        self.write_event = write_event
-
-    def emit(self, record: logging.LogRecord) -> None:
-        times = getattr(record, "kiln_times", None)
-        extra = {"times": times} if times is not None else {}
-        self.write_event(event="log", message=record.getMessage(), **extra)
-
-
 def prepared(name: str, steps: int) -> tuple[Bench, Any, Any, list]:
     """Configuration `name`'s bench and autocast dtype, its model on the GPU in training
     mode and `steps` fresh batches, from seed 0 with TF32 off: every process that trains it
@@ -286,9 +270,7 @@ def train(name: str, mode: str, steps: int, write_event: Callable[..., None],
     import capture_corpus as corpus
     from train_models import backward_step
 
-    kiln_log = logging.getLogger("kiln")
-    kiln_log.addHandler(EventLog(write_event))
-    kiln_log.setLevel(logging.INFO)
+    record_kiln_log(write_event)
     bench, dtype, model, batches = prepared(name, steps)
     opt = torch.optim.AdamW(model.parameters(), lr=bench.lr)
     run = compiled(model, mode)

@@ -71,7 +71,7 @@ from typing import Any, Callable, Mapping, Optional
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
 
 from kilnd_process import KilnServer, script_parser  # noqa: E402
-from worker_process import logged, run_worker  # noqa: E402
+from worker_process import logged, record_kiln_log, run_worker  # noqa: E402
 
 # Relative loss difference against eager that passes, by precision (the module's docstring
 # says why these values).
@@ -157,21 +157,12 @@ def train(config: TrainConfig, mode: str, steps: int, write_event: Callable[...,
           grads_path: Optional[pathlib.Path] = None) -> None:
     """The training loop every mode shares; only `run` differs between them. The first
     step's gradients go to `grads_path` when given."""
-    import logging
     import random
     import warnings
 
     import torch
 
-    class KilnLog(logging.Handler):
-        """The "kiln" logger's lines (which graphs run where, and why), as events."""
-
-        def emit(self, record: logging.LogRecord) -> None:
-            write_event(event="log", level=record.levelname, message=record.getMessage())
-
-    kiln_logger = logging.getLogger("kiln")
-    kiln_logger.addHandler(KilnLog(logging.INFO))
-    kiln_logger.setLevel(logging.INFO)
+    record_kiln_log(write_event)
     import capture_corpus as corpus  # imports kiln, which registers the backend
 
     if not torch.cuda.is_available():

@@ -5,6 +5,7 @@
 
     with event_log(path) as write_event:       # in the worker: one JSON object a line
         write_event(event="step", step=1, loss=2.3)
+    record_kiln_log(write_event)                # Kiln's log lines become "log" events
     return logged(path, lambda write_event: train(..., write_event))  # errors become events
 
 The process gets a session of its own, and at the timeout its whole process group is killed
@@ -16,6 +17,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import logging
 import os
 import signal
 import subprocess
@@ -65,6 +67,24 @@ def event_log(path: Any) -> Iterator[Callable[..., None]]:
             events.write(json.dumps(event) + "\n")
 
         yield write_event
+
+
+def record_kiln_log(write_event: Callable[..., None]) -> None:
+    """Writes each line the "kiln" logger gives at INFO or above as a "log" event (its level
+    and message): what Kiln decided in the worker (where each graph runs, a CUDA graph
+    captured, a fallback) comes back with the worker's figures. A line that says where a
+    backend call's or a graph's time went (kiln.timings) carries its figures as `times`."""
+
+    class KilnLog(logging.Handler):
+        def emit(self, record: logging.LogRecord) -> None:
+            times = getattr(record, "kiln_times", None)
+            extra = {"times": times} if times is not None else {}
+            write_event(event="log", level=record.levelname, message=record.getMessage(),
+                        **extra)
+
+    logger = logging.getLogger("kiln")
+    logger.addHandler(KilnLog(logging.INFO))
+    logger.setLevel(logging.INFO)
 
 
 def logged(path: Any, body: Callable[[Callable[..., None]], None], tail: int = 3000) -> int:

@@ -20,7 +20,8 @@ which hold still again at its replays. Every other input is copied into a buffer
 graph's before each replay, all of them in one torch._foreach_copy_: a trainer's batch, the
 tangents autograd makes afresh each step for outputs the loss does not read (a transformer's
 key-value cache), and inputs of at most SMALL_INPUT_BYTES (the loss's gradient) that are no
-other capture's outputs, even when they held still. An input the plan mutates is copied back
+other capture's outputs nor parameters (a norm's weight a forward saves for its backward),
+even when they held still. An input the plan mutates is copied back
 after the replay. A replay checks the inputs it copies against the plan
 (BoundPlan.check_inputs); one it reads in place is where the capture saw it, a parameter whose
 sizes and strides Dynamo's guards fix or a view another replay made.
@@ -157,8 +158,8 @@ class GraphedPlan:
             candidates = [(i, a) for i, a in enumerate(addresses) if a is not None and
                           i not in self.static_inputs and i not in self._copied_always]
             pooled = _pooled(dict(candidates))
-            held = {i for i, a in candidates
-                    if i not in pooled and a == previous[i] and not _small(inputs[i])}
+            held = {i for i, a in candidates if i not in pooled and a == previous[i] and
+                    (_parameter(inputs[i]) or not _small(inputs[i]))}
             in_place = held | pooled | {i for i in self.static_inputs
                                         if i < len(addresses) and addresses[i] is not None}
             held_still, self._held_still = self._held_still, held
@@ -213,6 +214,15 @@ def _described(inputs: Sequence[Any], copied: Collection[int]) -> str:
 def _small(x: Any) -> bool:
     """An input a replay copies even when it holds still: see SMALL_INPUT_BYTES."""
     return x.numel() * x.element_size() <= SMALL_INPUT_BYTES
+
+
+def _parameter(x: Any) -> bool:
+    """Whether `x` is a module's parameter: a backward's input that its forward saved as it
+    is (a norm's weight), where a parameter lives for good, however small."""
+    import torch  # noqa: PLC0415
+
+    parameter = getattr(getattr(torch, "nn", None), "Parameter", None)
+    return parameter is not None and isinstance(x, parameter)
 
 
 def _address(x: Any) -> Optional[int]:

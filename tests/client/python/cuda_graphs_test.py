@@ -231,6 +231,22 @@ def test_a_small_input_is_copied_though_it_held_still() -> None:
                         "1 copied (#0 float32[64])"]
 
 
+def test_a_small_parameter_is_read_in_place() -> None:
+    # A norm's weight, which a forward saves as it is for its backward: a parameter, at one
+    # address for good, however small.
+    messages: list[str] = []
+    r = runtime(graphable(static=False), messages)
+    weight = torch.nn.Parameter(rt.cuda_input(cuda_graphs.SMALL_INPUT_BYTES // 4))
+    for _ in range(6):
+        (y,) = r.run([weight])
+        del y
+    g = graph_of(r)
+    assert (g.captures, g.refusals, g.replays) == (1, {}, 3)
+    assert g._graph is not None and g._graph.copies == {}
+    assert messages == ["captured in a CUDA graph at call 4: 1 of 1 inputs read in place, "
+                        "0 copied"]
+
+
 def test_an_input_read_in_place_that_is_no_tensor_any_more_is_not_replayed_over() -> None:
     r = runtime(graphable(static=True))
     x = rt.cuda_input(1 << 15)

@@ -122,6 +122,16 @@ class Tensor:
         return out
 
 
+class Parameter(Tensor):
+    """torch.nn.Parameter: a tensor that a module holds (here over `data`'s memory)."""
+
+    def __init__(self, data: Tensor) -> None:
+        super().__init__(data._storage, data.dtype, data._offset, data.shape, data._strides)
+
+
+nn = types.SimpleNamespace(Parameter=Parameter)
+
+
 # (destination, source) of every Tensor.copy_, in order.
 copies: list[tuple[Tensor, Tensor]] = []
 # (target, args, kwargs) of every call of an op under torch.ops, in order.
