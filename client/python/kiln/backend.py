@@ -261,9 +261,15 @@ def _graph_runner(compiler: GraphCompiler, settings: Settings, gm: Any, inputs: 
 
 
 def _saved_from(kind: str) -> Optional[int]:
-    """For a forward, the index of its first output that only the backward reads: AOTAutograd
-    returns the mutated inputs, the user's outputs and the intermediate bases (num_forward of
-    them, effect tokens aside), then the saved tensors and symbols. None when unknown."""
+    """The index of a graph's first output that only autograd reads, which CUDA-graph replays
+    hand out in place however small (kiln.cuda_graphs). For a forward, its saved values:
+    AOTAutograd returns the mutated inputs, the user's outputs and the intermediate bases
+    (num_forward of them, effect tokens aside), then the saved tensors and symbols. For a
+    backward, 0: its outputs are gradients, which autograd takes into `.grad` or on to the
+    next node (a norm's weight's, however small). None when unknown (an inference graph's
+    outputs are the user's)."""
+    if kind == "bw":
+        return 0
     if kind != "fw":
         return None
     import torch  # noqa: PLC0415

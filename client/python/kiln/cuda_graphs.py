@@ -33,10 +33,12 @@ pool storage's use count is back to the one reference this module holds: the sto
 once per capture and every replay's views are made over them), running the plan eagerly when
 one is still alive. So a replay never overwrites a tensor the caller still holds: a trainer's
 step (forward, backward, optimizer, zero_grad(set_to_none=True)) frees them in time, and a
-program that keeps them is right, only slower. A forward's saved values (its outputs from
-`saved_from` on, which only its backward reads, and which autograd frees when the backward has
-run) are views however small: a copy would move them every step, and the backward would copy
-them into its own graph.
+program that keeps them is right, only slower. Outputs from `saved_from` on, which autograd
+alone reads, are views however small: a forward's saved values, which only its backward reads
+and autograd frees when the backward has run (a copy would move them every step, and the
+backward would copy them into its own graph), and a backward's gradients (saved_from 0), which
+autograd takes into `.grad` or on to the next node (a copy would be a kernel and an allocation
+for each of a model's norms' weights and biases at every step).
 """
 
 from __future__ import annotations

@@ -113,10 +113,10 @@ class _InputSpec:
 
 
 class GpuRuntime:
-    """A loaded CUDA CompiledGraph; run() may be called any number of times. For a
-    forward, `saved_from` is the index of its first output that only its backward reads
-    (AOTAutograd's saved values), which CUDA-graph replays hand out in place however small
-    (kiln.cuda_graphs)."""
+    """A loaded CUDA CompiledGraph; run() may be called any number of times. `saved_from`
+    is the index of its first output that only autograd reads (a forward's saved values, from
+    AOTAutograd's count; a backward's gradients, from 0), which CUDA-graph replays hand out in
+    place however small (kiln.cuda_graphs)."""
 
     def __init__(self, artifact: Any, device: Any = None,
                  process_groups: Sequence[str] = (), cudagraphs: bool = False,

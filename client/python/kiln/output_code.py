@@ -17,8 +17,9 @@ class KilnOutputCode(OutputCode):
     """One forward, backward or inference graph (`kind`) of a frame, called as AOTAutograd
     calls compiled graphs (one list of inputs). `artifact` is the kiln.v1.CompiledGraph kilnd
     answered with (key `compile_key`); a graph that runs per fallback has none, and its
-    frame is not stored. A forward's outputs from `saved_from` on are its saved values
-    (kiln.cuda_graphs). Pickled without its runner, which post_compile makes again."""
+    frame is not stored. Its outputs from `saved_from` on are read by autograd alone (a
+    forward's saved values, a backward's gradients: kiln.cuda_graphs). Pickled without its
+    runner, which post_compile makes again."""
 
     saved_from: Optional[int] = None  # what a frame pickled without the field loads with
 

@@ -138,6 +138,21 @@ def test_a_small_output_is_returned_as_a_copy() -> None:
     assert len({t.data_ptr() for t in kept[3:]}) == 4
 
 
+def test_a_backwards_small_gradient_is_a_view_of_the_pool() -> None:
+    # A norm's weight's gradient, which autograd takes into .grad: no copy at each replay.
+    r = GpuRuntime(graphable(static=True), torch.device("cuda", 0), cudagraphs=True,
+                   saved_from=0)
+    x = rt.cuda_input(16)
+    grads = []
+    for _ in range(6):
+        (grad,) = r.run([x])
+        grads.append(grad.data_ptr())
+        del grad  # the optimizer's zero_grad(set_to_none=True)
+    g = graph_of(r)
+    assert (g.replays, g.refusals) == (3, {})
+    assert grads[3] == grads[4] == grads[5]
+
+
 def test_inputs_read_in_place_that_keep_moving_are_copied_after_a_new_capture() -> None:
     messages: list[str] = []
     r = runtime(graphable(static=False), messages)
