@@ -51,8 +51,8 @@ from kiln.settings import Settings
 log = logging.getLogger("kiln")
 
 # The version of the entries this package writes: a change to KilnOutputCode's fields, or to
-# what a frame holds, changes it, and every key with it.
-FORMAT = 1
+# what a frame holds, changes it, and every key with it. 2: a backward's saved_from is 0.
+FORMAT = 2
 
 
 def frame_tag(settings: Settings, target: str) -> str:
