@@ -21,10 +21,10 @@ graph's before each replay, all of them in one torch._foreach_copy_: a trainer's
 tangents autograd makes afresh each step for outputs the loss does not read (a transformer's
 key-value cache), and inputs of at most SMALL_INPUT_BYTES (the loss's gradient) that are no
 other capture's outputs nor parameters (a norm's weight a forward saves for its backward),
-even when they held still. An input the plan mutates is copied back
-after the replay. A replay checks the inputs it copies against the plan
-(BoundPlan.check_inputs); one it reads in place is where the capture saw it, a parameter whose
-sizes and strides Dynamo's guards fix or a view another replay made.
+even when they held still. An input the plan mutates is copied back after the replay. A replay
+checks the inputs it copies against the plan (BoundPlan.check_inputs); one it reads in place is
+where the capture saw it, a parameter whose sizes and strides Dynamo's guards fix or a view
+another replay made.
 
 Outputs live in the graph's private memory pool, which the next replay overwrites. Outputs of
 at most SMALL_OUTPUT_BYTES (a loss, a step count) are returned as copies; larger ones as views
