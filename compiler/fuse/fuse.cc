@@ -404,9 +404,7 @@ class Fuser {
           map[static_cast<size_t>(i)] = value;
           continue;
         }
-        loop::RemapOperands(&in, map);
-        out.push_back(std::move(in));
-        map[static_cast<size_t>(i)] = static_cast<int32_t>(out.size() - 1);
+        map[static_cast<size_t>(i)] = loop::AppendRemapped(&out, std::move(in), map);
       }
       ns.end = static_cast<int32_t>(out.size());
       stages.push_back(ns);
@@ -683,9 +681,7 @@ class Fuser {
             continue;
           }
         }
-        loop::RemapOperands(&in, map);
-        a.insts.push_back(std::move(in));
-        map[static_cast<size_t>(i)] = static_cast<int32_t>(a.insts.size() - 1);
+        map[static_cast<size_t>(i)] = loop::AppendRemapped(&a.insts, std::move(in), map);
       }
       ns.end = static_cast<int32_t>(a.insts.size());
       if (same_stage && !a.stages.empty()) {
@@ -733,9 +729,7 @@ class Fuser {
     std::vector<int32_t> map(c.insts.size(), -1);
     for (int32_t i = 0; i < static_cast<int32_t>(c.insts.size()); ++i) {
       Inst in = c.insts[static_cast<size_t>(i)];
-      loop::RemapOperands(&in, map);
-      m.insts.push_back(std::move(in));
-      map[static_cast<size_t>(i)] = static_cast<int32_t>(m.insts.size() - 1);
+      map[static_cast<size_t>(i)] = loop::AppendRemapped(&m.insts, std::move(in), map);
       if (i != load) continue;
       Inst keep = st;
       keep.a = map[static_cast<size_t>(i)];
@@ -802,9 +796,7 @@ class Fuser {
       for (int32_t i = s.begin; i < s.end; ++i) {
         if (drop[static_cast<size_t>(i)]) continue;
         Inst in = k.insts[static_cast<size_t>(i)];
-        loop::RemapOperands(&in, map);
-        out.push_back(std::move(in));
-        map[static_cast<size_t>(i)] = static_cast<int32_t>(out.size() - 1);
+        map[static_cast<size_t>(i)] = loop::AppendRemapped(&out, std::move(in), map);
       }
       ns.end = static_cast<int32_t>(out.size());
       if (ns.end > ns.begin) stages.push_back(ns);

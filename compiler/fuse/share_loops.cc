@@ -252,9 +252,7 @@ void RecomputeAcrossLoops(Kernel& k) {
           stores.erase(in.buffer);
         }
       }
-      loop::RemapOperands(&in, map);
-      out.push_back(std::move(in));
-      map[static_cast<size_t>(i)] = static_cast<int32_t>(out.size() - 1);
+      map[static_cast<size_t>(i)] = loop::AppendRemapped(&out, std::move(in), map);
     }
     ns.end = static_cast<int32_t>(out.size());
     stages.push_back(ns);

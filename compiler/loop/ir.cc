@@ -290,6 +290,12 @@ void RemapOperands(Inst* in, const std::vector<int32_t>& map) {
   for (DynIndex& d : in->dyn) d.value = m(d.value);
 }
 
+int32_t AppendRemapped(std::vector<Inst>* out, Inst in, const std::vector<int32_t>& map) {
+  RemapOperands(&in, map);
+  out->push_back(std::move(in));
+  return static_cast<int32_t>(out->size() - 1);
+}
+
 bool HasLoopStage(const Kernel& k) {
   for (const Stage& s : k.stages) {
     if (s.loops) return true;

@@ -275,6 +275,9 @@ void ForEachOperand(const Inst& in, F f) {
 // Renumbers every SSA value `in` uses through `map` (old id -> new id).
 void RemapOperands(Inst* in, const std::vector<int32_t>& map);
 
+// Renumbers `in`'s operands through `map` and appends it to `out`; returns its new id.
+int32_t AppendRemapped(std::vector<Inst>* out, Inst in, const std::vector<int32_t>& map);
+
 // Whether some stage of the kernel loops over its reduction space.
 bool HasLoopStage(const Kernel& kernel);
 

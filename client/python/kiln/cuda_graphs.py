@@ -161,7 +161,7 @@ class GraphedPlan:
                           i not in self.static_inputs and i not in self._copied_always]
             pooled = _pooled(dict(candidates))
             held = {i for i, a in candidates if i not in pooled and a == previous[i] and
-                    (_parameter(inputs[i]) or not _small(inputs[i]))}
+                    (not _small(inputs[i]) or _parameter(inputs[i]))}
             in_place = held | pooled | {i for i in self.static_inputs
                                         if i < len(addresses) and addresses[i] is not None}
             held_still, self._held_still = self._held_still, held
